@@ -1,0 +1,96 @@
+"""KV-cache helpers over transformers' DynamicCache, and the one model-forward call all methods use.
+
+Methods only use the public forward: ``model(input_ids, attention_mask (2-D or 4-D), position_ids,
+cache, use_cache=True)``. Older transformers name the cache argument ``past_key_values``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+
+import torch
+from transformers import DynamicCache
+
+
+@lru_cache(maxsize=None)
+def _cache_kwarg_for(forward_cls: type) -> str:
+    params = inspect.signature(forward_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def new_cache(model) -> DynamicCache:
+    """Return an empty DynamicCache for ``model``."""
+    return DynamicCache(config=model.config)
+
+
+def cache_length(cache: DynamicCache) -> int:
+    """Number of positions held in the cache."""
+    return cache.get_seq_length()
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Drop cached positions past ``length`` (in place)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def keep_positions(cache: DynamicCache, start: int, keep: torch.Tensor) -> None:
+    """Keep positions [0, start) and then ``start + keep`` (ascending offsets), dropping the rest.
+
+    Used after tree or multi-branch verification, where the accepted path is scattered.
+    """
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+            continue
+        idx = keep.to(layer.keys.device) + start
+        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, idx)], dim=-2)
+        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, idx)], dim=-2)
+
+
+def forward(
+    model,
+    input_ids: torch.Tensor,
+    cache: DynamicCache,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int = 0,
+) -> torch.Tensor:
+    """Run the causal LM over ``input_ids`` [1, n] with ``cache``; return logits [n or logits_to_keep, vocab]."""
+    kwargs = {_cache_kwarg_for(type(model)): cache}
+    if logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=True,
+        **kwargs,
+    )
+    return out.logits[0]
+
+
+def hidden_forward(
+    model,
+    input_ids: torch.Tensor,
+    cache: DynamicCache,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run the model's base (no LM head) and return the final hidden states [n, hidden]."""
+    base = model.base_model
+    kwargs = {_cache_kwarg_for(type(base)): cache}
+    out = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
+    return out.last_hidden_state[0]
+
+
+def tree_mask(prefix_len: int, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """4-D float attention mask [1, 1, n, prefix_len + n]: the prefix is visible to every new token,
+    and new token i sees new token j where ``visible[i, j]`` (bool [n, n]) is True."""
+    n = visible.shape[0]
+    allowed = torch.ones(n, prefix_len + n, dtype=torch.bool, device=visible.device)
+    allowed[:, prefix_len:] = visible
+    mask = torch.zeros(n, prefix_len + n, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
