@@ -40,3 +40,7 @@ class DependencyError(SpecpilotError):
 
 class RunNotFoundError(SpecpilotError):
     """A stored run or task id does not exist."""
+
+
+class ApprovalError(SpecpilotError):
+    """An approval id is unknown, or its state does not allow what was asked (decide, consume)."""

@@ -55,11 +55,14 @@ def forward(
     cache: DynamicCache,
     position_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-    logits_to_keep: int = 0,
+    logits_to_keep: int | torch.Tensor = 0,
 ) -> torch.Tensor:
-    """Run the causal LM over ``input_ids`` [1, n] with ``cache``; return logits [n or logits_to_keep, vocab]."""
+    """Run the causal LM over ``input_ids`` [1, n] with ``cache``; return logits [rows kept, vocab].
+
+    ``logits_to_keep``: 0 keeps every row, an int the last that many, a LongTensor those rows.
+    """
     kwargs = {_cache_kwarg_for(type(model)): cache}
-    if logits_to_keep:
+    if not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
         kwargs["logits_to_keep"] = logits_to_keep
     out = model(
         input_ids=input_ids,

@@ -32,6 +32,8 @@ from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, sync
 from tools.decoding.sampling import make_generator, residual, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
+from pydantic import ValidationError
+
 from tools.errors import ParameterError, VocabularyMismatchError
 
 K_MIN, K_MAX = 1, 16
@@ -234,9 +236,12 @@ class SpeculativeDecoder:
         self.adaptive_k = adaptive_k
         self.draft_confidence = draft_confidence
         self.draft_vocab = draft_vocab
-        self.settings = GenerationSettings(
-            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_ids=list(eos_token_ids or [])
-        )
+        try:
+            self.settings = GenerationSettings(
+                temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_ids=list(eos_token_ids or [])
+            )
+        except ValidationError as exc:
+            raise ParameterError(f"invalid generation settings: {_first_error(exc)}") from None
         self._drafter = _Drafter(self.draft_model, self._n_vocab, lm_head_rows(self.target))
         self.reset_stats()
         self._seq: list[int] = []
@@ -278,6 +283,7 @@ class SpeculativeDecoder:
         return self.tokens_accepted / self.tokens_drafted if self.tokens_drafted else 0.0
 
     # ------------------------------------------------------------------ steps
+    @torch.no_grad()
     def init_caches(self, prompt_ids, settings: GenerationSettings | None = None) -> int:
         """Prefill both models with the prompt; return the first new token (from the target)."""
         if settings is not None:
@@ -289,22 +295,25 @@ class SpeculativeDecoder:
         self._cache = kv.new_cache(self.target)
         self._current_k = self._k
         n = ids.shape[1]
-        logits = kv.forward(self.target, ids, self._cache, torch.arange(n, device=ids.device)[None], logits_to_keep=1)[-1]
+        logits = self._real(kv.forward(self.target, ids, self._cache, torch.arange(n, device=ids.device)[None], logits_to_keep=1)[-1])
         first = int(logits.argmax()) if self.settings.greedy else int(sample(warp_probs(logits, self.settings), self._generator))
         self._drafter.set_vocab(self.draft_vocab, ids[0].tolist() + self.settings.eos_token_ids)
         self._drafter.reset(ids.to(self.draft_model.device))
         self._seq = ids[0].tolist() + [first]
         return first
 
+    @torch.no_grad()
     def draft_tokens(self, n: int | None = None) -> list[int]:
         """Let the draft propose up to n (default: current K) tokens after the committed sequence."""
         self._require_init()
         n = self._current_k if n is None else validate_k(n)
+        self._drafter.rollback(len(self._seq) - 1)  # a second call proposes again from the committed sequence
         tokens, self._q = self._drafter.propose(
             self._seq, n, self.settings, self._generator, self.draft_confidence, set(self.settings.eos_token_ids)
         )
         return tokens
 
+    @torch.no_grad()
     def verify_tokens(self, drafts: list[int]) -> list[int]:
         """Score ``drafts`` with the target in one forward pass; commit and return the new tokens
         (the accepted drafts followed by the target's correction or bonus token)."""
@@ -318,7 +327,7 @@ class SpeculativeDecoder:
         dev = self.target.device
         ids = torch.tensor([[self._seq[-1], *drafts]], device=dev)
         pos = torch.arange(L - 1, L + m, device=dev)[None]
-        logits = kv.forward(self.target, ids, self._cache, position_ids=pos)
+        logits = self._real(kv.forward(self.target, ids, self._cache, position_ids=pos))
         if self.settings.greedy:
             n, nxt = accept_greedy(logits, drafts)
         else:
@@ -349,6 +358,13 @@ class SpeculativeDecoder:
         n = self._current_k if limit is None else min(self._current_k, limit)
         drafts = self.draft_tokens(n) if n >= 1 else []
         return self.verify_tokens(drafts)
+
+    def _real(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
+        if logits.shape[-1] > self._n_vocab:
+            logits = logits.clone()
+            logits[..., self._n_vocab:] = float("-inf")
+        return logits
 
     def _require_init(self) -> None:
         if self._cache is None:
@@ -395,6 +411,8 @@ class SpeculativeDecoder:
 
     def generate(self, prompt, max_tokens: int = 128):
         """Lugh-style generate: token ids in, token ids out; a string prompt returns text."""
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ParameterError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         tok = self.target_tokenizer
         if isinstance(prompt, str):
             if tok is None:
@@ -410,6 +428,11 @@ class SpeculativeDecoder:
         if isinstance(prompt, str):
             return tok.decode(result.output_ids, skip_special_tokens=True)
         return result.output_ids
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
 
 
 def _trim_zeros(values: list[int]) -> list[int]:

@@ -1,0 +1,88 @@
+"""Human output: rich tables for runs and model lists (stdout), progress on stderr."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+
+def fmt(value, digits: int = 2, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def match_text(record: dict) -> str:
+    if record.get("matches_baseline") is None:
+        return "n/a (sampling)"
+    if record["matches_baseline"]:
+        return "identical"
+    div = record.get("first_divergence") or {}
+    kind = {"near_tie": "near-tie", "mismatch": "MISMATCH", "length": "length"}.get(div.get("kind"), "differs")
+    return f"{kind} at token {div.get('position')}"
+
+
+def run_table(record: dict) -> Table:
+    """One run as a table: baseline, the method, and any transformers peers measured beside it."""
+    hw = record.get("hardware", {})
+    table = Table(
+        title=f"{record['method']} vs baseline — run {record.get('run_id', '?')}",
+        caption=f"{hw.get('name', '?')} · {record.get('dtype')} · {record.get('new_tokens')} new tokens · "
+        f"median of {record.get('repeats')} (after warm-up)",
+    )
+    for col in ("method", "wall time", "tokens/s", "speedup", "acceptance", "tokens/step", "output"):
+        table.add_column(col, justify="right" if col not in ("method", "output") else "left")
+    table.add_row("baseline", fmt(record["baseline_wall_time_s"], 2, " s"), fmt(record["baseline_tokens_per_s"]),
+                  "1.00x", "—", "1.00", "reference")
+    if record["method"] != "baseline":
+        table.add_row(
+            record["method"], fmt(record["wall_time_s"], 2, " s"), fmt(record["tokens_per_s"]),
+            fmt(record["speedup"], 2, "x"),
+            fmt(record["acceptance_rate"] * 100, 1, "%") if record.get("acceptance_rate") is not None else "—",
+            fmt(record["mean_accepted_per_step"]), match_text(record),
+        )
+    for name, peer in (record.get("peers") or {}).items():
+        label = {"hf_assisted": "transformers assisted", "hf_prompt_lookup": "transformers prompt lookup"}[name]
+        same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
+        table.add_row(label, fmt(peer["wall_time_s"], 2, " s"), fmt(peer["tokens_per_s"]),
+                      fmt(peer["speedup"], 2, "x"), "—", "—", same)
+    return table
+
+
+def show_run(record: dict, as_json: bool = False) -> None:
+    """Print a run record as a table with its details, or as one JSON object."""
+    if as_json:
+        print(json.dumps(record, default=str))
+        return
+    out.print(run_table(record))
+    params = ", ".join(f"{k}={v}" for k, v in (record.get("params") or {}).items())
+    if params:
+        out.print(f"params: {params}")
+    div = record.get("first_divergence")
+    if div:
+        out.print(f"divergence: {div.get('explanation')}")
+    if record.get("lossy"):
+        out.print("note: this mode is lossy by design (typical acceptance); see the output comparison above")
+    out.print(f"versions: {', '.join(f'{k} {v}' for k, v in (record.get('versions') or {}).items())}")
+
+
+def runs_table(rows: list[dict]) -> Table:
+    table = Table(title="stored runs (newest first)")
+    for col in ("run id", "when", "method", "target", "speedup", "tokens/s", "acceptance", "output", "prompt"):
+        table.add_column(col)
+    for r in rows:
+        prompt = str(r.get("prompt", ""))
+        table.add_row(
+            str(r.get("run_id")), str(r.get("created_at", ""))[:19], str(r.get("method")), str(r.get("target")),
+            fmt(r.get("speedup"), 2, "x"), fmt(r.get("tokens_per_s")),
+            fmt(r["acceptance_rate"] * 100, 1, "%") if r.get("acceptance_rate") is not None else "—",
+            match_text(r), prompt[:40] + ("…" if len(prompt) > 40 else ""),
+        )
+    return table

@@ -1,0 +1,189 @@
+"""Append-only named migrations for the specpilot database.
+
+Each migration is a function decorated with ``@migration``; they run once each, in the
+order they are defined, and their names are recorded in the ``_migrations`` table.
+A released migration is never edited or removed: a schema change is a new function
+at the end of this file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from sqlite_utils import Database
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_TABLE = "_migrations"
+
+Migration = Callable[[Database], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    """Register ``fn`` as the next migration (applied after every one defined before it)."""
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def utc_now() -> str:
+    """The current time as an ISO 8601 UTC timestamp with microseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def applied_migrations(db: Database) -> list[str]:
+    """Names of the migrations already applied to ``db``, in the order they were applied."""
+    if not db[MIGRATIONS_TABLE].exists():
+        return []
+    return [row["name"] for row in db.query(f"select name from [{MIGRATIONS_TABLE}] order by rowid")]
+
+
+def migrate(db: Database) -> list[str]:
+    """Apply every migration ``db`` has not had yet; return the names applied now.
+
+    All pending migrations run in one ``BEGIN IMMEDIATE`` transaction, so two processes
+    opening a new database at the same time neither apply a migration twice nor see a
+    half-built schema: the second waits (busy timeout) and then finds nothing to do.
+    """
+    done = set(applied_migrations(db))
+    if all(fn.__name__ in done for fn in MIGRATIONS):
+        return []
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(
+            f"create table if not exists [{MIGRATIONS_TABLE}] (name text primary key, applied_at text not null)"
+        )
+        done = set(applied_migrations(db))  # re-read under the write lock
+        applied_now = []
+        for fn in MIGRATIONS:
+            if fn.__name__ in done:
+                continue
+            fn(db)
+            db[MIGRATIONS_TABLE].insert({"name": fn.__name__, "applied_at": utc_now()})
+            applied_now.append(fn.__name__)
+    except BaseException:
+        db.rollback()
+        raise
+    db.execute("COMMIT")
+    if applied_now:
+        log.info("applied migrations: %s", ", ".join(applied_now))
+    return applied_now
+
+
+# ---- migrations: append only, never edit a released one ------------------------------------
+
+
+@migration
+def m001_create_runs(db: Database) -> None:
+    db["runs"].create(
+        {
+            "run_id": str,
+            "created_at": str,
+            "task_id": int,
+            "settings_key": str,
+            "method": str,
+            "target": str,
+            "draft": str,
+            "params": str,  # JSON object
+            "prompt": str,
+            "prompt_ids": str,  # JSON list
+            "output_ids": str,  # JSON list
+            "output_text": str,
+            "new_tokens": int,
+            "wall_time_s": float,
+            "tokens_per_s": float,
+            "baseline_wall_time_s": float,
+            "baseline_tokens_per_s": float,
+            "speedup": float,
+            "acceptance_rate": float,
+            "tokens_drafted": int,
+            "tokens_accepted": int,
+            "steps": int,
+            "mean_accepted_per_step": float,
+            "matches_baseline": int,  # 0/1, decoded to bool
+            "first_divergence": str,  # JSON object or null
+            "hardware": str,  # JSON object
+            "dtype": str,
+            "versions": str,  # JSON object
+            "extra": str,  # JSON object: every key of the record that has no column
+        },
+        pk="run_id",
+        not_null=["created_at"],
+    )
+    db["runs"].create_index(["created_at"])
+    db["runs"].create_index(["method", "created_at"])
+    db["runs"].create_index(["settings_key"])
+    db["runs"].create_index(["task_id"])
+
+
+@migration
+def m002_create_tasks(db: Database) -> None:
+    db["tasks"].create(
+        {
+            "id": int,
+            "created_at": str,
+            "updated_at": str,
+            "request": str,
+            "kind": str,
+            "status": str,
+            "plan": str,  # JSON list of steps
+            "done": str,  # JSON list of steps done
+            "left": str,  # JSON list of steps still to do
+            "run_ids": str,  # JSON list of linked run ids
+            "notes": str,  # JSON list of {"at", "text"}
+        },
+        pk="id",
+        not_null=["created_at", "updated_at", "request", "status"],
+    )
+    db["tasks"].create_index(["status"])
+
+
+@migration
+def m003_create_method_params(db: Database) -> None:
+    db["method_params"].create(
+        {"id": int, "method": str, "params": str, "saved_at": str},  # params: JSON object
+        pk="id",
+        not_null=["method", "params", "saved_at"],
+    )
+    db["method_params"].create_index(["method", "id"])
+
+
+@migration
+def m004_create_onboarding_answers(db: Database) -> None:
+    db["onboarding_answers"].create(
+        {"key": str, "value": str, "updated_at": str},  # value: JSON
+        pk="key",
+        not_null=["updated_at"],
+    )
+
+
+@migration
+def m005_create_approvals(db: Database) -> None:
+    db["approvals"].create(
+        {
+            "id": str,
+            "created_at": str,
+            "action": str,
+            "arguments": str,  # JSON object: the exact arguments the gated action will run with
+            "reason": str,
+            "status": str,  # pending / approved / denied / consumed
+            "decided_by": str,
+            "decided_at": str,
+            "consumed_at": str,
+        },
+        pk="id",
+        not_null=["created_at", "action", "arguments", "status"],
+    )
+    db["approvals"].create_index(["status"])
+
+
+@migration
+def m006_create_messages(db: Database) -> None:
+    db["messages"].create(
+        {"id": int, "session_id": str, "created_at": str, "role": str, "content": str},  # content: JSON
+        pk="id",
+        not_null=["session_id", "created_at", "role"],
+    )
+    db["messages"].create_index(["session_id", "id"])

@@ -1,0 +1,198 @@
+"""Speculative sampling is lossless: over many seeds, the tokens it emits follow the target's own
+distribution exactly (chi-square test on a vocabulary of 8), and the same test rejects biased samplers.
+
+The first new token comes from the target's prefill; the second and third come from speculative
+steps (draft positions 0 and 1, the residual after a rejection, or the bonus token). So the pair
+(x1, x2) checks acceptance at the first draft position and the pair (x2, x3), with x1 summed out,
+checks the later positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_tiny_model
+from scipy.stats import chisquare
+
+from tools.decoding import speculative
+from tools.decoding.sampling import sample, warp_probs
+from tools.decoding.speculative import SpeculativeDecoder
+from tools.decoding.types import GenerationSettings
+
+V = 8
+PROMPT = [1, 2, 3]
+ALPHA = 1e-3
+MIN_EXPECTED = 5.0
+
+CASES = {
+    # name: (runs, decoder options, warping)
+    "plain": (2000, {"k": 2}, {"temperature": 1.0}),
+    "top-p-top-k": (1500, {"k": 2}, {"temperature": 1.0, "top_p": 0.9, "top_k": 5}),
+    "trimmed-adaptive-confident": (
+        1500,
+        {"k": 3, "draft_vocab": 4, "adaptive_k": True, "draft_confidence": 0.3},
+        {"temperature": 1.3},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = make_tiny_model("qwen2", layers=2, seed=0, vocab=V)
+    draft = make_tiny_model("qwen2", layers=1, seed=1, vocab=V)
+    return target, draft
+
+
+@torch.no_grad()
+def _next_probs(model, seqs: list[list[int]], settings: GenerationSettings) -> torch.Tensor:
+    """Warped next-token probabilities after each sequence, from a plain full forward (float64)."""
+    return warp_probs(model(torch.tensor(seqs)).logits[:, -1], settings).double()
+
+
+def exact_tables(model, settings: GenerationSettings):
+    """p(x1) [V], p(x2 | x1) [V, V], p(x3 | x1, x2) [V, V, V] under the warped distribution."""
+    p1 = _next_probs(model, [PROMPT], settings)[0]
+    p2 = _next_probs(model, [PROMPT + [a] for a in range(V)], settings)
+    p3 = _next_probs(model, [PROMPT + [a, b] for a in range(V) for b in range(V)], settings).reshape(V, V, V)
+    return p1, p2, p3
+
+
+def pair_12(p1, p2, p3=None) -> torch.Tensor:
+    """Joint distribution of (x1, x2)."""
+    return p1[:, None] * p2
+
+
+def pair_23(p1, p2, p3) -> torch.Tensor:
+    """Joint distribution of (x2, x3) with x1 summed out."""
+    return torch.einsum("a,ab,abc->bc", p1, p2, p3)
+
+
+def chi_square_pvalue(counts: np.ndarray, probs: torch.Tensor) -> float:
+    """Chi-square goodness of fit of ``counts`` to ``probs`` (same shape), rare cells merged.
+
+    A count in a cell of probability zero is an outright failure (an impossible token pair).
+    """
+    counts = np.asarray(counts, dtype=float).ravel()
+    probs = probs.double().numpy().ravel()
+    probs = probs / probs.sum()
+    impossible = probs == 0
+    assert counts[impossible].sum() == 0, "a token pair of probability zero was sampled"
+    expected = probs * counts.sum()
+    big = expected >= MIN_EXPECTED
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert len(obs) >= 5, "too few cells for a meaningful test"
+    return float(chisquare(obs, exp).pvalue)
+
+
+def collect(decoder: SpeculativeDecoder, warping: dict, runs: int):
+    """Run the decoder once per seed; return counts of (x1, x2) and (x2, x3) and the acceptance rate."""
+    c12 = np.zeros((V, V))
+    c23 = np.zeros((V, V))
+    drafted = accepted = 0
+    for seed in range(runs):
+        settings = GenerationSettings(max_new_tokens=4, seed=seed, **warping)
+        out = decoder.run(PROMPT, settings).output_ids
+        assert len(out) == 4
+        c12[out[0], out[1]] += 1
+        c23[out[1], out[2]] += 1
+        drafted += decoder.tokens_drafted
+        accepted += decoder.tokens_accepted
+    return c12, c23, accepted / drafted
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def sampled(request, models):
+    target, draft = models
+    runs, options, warping = CASES[request.param]
+    decoder = SpeculativeDecoder(target, draft, **options, **warping)
+    c12, c23, acceptance = collect(decoder, warping, runs)
+    tables = exact_tables(target, GenerationSettings(**warping))
+    return request.param, c12, c23, acceptance, tables
+
+
+def test_both_acceptance_and_rejection_happen(sampled):
+    name, c12, c23, acceptance, _ = sampled
+    assert 0.15 < acceptance < 0.9, f"{name}: acceptance {acceptance:.2f} leaves a branch untested"
+
+
+def test_first_two_tokens_follow_the_target_distribution(sampled):
+    name, c12, _, _, tables = sampled
+    pvalue = chi_square_pvalue(c12, pair_12(*tables))
+    assert pvalue > ALPHA, f"{name}: (x1, x2) differs from the target's distribution, p-value {pvalue:.2e}"
+
+
+def test_later_draft_positions_follow_the_target_distribution(sampled):
+    name, _, c23, _, tables = sampled
+    pvalue = chi_square_pvalue(c23, pair_23(*tables))
+    assert pvalue > ALPHA, f"{name}: (x2, x3) differs from the target's distribution, p-value {pvalue:.2e}"
+
+
+def test_top_p_top_k_never_emit_a_cut_token(models):
+    """Tokens outside the target's warped support are never emitted, whatever the draft proposes."""
+    target, draft = models
+    warping = {"temperature": 1.0, "top_p": 0.9, "top_k": 5}
+    p1, p2, p3 = exact_tables(target, GenerationSettings(**warping))
+    assert (pair_12(p1, p2) == 0).sum() > V  # the warping does cut tokens
+    decoder = SpeculativeDecoder(target, draft, k=3, **warping)
+    for seed in range(200):
+        out = decoder.run(PROMPT, GenerationSettings(max_new_tokens=3, seed=seed, **warping)).output_ids
+        assert p1[out[0]] > 0 and p2[out[0], out[1]] > 0 and p3[out[0], out[1], out[2]] > 0
+
+
+# ---------------------------------------------------------------- the test has power
+
+
+def _draw(probs: torch.Tensor, runs: int, seed: int = 0) -> np.ndarray:
+    flat = probs.double().numpy().ravel()
+    counts = np.random.default_rng(seed).multinomial(runs, flat / flat.sum())
+    return counts.reshape(probs.shape)
+
+
+def test_exact_samples_pass(models):
+    """Counts drawn from the exact target distribution pass: the test is not too strict."""
+    target, _ = models
+    tables = exact_tables(target, GenerationSettings(temperature=1.0))
+    for seed in range(3):
+        assert chi_square_pvalue(_draw(pair_12(*tables), 2000, seed), pair_12(*tables)) > ALPHA
+        assert chi_square_pvalue(_draw(pair_23(*tables), 2000, seed), pair_23(*tables)) > ALPHA
+
+
+def test_a_sampler_that_always_accepts_drafts_is_rejected(models):
+    """x1 from p, then x2 straight from the draft's q: what a decoder skipping the acceptance test emits."""
+    target, draft = models
+    s = GenerationSettings(temperature=1.0)
+    p1, p2, _ = exact_tables(target, s)
+    _, q2, _ = exact_tables(draft, s)
+    counts = _draw(p1[:, None] * q2, 2000)
+    assert chi_square_pvalue(counts, pair_12(p1, p2)) < ALPHA
+
+
+def test_a_sampler_that_resamples_from_p_instead_of_the_residual_is_rejected(models):
+    """A subtler bias: accept with min(1, p/q) but draw a rejected token from p, not max(0, p - q)."""
+    target, draft = models
+    s = GenerationSettings(temperature=1.0)
+    p1, p2, _ = exact_tables(target, s)
+    _, q2, _ = exact_tables(draft, s)
+    kept = torch.minimum(p2, q2)
+    biased = kept + (1 - kept.sum(-1, keepdim=True)) * p2
+    counts = _draw(p1[:, None] * biased, 2000)
+    assert chi_square_pvalue(counts, pair_12(p1, p2)) < ALPHA
+
+
+def test_the_real_decoder_with_acceptance_switched_off_is_rejected(models, monkeypatch):
+    """Run the real decoder with its acceptance rule replaced by 'accept every draft': the test catches it."""
+    target, draft = models
+
+    def accept_all(p, q, drafts, generator):
+        return len(drafts), int(sample(p[len(drafts)], generator))
+
+    monkeypatch.setattr(speculative, "accept_sampling", accept_all)
+    decoder = SpeculativeDecoder(target, draft, k=2, temperature=1.0)
+    c12, _, acceptance = collect(decoder, {"temperature": 1.0}, 500)
+    assert acceptance == 1.0
+    tables = exact_tables(target, GenerationSettings(temperature=1.0))
+    assert chi_square_pvalue(c12, pair_12(*tables)) < ALPHA

@@ -1,0 +1,119 @@
+"""How the target's forward time grows with the number of tokens in one pass, and lookahead
+parameters sized to it.
+
+On a GPU a forward over tens of tokens costs about as much as over one, which is what lookahead
+decoding spends; on a CPU the cost starts to grow past a handful of tokens (docs: DESIGN.md, "CPU
+physics"). ``forward_cost_curve`` measures the curve on this machine; ``suggest_lookahead_params``
+picks W/N/G whose tokens per step stay on the near-flat part of it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from tools.decoding import cache as kv
+from tools.decoding.autoregressive import sync
+from tools.decoding.lookahead import MAX_STEP_TOKENS, LookaheadParams
+from tools.errors import ParameterError
+
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
+FLAT_BUDGET = 1.3  # a step may cost up to this many one-token forwards
+MAX_SUGGESTED_NGRAM = 5
+
+
+@torch.inference_mode()
+def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 100, repeats: int = 5,
+                       seed: int = 0) -> dict[int, float]:
+    """Return {n: median seconds of one forward over n new tokens with ``cache_len`` cached tokens}.
+
+    Each size gets one untimed warm-up pass, then ``repeats`` timed ones; the cache is cropped
+    back to ``cache_len`` before every pass. Logits are computed for all n rows (as verification does).
+    """
+    sizes = sorted({int(n) for n in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ParameterError("sizes must be positive token counts", hint="try sizes=(1, 2, 4, 8, 16, 32, 64)")
+    if cache_len < 1 or repeats < 1:
+        raise ParameterError("cache_len and repeats must be at least 1")
+    device = model.device
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab, (1, cache_len + max(sizes)), generator=g).to(device)
+    cache = kv.new_cache(model)
+    kv.forward(model, tokens[:, :cache_len], cache, torch.arange(cache_len, device=device)[None], logits_to_keep=1)
+    curve: dict[int, float] = {}
+    for n in sizes:
+        ids = tokens[:, cache_len: cache_len + n]
+        positions = torch.arange(cache_len, cache_len + n, device=device)[None]
+        times = []
+        for r in range(repeats + 1):
+            kv.crop(cache, cache_len)
+            sync(device)
+            t0 = time.perf_counter()
+            kv.forward(model, ids, cache, positions)
+            sync(device)
+            if r:  # the first pass is a warm-up
+                times.append(time.perf_counter() - t0)
+        curve[n] = statistics.median(times)
+    kv.crop(cache, cache_len)
+    return curve
+
+
+def flat_tokens(curve: dict[int, float], budget: float = FLAT_BUDGET) -> int:
+    """Most tokens per forward whose time stays within ``budget`` x the one-token time, linearly
+    interpolated between measured sizes (never past the largest size measured)."""
+    points = sorted((int(n), float(t)) for n, t in curve.items())
+    if not points or points[0][0] != 1:
+        raise ParameterError("the cost curve needs a measurement for 1 token", hint="measure sizes starting at 1")
+    limit = budget * points[0][1]
+    best = 1
+    for (n0, t0), (n1, t1) in zip(points, points[1:]):
+        if t1 <= limit:
+            best = n1
+            continue
+        if t0 <= limit < t1:
+            best = max(best, int(n0 + (n1 - n0) * (limit - t0) / (t1 - t0)))
+        break
+    return best
+
+
+def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGET) -> tuple[LookaheadParams, str]:
+    """Pick W/N/G whose tokens per step, 1 + (N-1)*W + G*(N-1), fit the near-flat part of ``curve``.
+
+    Rule: the largest N (up to 5, the paper's choice) for which a window W >= N-1 fits with G = W
+    (the paper's guess set size); failing that N=2 with the widest W = G that fits. Returns the
+    parameters and a sentence of reasoning with the measured numbers.
+    """
+    tokens = min(flat_tokens(curve, budget), MAX_STEP_TOKENS)
+    t1 = curve[min(curve)]
+    for ngram in range(MAX_SUGGESTED_NGRAM, 1, -1):
+        width = (tokens - 1) // (2 * (ngram - 1))
+        if width >= max(1, ngram - 1):
+            break
+    else:
+        ngram, width = 2, max(1, (tokens - 1) // 2)
+    params = LookaheadParams(window=width, ngram=ngram, guess=width).check()
+    cost = _interpolate(curve, params.tokens_per_step) / t1
+    reasoning = (
+        f"one forward pass costs {t1 * 1000:.1f} ms for 1 token; up to about {tokens} tokens it stays "
+        f"within {budget:.2f}x of that. W={width}, N={ngram}, G={width} put {params.tokens_per_step} tokens "
+        f"in each step (about {cost:.2f}x a one-token pass), so each step must accept about "
+        f"{max(0.0, cost - 1):.2f} extra tokens to pay off."
+    )
+    if tokens < 4:
+        reasoning += " The curve rises almost at once here: lookahead decoding is unlikely to pay off on this hardware."
+    return params, reasoning
+
+
+def _interpolate(curve: dict[int, float], n: int) -> float:
+    points = sorted(curve.items())
+    if n <= points[0][0]:
+        return points[0][1]
+    for (n0, t0), (n1, t1) in zip(points, points[1:]):
+        if n <= n1:
+            return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+    (n0, t0), (n1, t1) = points[-2:] if len(points) > 1 else (points[0], points[0])
+    slope = (t1 - t0) / (n1 - n0) if n1 != n0 else 0.0
+    return t1 + slope * (n - n1)

@@ -1,0 +1,513 @@
+"""Lookahead decoding (Fu et al., "Break the Sequential Dependency of LLM Inference Using Lookahead
+Decoding", ICML 2024, arXiv 2402.02057): no draft model, no training.
+
+Each step is ONE forward pass of the target over three parts, laid out in this order:
+
+- the current token ``c`` (the last accepted token, not yet in the KV cache) at position p;
+- the lookahead branch: a 2-D window of N-1 levels x W columns. Level l, column i sits at position
+  p + 1 + l + i and sees the prefix, ``c``, level 0's columns 0..i and its own column in levels
+  1..l, so every column is a contiguous diagonal sequence (the paper's 2-D window). The argmax
+  outputs of the newest level form the next level (Jacobi iteration); each column then yields one
+  n-gram (level 0..N-2 tokens and the new output) for the pool;
+- the verification branch: up to G n-grams from the pool whose first token equals ``c``; each
+  candidate's N-1 continuation tokens sit at positions p+1.. and see the prefix, ``c`` and their
+  own earlier tokens only.
+
+The pool keys n-grams by their first token and keeps at most G per key, replacing the least
+recently used. The first N-2 steps fill the window level by level (warm-up) and verify nothing.
+With ``pool_from_prompt`` the pool also starts with the prompt's n-grams and takes in the
+generated output's n-grams (lade's POOL_FROM_PROMPT): free candidates on summarisation and RAG.
+
+Acceptance keeps the output exact:
+
+- greedy: the longest candidate prefix equal to the target's argmax is kept, then the target's
+  next token (the same tokens autoregressive greedy decoding produces);
+- sampling: at each depth the candidates' tokens x are tried in turn and x is kept with
+  probability p(x); on rejection p(x) is zeroed and p renormalised before the next candidate's
+  token; when every candidate is rejected the token is sampled from what is left of p. Each
+  candidate is a deterministic proposal (q = one-hot), so this is rejection sampling with the
+  residual max(0, p - q) renormalised, repeated: lossless in distribution.
+
+After each step the KV cache keeps only ``c`` and the accepted candidate tokens.
+
+Counters: ``tokens_drafted`` = guessed tokens verified (candidates x (N-1) per step),
+``tokens_accepted`` = accepted guessed tokens, so the acceptance rate is accepted guessed tokens /
+guessed tokens verified. Mean tokens per step (the compression ratio) is new tokens / target
+forward passes (``DecodeResult.mean_accepted_per_step``); ``extra["tokens_per_decode_step"]``
+leaves the prefill out.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools.decoding import cache as kv
+from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
+from tools.decoding.sampling import make_generator, sample, warp_probs
+from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.errors import ParameterError
+
+MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
+
+
+class LookaheadParams(BaseModel):
+    """Lookahead decoding parameters: window W, n-gram size N, guess set size G."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int = Field(15, description="W: columns of the lookahead window (parallel Jacobi trajectories)")
+    ngram: int = Field(5, description="N: n-gram size; the window has N-1 levels, candidates N-1 tokens")
+    guess: int = Field(5, description="G: n-grams kept per first token and verified per step at most")
+    pool_from_prompt: bool = Field(True, description="also seed the n-gram pool from the prompt and the output")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1)."""
+        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1)
+
+    def check(self) -> LookaheadParams:
+        """Return self, or raise ParameterError naming the parameter to change."""
+        if self.ngram < 2:
+            raise ParameterError(f"ngram (N) must be at least 2, got {self.ngram}", hint="try ngram=5 (the default)")
+        if self.window < 1:
+            raise ParameterError(f"window (W) must be at least 1, got {self.window}", hint="try window=15")
+        if self.guess < 0:
+            raise ParameterError(f"guess (G) must be 0 or more, got {self.guess}", hint="try guess=5")
+        if self.tokens_per_step > MAX_STEP_TOKENS:
+            raise ParameterError(
+                f"W={self.window}, N={self.ngram}, G={self.guess} put 1 + (N-1)*W + G*(N-1) = "
+                f"{self.tokens_per_step} tokens in each forward pass; the limit is {MAX_STEP_TOKENS}",
+                hint="lower window or guess (or ngram, which multiplies both)",
+            )
+        return self
+
+    @classmethod
+    def from_options(cls, **options) -> LookaheadParams:
+        """Build and check parameters from user options; any problem is a ParameterError."""
+        try:
+            params = cls(**{k: v for k, v in options.items() if v is not None})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "lookahead parameters"
+            raise ParameterError(f"{where}: {first.get('msg')}",
+                                 hint="lookahead takes window, ngram, guess and pool_from_prompt") from None
+        return params.check()
+
+
+# ---------------------------------------------------------------------------------------- n-gram pool
+class NgramPool:
+    """N-grams keyed by their first token: at most ``per_key`` continuations (N-1 tokens each) per
+    key, the least recently used replaced when a key is full."""
+
+    def __init__(self, n: int, per_key: int):
+        self.n = n
+        self.per_key = per_key
+        self._grams: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._grams.values())
+
+    def add(self, key: int, continuation: tuple[int, ...]) -> None:
+        """Insert (or refresh) one n-gram ``key, *continuation``."""
+        if self.per_key <= 0:
+            return
+        slot = self._grams.get(key)
+        if slot is None:
+            slot = self._grams[key] = OrderedDict()
+        if continuation in slot:
+            slot.move_to_end(continuation)
+            return
+        slot[continuation] = None
+        if len(slot) > self.per_key:
+            slot.popitem(last=False)
+
+    def add_rows(self, rows: list[list[int]]) -> None:
+        """Insert n-grams given as rows ``[key, t1, ..., t_{N-1}]``."""
+        for row in rows:
+            self.add(row[0], tuple(row[1:]))
+
+    def add_sequence(self, tokens: list[int], start: int = 0) -> None:
+        """Insert every n-gram of ``tokens`` whose last token has index >= ``start``."""
+        n = self.n
+        for end in range(max(start, n - 1), len(tokens)):
+            self.add(tokens[end - n + 1], tuple(tokens[end - n + 2: end + 1]))
+
+    def touch(self, key: int, continuation: tuple[int, ...]) -> None:
+        """Mark an n-gram as just used."""
+        slot = self._grams.get(key)
+        if slot is not None and continuation in slot:
+            slot.move_to_end(continuation)
+
+    def candidates(self, key: int) -> list[tuple[int, ...]]:
+        """Continuations stored for ``key``, most recently used first."""
+        slot = self._grams.get(key)
+        return list(reversed(slot)) if slot else []
+
+
+# ---------------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class StepLayout:
+    """The fixed token layout of one step: [c, level 0 .. level N-2 (W each), G candidates (N-1 each)].
+
+    ``visible`` [size, size] says which step token sees which; ``offsets`` [size] are positions
+    relative to ``c``. Fewer levels (warm-up) or fewer candidates use a leading slice of both.
+    ``keep_rows[l]`` lists the rows whose logits a step needs when level l is the newest:
+    ``c``, level l, then all candidate rows (slice it to the candidates present).
+    """
+
+    window: int
+    ngram: int
+    guess: int
+    visible: torch.Tensor
+    offsets: torch.Tensor
+    keep_rows: tuple[torch.Tensor, ...]
+
+    @property
+    def size(self) -> int:
+        return self.visible.shape[0]
+
+    @property
+    def verify_start(self) -> int:
+        """Index of the first candidate token."""
+        return 1 + (self.ngram - 1) * self.window
+
+    def level_start(self, level: int) -> int:
+        return 1 + level * self.window
+
+
+def build_layout(window: int, ngram: int, guess: int, device="cpu") -> StepLayout:
+    """Build the attention pattern, position offsets and logit rows of a lookahead step (pure)."""
+    W, levels, depth = window, ngram - 1, ngram - 1
+    size = 1 + levels * W + guess * depth
+    visible = torch.zeros(size, size, dtype=torch.bool)
+    offsets = torch.zeros(size, dtype=torch.long)
+    visible[:, 0] = True  # everything sees the current token
+    col = torch.arange(W)
+    causal_w = torch.tril(torch.ones(W, W, dtype=torch.bool))
+    for level in range(levels):
+        rows = 1 + level * W + col
+        offsets[rows] = 1 + level + col
+        visible[rows[:, None], (1 + col)[None, :]] = causal_w  # level 0 up to its own column
+        for lower in range(1, level + 1):  # its own column in levels 1..level
+            visible[rows, 1 + lower * W + col] = True
+    causal_d = torch.tril(torch.ones(depth, depth, dtype=torch.bool))
+    verify_start = 1 + levels * W
+    for g in range(guess):
+        rows = verify_start + g * depth + torch.arange(depth)
+        offsets[rows] = 1 + torch.arange(depth)
+        visible[rows[:, None], rows[None, :]] = causal_d
+    cand_rows = torch.arange(verify_start, size)
+    keep_rows = tuple(
+        torch.cat([torch.zeros(1, dtype=torch.long), 1 + level * W + col, cand_rows]).to(device)
+        for level in range(levels)
+    )
+    return StepLayout(window, ngram, guess, visible.to(device), offsets.to(device), keep_rows)
+
+
+# ---------------------------------------------------------------------------------------- acceptance
+def accept_greedy_candidates(root_choice: int, cand_choice: torch.Tensor, cands: torch.Tensor) -> tuple[int, int, int]:
+    """Greedy verification: return (candidate index, tokens accepted, next token).
+
+    ``cand_choice`` [g, N-1] holds the target's argmax after each candidate token, ``cands`` [g, N-1]
+    the candidates. The longest match wins (the first one on ties).
+    """
+    if cands.shape[0] == 0:
+        return 0, 0, root_choice
+    expected = torch.cat([cand_choice.new_full((cands.shape[0], 1), root_choice), cand_choice[:, :-1]], dim=1)
+    lengths = (cands == expected).long().cumprod(dim=1).sum(dim=1)
+    best = int(lengths.argmax())
+    m = int(lengths[best])
+    return best, m, (root_choice if m == 0 else int(cand_choice[best, m - 1]))
+
+
+def accept_sampling_candidates(p_root: torch.Tensor, p_after: Callable[[int, int], torch.Tensor],
+                               cands: list[tuple[int, ...]], generator) -> tuple[int, int, int]:
+    """Lossless multi-candidate verification: return (candidate index, tokens accepted, next token).
+
+    ``p_root`` [vocab] is p after the current token; ``p_after(g, d)`` returns p [vocab] after token
+    d of candidate g (called only on the accepted path, so only those rows are warped). At each
+    depth the live candidates' tokens x are tried in order and kept with probability p(x); a
+    rejected x is zeroed out of p and p renormalised; if none is kept the next token is sampled
+    from the remaining p, and after a fully accepted candidate from p after it.
+    """
+    depth_max = len(cands[0]) if cands else 0
+    uniforms = torch.rand(max(1, len(cands) * depth_max), generator=generator, device=p_root.device).tolist()
+    draws = iter(uniforms)
+    live = list(range(len(cands)))
+    dist = p_root
+    chosen, depth = 0, 0
+    while depth < depth_max:
+        kept = None
+        copied = False
+        for g in live:
+            x = cands[g][depth]
+            px = float(dist[x])
+            if px > 0.0 and next(draws) < px:
+                kept = g
+                break
+            if px > 0.0:
+                if not copied:
+                    dist = dist.clone()
+                    copied = True
+                dist[x] = 0.0
+                dist = dist / dist.sum()
+        if kept is None:
+            return chosen, depth, int(sample(dist, generator))
+        x = cands[kept][depth]
+        live = [g for g in live if cands[g][depth] == x]
+        chosen = kept
+        dist = p_after(kept, depth)
+        depth += 1
+    return chosen, depth, int(sample(dist, generator))
+
+
+# ---------------------------------------------------------------------------------------- forward
+@lru_cache(maxsize=None)
+def _takes_logit_rows(forward_cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(forward_cls.forward).parameters
+
+
+def forward_rows(model, ids: torch.Tensor, cache, positions: torch.Tensor, mask: torch.Tensor,
+                 rows: torch.Tensor) -> torch.Tensor:
+    """Run the public forward over ``ids`` [1, n]; return logits [len(rows), vocab] for ``rows`` only
+    (the LM head runs on those rows when the model takes a tensor ``logits_to_keep``)."""
+    if not _takes_logit_rows(type(model)):
+        return kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask).index_select(0, rows)
+    return kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask, logits_to_keep=rows)
+
+
+# ---------------------------------------------------------------------------------------- decoder
+class _LookaheadState:
+    """The window, pool and layout of one generate call; ``step`` runs one forward pass."""
+
+    def __init__(self, model, params: LookaheadParams, settings: GenerationSettings, prompt: list[int]):
+        self.model = model
+        self.params = params
+        self.settings = settings
+        self.W, self.N, self.G = params.window, params.ngram, params.guess
+        self.device = model.device
+        self.dtype = next(model.parameters()).dtype
+        self.layout = build_layout(self.W, self.N, self.G, self.device)
+        self.rng = random.Random(settings.seed)
+        self.prompt = prompt
+        # level 0 starts as tokens copied from the prompt (as the reference implementation does)
+        self.window = torch.tensor([[self.rng.choice(prompt) for _ in range(self.W)]] * (self.N - 1),
+                                   dtype=torch.long, device=self.device)
+        self.filled = 1  # levels holding real Jacobi tokens
+        self.pool = NgramPool(self.N, self.G)
+        self.ids = torch.empty(1, self.layout.size, dtype=torch.long, device=self.device)
+        self.generator = make_generator(settings, self.device)
+
+    def _filler(self, count: int) -> torch.Tensor:
+        return torch.tensor([self.rng.choice(self.prompt) for _ in range(count)], dtype=torch.long, device=self.device)
+
+    def step(self, current: int, cache, length: int, remaining: int) -> tuple[list[int], int, int]:
+        """One forward pass; return (new tokens, accepted guessed tokens, guessed tokens verified).
+
+        ``length`` is the cache length (the position of ``current``); afterwards the cache holds
+        ``current`` and the accepted candidate tokens.
+        """
+        lay, W, depth = self.layout, self.W, self.N - 1
+        full = self.filled == self.N - 1
+        use_window = remaining > 1  # the last token needs no lookahead and no candidates
+        cands = self.pool.candidates(current) if (full and use_window) else []
+        g = len(cands)
+        n_look = 1 + self.filled * W if use_window else 1
+        start = lay.verify_start
+        n = start + g * depth if g else n_look
+        ids = self.ids[:, :n]
+        ids[0, 0] = current
+        if use_window:
+            ids[0, 1:n_look] = self.window[: self.filled].reshape(-1)
+        if g:
+            ids[0, start:n] = torch.tensor(cands, dtype=torch.long, device=self.device).reshape(-1)
+        positions = (lay.offsets[:n] + length)[None]
+        mask = kv.tree_mask(length, lay.visible[:n, :n], self.dtype)
+        rows = lay.keep_rows[self.filled - 1][: 1 + W + g * depth] if use_window else lay.keep_rows[0][:1]
+        logits = forward_rows(self.model, ids, cache, positions, mask, rows)  # [rows, vocab]
+        choice = logits.argmax(dim=-1)
+
+        if self.settings.greedy:
+            best, m, nxt = accept_greedy_candidates(
+                int(choice[0]), choice[1 + W:].view(g, depth), ids[0, start:n].view(g, depth))
+        else:
+            cand_logits = logits[1 + W:].view(g, depth, logits.shape[-1])
+            best, m, nxt = accept_sampling_candidates(
+                warp_probs(logits[0], self.settings), lambda gi, d: warp_probs(cand_logits[gi, d], self.settings),
+                cands, self.generator)
+
+        if m:
+            keep = torch.cat([torch.zeros(1, dtype=torch.long, device=self.device),
+                              torch.arange(start + best * depth, start + best * depth + m, device=self.device)])
+            kv.keep_positions(cache, length, keep)
+            self.pool.touch(current, cands[best])
+        else:
+            kv.crop(cache, length + 1)
+        if use_window:
+            self._advance_window(choice[1: 1 + W])
+        return [*cands[best][:m], nxt] if m else [nxt], m, g * depth
+
+    def _advance_window(self, newest: torch.Tensor) -> None:
+        """Jacobi update with the newest level's outputs [W]: harvest n-grams, shift the levels."""
+        if self.filled < self.N - 1:
+            # warm-up: exactly one token was accepted, so every level moves one column left
+            k = self.filled
+            self.window[:k, :-1] = self.window[:k, 1:].clone()
+            self.window[:k, -1] = self._filler(k)
+            self.window[k, :-1] = newest[1:]
+            self.window[k, -1] = self._filler(1)[0]
+            self.filled += 1
+            return
+        if self.G > 0:
+            grams = torch.cat([self.window, newest[None]], dim=0)  # [N, W]: one n-gram per column
+            self.pool.add_rows(grams.T.tolist())
+        self.window = torch.cat([self.window[1:], newest[None]], dim=0)
+
+
+@torch.inference_mode()
+def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadParams | None = None) -> DecodeResult:
+    """Lookahead decoding of ``prompt_ids``; returns a DecodeResult with method "lookahead".
+
+    Greedy output equals ``autoregressive.generate``; sampling is lossless in distribution.
+    """
+    params = (params or LookaheadParams()).check()
+    device = model.device
+    eos = set(settings.eos_token_ids)
+    input_ids = as_input_ids(prompt_ids, device)
+    if input_ids.shape[1] == 0:
+        raise ParameterError("the prompt is empty", hint="give at least one token")
+    prompt = input_ids[0].tolist()
+    cache = kv.new_cache(model)
+
+    t0 = time.perf_counter()
+    state = _LookaheadState(model, params, settings, prompt)
+    logits = prefill(model, input_ids, cache)
+    first = next_token(logits, settings, state.generator)
+    if params.pool_from_prompt:
+        state.pool.add_sequence(prompt + [first])
+    sync(device)
+    t1 = time.perf_counter()
+
+    out = [first]
+    seq = prompt + [first]
+    stopped = "eos" if first in eos else "length"
+    steps = drafted = accepted = verify_steps = 0
+    accepted_per_step: list[int] = []
+    drafted_by_position = [0] * (params.ngram - 1)
+    accepted_by_position = [0] * (params.ngram - 1)
+    while stopped == "length" and len(out) < settings.max_new_tokens:
+        remaining = settings.max_new_tokens - len(out)
+        new, _, verified = state.step(out[-1], cache, len(seq) - 1, remaining)
+        new = new[:remaining]
+        for i, t in enumerate(new):
+            if t in eos:
+                new, stopped = new[: i + 1], "eos"
+                break
+        # tokens past the limit or an EOS are dropped; the last kept token counts as the target's own
+        m = len(new) - 1
+        steps += 1
+        drafted += verified
+        accepted += m
+        accepted_per_step.append(m)
+        if verified:
+            verify_steps += 1
+            for j in range(params.ngram - 1):
+                drafted_by_position[j] += verified // (params.ngram - 1)
+                accepted_by_position[j] += int(j < m)
+        out.extend(new)
+        seq.extend(new)
+        if params.pool_from_prompt and stopped == "length":
+            state.pool.add_sequence(seq, start=len(seq) - len(new))
+    sync(device)
+    t2 = time.perf_counter()
+    return DecodeResult(
+        method="lookahead",
+        output_ids=out,
+        prefill_s=t1 - t0,
+        decode_s=t2 - t1,
+        steps=steps,
+        target_forwards=steps + 1,
+        tokens_drafted=drafted,
+        tokens_accepted=accepted,
+        accepted_per_step=accepted_per_step,
+        drafted_by_position=drafted_by_position if verify_steps else [],
+        accepted_by_position=accepted_by_position if verify_steps else [],
+        stopped_by=stopped,
+        extra={
+            "window": params.window,
+            "ngram": params.ngram,
+            "guess": params.guess,
+            "pool_from_prompt": params.pool_from_prompt,
+            "tokens_per_step": params.tokens_per_step,
+            "warmup_steps": min(steps, params.ngram - 2),
+            "verify_steps": verify_steps,
+            "pool_ngrams": len(state.pool),
+            "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------- lade check
+def lade_status() -> tuple[bool, str]:
+    """Say whether the PyPI package ``lade`` (the reference implementation) could run here.
+
+    lade is not imported (importing it patches transformers); its sources are read instead and
+    every ``from transformers... import name`` and ``GenerationMixin.<attr>`` it uses is looked up
+    in the installed transformers. Returns (ok, reason); reason names the first missing attribute.
+    """
+    spec = importlib.util.find_spec("lade")
+    if spec is None or not spec.submodule_search_locations:
+        return False, "lade is not installed (specpilot's own lookahead decoder does not need it)"
+    import transformers
+
+    version = transformers.__version__
+    missing: list[str] = []
+    for folder in spec.submodule_search_locations:
+        for path in sorted(Path(folder).rglob("*.py")):
+            missing.extend(_missing_transformers_names(path, transformers))
+    if missing:
+        # the GenerationMixin methods lade patches come first: they are why it cannot work at all
+        missing.sort(key=lambda item: "GenerationMixin" not in item[1])
+        shown = ", ".join(f"{name} ({where})" for where, name in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        return False, (f"lade cannot run with transformers {version}: it needs {shown}{more}, which this "
+                       f"transformers no longer has; lade targets transformers 4.36 (GenerationMixin "
+                       f"internals were removed in 4.41). Use specpilot's lookahead method instead.")
+    return True, f"lade's transformers imports all resolve with transformers {version}"
+
+
+def _missing_transformers_names(path: Path, transformers) -> list[tuple[str, str]]:
+    """(file, 'module.name') for each transformers name ``path`` imports or patches that does not exist."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return []
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "transformers":
+            try:
+                module = importlib.import_module(node.module)
+            except Exception:  # a removed module
+                found.append((path.name, node.module))
+                continue
+            for alias in node.names:
+                if alias.name != "*" and not hasattr(module, alias.name):
+                    found.append((path.name, f"{node.module}.{alias.name}"))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "GenerationMixin" and isinstance(node.ctx, ast.Load)):
+            if not hasattr(transformers.GenerationMixin, node.attr):
+                found.append((path.name, f"transformers.GenerationMixin.{node.attr}"))
+    return found

@@ -1,0 +1,147 @@
+"""The decoding methods specpilot runs, each with its parameter model and how to call it.
+
+One table maps a method name to its pydantic parameter model and runner, so the CLI, the agent's
+tools, compare and bench all run methods the same way. Defaults live in the parameter models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools.decoding.lookahead import LookaheadParams
+from tools.decoding.medusa import MedusaParams
+from tools.decoding.prompt_lookup import PromptLookupParams
+from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.errors import ModelNotFoundError, ParameterError
+
+METHOD_NAMES = ("baseline", "draft", "medusa", "lookahead", "ngram")
+PEER_NAMES = ("hf_assisted", "hf_prompt_lookup")
+
+
+class BaselineParams(BaseModel):
+    """The baseline has no parameters of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DraftParams(BaseModel):
+    """Draft-model speculative decoding parameters (defaults measured on a 2-core CPU, see README)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(4, ge=1, le=16, description="draft tokens per step (the starting K when adaptive)")
+    adaptive_k: bool = Field(False, description="grow K after a fully accepted step, shrink it after a rejection")
+    k_max: int | None = Field(None, ge=1, le=16, description="upper bound for adaptive K (default 2k)")
+    draft_confidence: float | None = Field(
+        None, ge=0.0, lt=1.0, description="stop drafting when the draft's top probability falls below this"
+    )
+    draft_vocab: int | None = Field(
+        None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
+    )
+
+
+PARAM_MODELS: dict[str, type[BaseModel]] = {
+    "baseline": BaselineParams,
+    "draft": DraftParams,
+    "medusa": MedusaParams,
+    "lookahead": LookaheadParams,
+    "ngram": PromptLookupParams,
+}
+
+DESCRIPTIONS = {
+    "baseline": "plain KV-cached autoregressive generation",
+    "draft": "draft-model speculative decoding (rejection sampling, exact)",
+    "medusa": "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
+    "lookahead": "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
+    "ngram": "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
+}
+
+
+def parse_params(method: str, params: dict | None) -> BaseModel:
+    """Validate a method's parameters; raise ParameterError naming the bad field."""
+    if method not in PARAM_MODELS:
+        raise ParameterError(f"unknown method {method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
+    clean = {k: v for k, v in (params or {}).items() if v is not None}
+    try:
+        model = PARAM_MODELS[method](**clean)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        allowed = ", ".join(PARAM_MODELS[method].model_fields)
+        raise ParameterError(
+            f"bad {method} parameter {field}: {err['msg']}", hint=f"{method} takes: {allowed or 'no parameters'}"
+        ) from None
+    check = getattr(model, "check", None)
+    if callable(check):
+        check()
+    return model
+
+
+@dataclass
+class MethodContext:
+    """Loaded models a method may need."""
+
+    target: object  # tools.models.LoadedModel
+    draft: object | None = None  # LoadedModel
+    medusa_heads: object | None = None  # MedusaHeads
+
+
+def needs_draft(method: str) -> bool:
+    return method == "draft"
+
+
+def default_medusa_heads_path(target_ref: str) -> Path | None:
+    """The Medusa heads shipped in the repo for a built-in target, if any."""
+    folder = Path(__file__).parent / "data" / "medusa" / target_ref.lower()
+    return folder if (folder / "medusa_config.json").exists() else None
+
+
+def load_medusa_heads(target, heads_ref: str | None):
+    """Load Medusa heads for a LoadedModel target from ``heads_ref`` or the shipped default."""
+    from tools.medusa_checkpoint import load_heads
+
+    ref = heads_ref or default_medusa_heads_path(target.ref)
+    if ref is None:
+        raise ModelNotFoundError(
+            f"no Medusa heads for {target.ref}",
+            hint="pass --medusa-heads PATH, or train them: specpilot medusa train --target "
+            f"{target.ref} --out PATH (asks for approval first)",
+        )
+    return load_heads(ref, target.model)
+
+
+def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
+        params: BaseModel) -> DecodeResult:
+    """Run one method on prompt ids; return its DecodeResult."""
+    model = ctx.target.model
+    if method == "baseline":
+        from tools.decoding.autoregressive import generate
+
+        return generate(model, prompt_ids, settings)
+    if method == "draft":
+        from tools.decoding.speculative import SpeculativeDecoder
+
+        p: DraftParams = params  # type: ignore[assignment]
+        decoder = SpeculativeDecoder(
+            inference=ctx.target, draft=ctx.draft, k=p.k, temperature=settings.temperature, top_p=settings.top_p,
+            top_k=settings.top_k, seed=settings.seed, adaptive_k=p.adaptive_k, k_max=p.k_max,
+            draft_confidence=p.draft_confidence, draft_vocab=p.draft_vocab, eos_token_ids=settings.eos_token_ids,
+        )
+        return decoder.run(prompt_ids, settings)
+    if method == "medusa":
+        from tools.decoding.medusa import generate
+
+        return generate(model, ctx.medusa_heads, prompt_ids, settings, params)
+    if method == "lookahead":
+        from tools.decoding.lookahead import generate
+
+        return generate(model, prompt_ids, settings, params)
+    if method == "ngram":
+        from tools.decoding.prompt_lookup import generate
+
+        return generate(model, prompt_ids, settings, params)
+    raise ParameterError(f"unknown method {method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
