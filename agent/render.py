@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
 
 
@@ -49,7 +50,9 @@ def run_table(record: dict) -> Table:
             fmt(record["mean_accepted_per_step"]), match_text(record),
         )
     for name, peer in (record.get("peers") or {}).items():
-        label = {"hf_assisted": "transformers assisted", "hf_prompt_lookup": "transformers prompt lookup"}[name]
+        from tools.peers import PEER_LABELS
+
+        label = PEER_LABELS.get(name, name)
         same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
         table.add_row(label, fmt(peer["wall_time_s"], 2, " s"), fmt(peer["tokens_per_s"]),
                       fmt(peer["speedup"], 2, "x"), "—", "—", same)

@@ -139,7 +139,32 @@ def test_a_close_draft_is_partly_accepted(tiny_qwen, drafts):
 
 def test_result_extra_names_the_options(tiny_qwen, drafts):
     result = _spec(tiny_qwen, drafts["perturbed"], PROMPT, 8, k=3)
-    assert result.extra == {"k": 3, "adaptive_k": False, "k_max": 6, "draft_confidence": None, "draft_vocab": None}
+    assert result.extra == {"k": 3, "adaptive_k": False, "k_max": 6, "draft_confidence": None,
+                            "draft_quant": "none", "draft_vocab": None}
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_an_int8_draft_keeps_the_greedy_output_exact(tiny_qwen, drafts, k):
+    from tools.decoding import quantize
+
+    if not quantize.int8_available():
+        pytest.skip("no CPU int8 engine in this torch build")
+    settings = GenerationSettings(max_new_tokens=24)
+    base = autoregressive.generate(tiny_qwen, PROMPT, settings)
+    result = speculative.generate(tiny_qwen, drafts["perturbed"], PROMPT, settings, k=k, draft_quant="int8")
+    assert result.output_ids == base.output_ids
+    assert result.extra["draft_quant"] == "int8"
+    assert result.tokens_accepted > 0
+
+
+def test_draft_quant_auto_resolves_by_device_and_rejects_unknown_modes():
+    from tools.decoding import quantize
+    from tools.errors import ParameterError
+
+    assert quantize.resolve("auto", "cpu") == ("int8" if quantize.int8_available() else "none")
+    assert quantize.resolve("none", "cpu") == "none"
+    with pytest.raises(ParameterError):
+        quantize.resolve("int4", "cpu")
 
 
 # ---------------------------------------------------------------- accept functions

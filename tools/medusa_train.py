@@ -99,8 +99,9 @@ class TrainReport:
 # ---------------------------------------------------------------------------------------- data
 def default_cache_dir() -> Path:
     """Where cached hidden states live: ``$SPECPILOT_HOME/cache/medusa-train`` (default ~/.specpilot)."""
-    home = os.environ.get("SPECPILOT_HOME")
-    return (Path(home).expanduser() if home else Path.home() / ".specpilot") / "cache" / "medusa-train"
+    from memory.store import home_dir
+
+    return home_dir() / "cache" / "medusa-train"
 
 
 # Text that ships with every Python install (never the Spec-Bench prompts used for evaluation):

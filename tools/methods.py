@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,7 +19,6 @@ from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ModelNotFoundError, ParameterError
 
 METHOD_NAMES = ("baseline", "draft", "medusa", "lookahead", "ngram")
-PEER_NAMES = ("hf_assisted", "hf_prompt_lookup")
 
 
 class BaselineParams(BaseModel):
@@ -38,6 +37,9 @@ class DraftParams(BaseModel):
     k_max: int | None = Field(None, ge=1, le=16, description="upper bound for adaptive K (default 2k)")
     draft_confidence: float | None = Field(
         None, ge=0.0, lt=1.0, description="stop drafting when the draft's top probability falls below this"
+    )
+    draft_quant: Literal["auto", "none", "int8"] = Field(
+        "auto", description="int8 copy of the draft on CPUs (auto: int8 on a CPU, none on a GPU); output unchanged"
     )
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
@@ -129,7 +131,8 @@ def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Genera
         decoder = SpeculativeDecoder(
             inference=ctx.target, draft=ctx.draft, k=p.k, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, adaptive_k=p.adaptive_k, k_max=p.k_max,
-            draft_confidence=p.draft_confidence, draft_vocab=p.draft_vocab, eos_token_ids=settings.eos_token_ids,
+            draft_confidence=p.draft_confidence, draft_vocab=p.draft_vocab, draft_quant=p.draft_quant,
+            eos_token_ids=settings.eos_token_ids,
         )
         return decoder.run(prompt_ids, settings)
     if method == "medusa":

@@ -11,6 +11,13 @@ from tools.decoding.autoregressive import as_input_ids, sync
 from tools.decoding.types import DecodeResult, GenerationSettings
 
 
+PEER_LABELS = {
+    "hf_assisted": "transformers assisted",
+    "hf_assisted_int8": "transformers assisted (int8 draft)",
+    "hf_prompt_lookup": "transformers prompt lookup",
+}
+
+
 def _hf_generate(method: str, model, prompt_ids, settings: GenerationSettings, **extra) -> DecodeResult:
     ids = as_input_ids(prompt_ids, model.device)
     kwargs = dict(

@@ -11,7 +11,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools import measure, models
+from tools import measure, models, peers
+from tools.decoding import quantize
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
 from tools.methods import METHOD_NAMES, MethodContext, load_medusa_heads, needs_draft, parse_params, run
@@ -109,8 +110,6 @@ def settings_for(inp: RunInput, ctx: MethodContext) -> GenerationSettings:
 def measure_method(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
                    progress: Callable[[str], None] | None = None) -> dict:
     """Time the method and the baseline (and peers) alternating; return the run record (not stored)."""
-    from tools import peers
-
     params = parse_params(inp.method, inp.params)
     runners = {"baseline": lambda s: run("baseline", ctx, prompt_ids, s, parse_params("baseline", {}))}
     if inp.method != "baseline":
@@ -118,6 +117,10 @@ def measure_method(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], set
     if inp.peers:
         if ctx.draft is not None:
             runners["hf_assisted"] = lambda s: peers.hf_assisted(ctx.target.model, ctx.draft.model, prompt_ids, s)
+            if inp.method == "draft" and quantize.resolve(params.draft_quant, ctx.draft.device) == "int8":
+                # the same int8 draft our decoder uses, so the comparison is like for like
+                q = quantize.int8_draft(ctx.draft.model)
+                runners["hf_assisted_int8"] = lambda s: peers.hf_assisted(ctx.target.model, q, prompt_ids, s)
         runners["hf_prompt_lookup"] = lambda s: peers.hf_prompt_lookup(ctx.target.model, prompt_ids, s)
     timed = measure.alternate(runners, settings, repeats=inp.repeats, warmup=inp.warmup, progress=progress)
     return record_from(inp, ctx, prompt_ids, settings, params.model_dump(), timed)
@@ -142,7 +145,7 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
     new_tokens = res.new_tokens
     wall = main.median
     peer_rows = {}
-    for name in ("hf_assisted", "hf_prompt_lookup"):
+    for name in peers.PEER_LABELS:
         if name in timed:
             t = timed[name]
             peer_rows[name] = {

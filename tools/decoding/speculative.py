@@ -14,7 +14,9 @@ Both caches are cropped back to the accepted tokens after every step.
 Levers for CPUs (where the draft costs a large share of a target token): ``draft_vocab`` drafts
 over the N lowest token ids only (BPE ids are roughly ordered by merge frequency; the prompt's own
 tokens and the stop tokens are always added) so the draft's LM head reads fewer bytes — the target
-still verifies over its full vocabulary, so output is unchanged; ``adaptive_k`` grows K after a
+still verifies over its full vocabulary, so output is unchanged; ``draft_quant="int8"`` drafts with
+an int8 copy of the draft (half the bytes of bfloat16 per token; see tools/decoding/quantize.py);
+``adaptive_k`` grows K after a
 fully accepted step and shrinks it after an early rejection; ``draft_confidence`` stops drafting
 when the draft's top probability falls below a threshold.
 
@@ -29,6 +31,7 @@ import time
 import torch
 
 from tools.decoding import cache as kv
+from tools.decoding import quantize
 from tools.decoding.autoregressive import as_input_ids, sync
 from tools.decoding.sampling import make_generator, residual, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
@@ -210,7 +213,7 @@ class SpeculativeDecoder:
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, *, main=None, draft_inference=None,
                  depth: int | None = None, adaptive_k: bool = False, k_max: int | None = None,
                  draft_confidence: float | None = None, draft_vocab: int | None = None,
-                 eos_token_ids: list[int] | None = None):
+                 draft_quant: str = "none", eos_token_ids: list[int] | None = None):
         target = inference if inference is not None else main
         drafter = draft if draft is not None else draft_inference
         if target is None or drafter is None:
@@ -242,7 +245,9 @@ class SpeculativeDecoder:
             )
         except ValidationError as exc:
             raise ParameterError(f"invalid generation settings: {_first_error(exc)}") from None
-        self._drafter = _Drafter(self.draft_model, self._n_vocab, lm_head_rows(self.target))
+        self.draft_quant = quantize.resolve(draft_quant, self.draft_model.device)
+        proposer = quantize.int8_draft(self.draft_model) if self.draft_quant == "int8" else self.draft_model
+        self._drafter = _Drafter(proposer, self._n_vocab, lm_head_rows(self.target))
         self.reset_stats()
         self._seq: list[int] = []
         self._cache = None
@@ -405,7 +410,7 @@ class SpeculativeDecoder:
             accepted_by_position=self.accepted_by_position[: len(_trim_zeros(self.drafted_by_position))],
             stopped_by=stopped,
             extra={"k": self._k, "adaptive_k": self.adaptive_k, "k_max": self.k_max,
-                   "draft_confidence": self.draft_confidence,
+                   "draft_confidence": self.draft_confidence, "draft_quant": self.draft_quant,
                    "draft_vocab": int(self._drafter.subset.numel()) if self._drafter.subset is not None else None},
         )
 
@@ -444,11 +449,12 @@ def _trim_zeros(values: list[int]) -> list[int]:
 
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
-             draft_vocab: int | None = None) -> DecodeResult:
+             draft_vocab: int | None = None, draft_quant: str = "none") -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
     decoder = SpeculativeDecoder(
         inference=target, draft=draft, k=k, temperature=settings.temperature, top_p=settings.top_p,
         top_k=settings.top_k, seed=settings.seed, adaptive_k=adaptive_k, k_max=k_max,
-        draft_confidence=draft_confidence, draft_vocab=draft_vocab, eos_token_ids=settings.eos_token_ids,
+        draft_confidence=draft_confidence, draft_vocab=draft_vocab, draft_quant=draft_quant,
+        eos_token_ids=settings.eos_token_ids,
     )
     return decoder.run(prompt_ids, settings)

@@ -1,0 +1,56 @@
+"""A lower-precision copy of the draft model for CPUs: int8 dynamic quantization of its Linear layers.
+
+On a CPU a forward pass of a small draft is bound by reading its weights; int8 weights halve the
+bytes of bfloat16 (a quarter of float32). Only the draft is quantized: the target still verifies
+every token at its own precision, so the output is unchanged; only the acceptance rate can move.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+import weakref
+
+import torch
+
+from tools.errors import ParameterError
+
+log = logging.getLogger(__name__)
+
+DRAFT_QUANT = ("auto", "none", "int8")
+_QUANTIZED: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def int8_available() -> bool:
+    """True when this torch build has a CPU int8 engine for dynamic quantization."""
+    engines = torch.backends.quantized.supported_engines
+    return hasattr(torch.ao.quantization, "quantize_dynamic") and any(e in engines for e in ("x86", "fbgemm"))
+
+
+def resolve(mode: str, device: torch.device | str) -> str:
+    """Map ``auto`` to ``int8`` on CPUs with an int8 engine, else ``none``."""
+    if mode not in DRAFT_QUANT:
+        raise ParameterError(f"draft_quant must be one of {', '.join(DRAFT_QUANT)}, got {mode!r}")
+    if mode == "auto":
+        return "int8" if torch.device(device).type == "cpu" and int8_available() else "none"
+    if mode == "int8" and torch.device(device).type != "cpu":
+        raise ParameterError("int8 draft quantization runs on the CPU only", hint="use draft_quant='none' on a GPU")
+    if mode == "int8" and not int8_available():
+        raise ParameterError("this torch build has no CPU int8 engine", hint="use draft_quant='none'")
+    return mode
+
+
+def int8_draft(model: torch.nn.Module) -> torch.nn.Module:
+    """Return (and cache per model) an int8 dynamically quantized float32 copy of ``model``."""
+    if model in _QUANTIZED:
+        return _QUANTIZED[model]
+    engines = torch.backends.quantized.supported_engines
+    torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
+    clone = copy.deepcopy(model).float().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager quantization API warns that it is deprecated
+        quantized = torch.ao.quantization.quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
+    _QUANTIZED[model] = quantized
+    log.info("quantized the draft's Linear layers to int8")
+    return quantized
