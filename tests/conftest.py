@@ -87,3 +87,30 @@ def spec_bench_path():
     if not path.exists():
         pytest.skip("../shared/data/spec_bench_dev.jsonl is not beside this checkout")
     return path
+
+
+TINY_WORDS = "def return the a of to in is for and if else print x y n i value list string function python write code"
+
+
+def make_tiny_model_folder(folder: Path, eos: bool = False) -> Path:
+    """Save a tiny random Qwen2 checkpoint with a word-level tokenizer to ``folder`` (a local model ref)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<eos>": 1}
+    for word in TINY_WORDS.split():
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    model = make_tiny_model("qwen2", layers=2, seed=0, vocab=VOCAB)
+    if not eos:
+        model.generation_config.eos_token_id = None  # run the full max_new_tokens
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny model folder usable as --target / --draft."""
+    return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-model"))

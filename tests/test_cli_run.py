@@ -1,0 +1,112 @@
+"""The command line as a user meets it: a real `specpilot` process, JSON keys, stored runs, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_KEYS = {
+    "run_id", "method", "target", "draft", "params", "prompt", "prompt_ids", "output_ids", "output_text",
+    "new_tokens", "wall_time_s", "tokens_per_s", "baseline_wall_time_s", "baseline_tokens_per_s", "speedup",
+    "acceptance_rate", "tokens_drafted", "tokens_accepted", "steps", "mean_accepted_per_step", "matches_baseline",
+    "first_divergence", "hardware", "dtype", "versions",
+}
+
+
+def specpilot(*args: str, home: Path, models_dir: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SPECPILOT_HOME=str(home), HF_HUB_OFFLINE="1")
+    if models_dir is not None:
+        env["SPECPILOT_MODELS"] = str(models_dir)
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("method,options", [
+    ("draft", ["--k", "3"]),
+    ("lookahead", ["--window", "2", "--ngram", "3", "--guess", "2"]),
+    ("ngram", []),
+    ("baseline", []),
+])
+def test_run_json_has_every_key_and_is_stored(tiny_model_dir, specpilot_home, method, options):
+    proc = specpilot("run", "--method", method, "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),
+                     "--prompt", "def x return x", "--max-new-tokens", "12", "--raw", "--dtype", "float32",
+                     "--json", *options, home=specpilot_home)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert RUN_KEYS <= set(record)
+    assert record["method"] == method and record["new_tokens"] == 12 == len(record["output_ids"])
+    assert record["matches_baseline"] is True and record["first_divergence"] is None
+    assert record["speedup"] == pytest.approx(record["baseline_wall_time_s"] / record["wall_time_s"])
+    assert record["hardware"]["name"]
+    stored = Store().get_run(record["run_id"])
+    assert stored["output_ids"] == record["output_ids"] and stored["speedup"] == record["speedup"]
+    shown = specpilot("runs", "show", record["run_id"], "--json", home=specpilot_home)
+    assert json.loads(shown.stdout)["speedup"] == record["speedup"]
+
+
+def test_the_human_table_names_the_method_speedup_and_hardware(tiny_model_dir, specpilot_home):
+    proc = specpilot("run", "--method", "draft", "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),
+                     "--prompt", "def x", "--max-new-tokens", "8", "--raw", "--dtype", "float32", home=specpilot_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "draft vs baseline" in proc.stdout and "identical" in proc.stdout
+    assert Store().last_run()["run_id"] in proc.stdout
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["run", "--method", "draft", "--target", "qwen2.5-coder-1.5b-instruct"], "specpilot models fetch"),
+    (["run", "--method", "draft", "--target", "/no/such/folder"], "not a folder or file"),
+    (["run", "--method", "draft", "--target", "some-org/some-model"], "HF_HUB_OFFLINE"),
+    (["run", "--method", "draft", "--k", "40"], "k"),
+    (["run", "--method", "lookahead", "--ngram", "1"], "ngram"),
+    (["runs", "show", "nope"], "run"),
+    (["run", "--method", "draft", "--prompt-file", "/no/such/prompt.txt"], "does not exist"),
+])
+def test_user_errors_are_clear_messages_not_tracebacks(tmp_path, specpilot_home, args, expected):
+    proc = specpilot(*args, home=specpilot_home, models_dir=tmp_path / "empty-models")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error:") and expected in proc.stderr
+
+
+def test_a_corrupt_model_file_is_a_clear_error(tmp_path, specpilot_home):
+    from tools import models
+
+    m = models.builtin("smollm2-135m-instruct")
+    path = tmp_path / "models" / m.name / m.gguf_name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"GGUF" + b"\0" * 100)
+    proc = specpilot("run", "--method", "baseline", "--target", m.name, home=specpilot_home, models_dir=tmp_path / "models")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "specpilot models fetch" in proc.stderr
+
+
+def test_verify_gguf_names_size_and_checksum_problems(tmp_path, monkeypatch):
+    from tools import models
+    from tools.errors import ModelIntegrityError
+
+    monkeypatch.setenv("SPECPILOT_MODELS", str(tmp_path))
+    m = models.builtin("smollm2-135m-instruct")
+    path = tmp_path / "partial.gguf"
+    path.write_bytes(b"x" * 10)
+    with pytest.raises(ModelIntegrityError, match="partial or corrupt"):
+        models.verify_gguf(m, path)
+    with open(path, "wb") as f:
+        f.truncate(m.size)
+    with pytest.raises(ModelIntegrityError, match="sha256"):
+        models.verify_gguf(m, path)
+
+
+def test_models_list_reports_what_is_on_disk(tmp_path, specpilot_home):
+    proc = specpilot("models", "list", "--json", home=specpilot_home, models_dir=tmp_path)
+    assert proc.returncode == 0
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct"}
+    assert not any(r["gguf"] or r["converted"] for r in rows.values())

@@ -1,0 +1,82 @@
+"""The slower group: every method on the real offline models (run `specpilot models fetch` first).
+
+    make test-slow      (or: pytest -m slow)
+
+Greedy output of every method must equal the target's own greedy output in float32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tools import models
+from tools.decoding import autoregressive, lookahead, prompt_lookup, speculative
+from tools.decoding.types import GenerationSettings
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "Explain in two sentences what a hash map is.",
+]
+
+
+def _have(name: str) -> bool:
+    return any(r.name == name and (r.converted or r.gguf) for r in models.list_models())
+
+
+@pytest.fixture(scope="module")
+def pair():
+    if not (_have(models.DEFAULT_TARGET) and _have(models.DEFAULT_DRAFT)):
+        pytest.skip("the default models are not fetched: run `specpilot models fetch`")
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    return models.load(models.DEFAULT_TARGET, dtype="float32"), models.load(models.DEFAULT_DRAFT, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def cases(pair):
+    from tools.run_method import eos_ids_for, prompt_ids_for
+
+    target, _ = pair
+    settings = GenerationSettings(max_new_tokens=24, eos_token_ids=eos_ids_for(target))
+    out = []
+    for prompt in PROMPTS:
+        ids = prompt_ids_for(target.tokenizer, prompt, True)
+        out.append((ids, autoregressive.generate(target.model, ids, settings).output_ids))
+    return settings, out
+
+
+@pytest.mark.parametrize("options", [dict(k=4), dict(k=6, adaptive_k=True), dict(k=4, draft_quant="int8"),
+                                     dict(k=5, draft_vocab=32768, draft_confidence=0.3)])
+def test_draft_model_greedy_equals_the_target_in_float32(pair, cases, options):
+    target, draft = pair
+    settings, rows = cases
+    for ids, expected in rows:
+        result = speculative.generate(target, draft, ids, settings, **options)
+        assert result.output_ids == expected
+        assert result.tokens_accepted > 0
+
+
+def test_lookahead_and_prompt_lookup_greedy_equal_the_target_in_float32(pair, cases):
+    target, _ = pair
+    settings, rows = cases
+    for ids, expected in rows:
+        la = lookahead.generate(target.model, ids, settings, lookahead.LookaheadParams(window=3, ngram=3, guess=3))
+        assert la.output_ids == expected
+        pl = prompt_lookup.generate(target.model, ids, settings, prompt_lookup.PromptLookupParams())
+        assert pl.output_ids == expected
+
+
+def test_medusa_greedy_equals_the_target_in_float32(pair, cases):
+    from tools.decoding import medusa
+    from tools.methods import default_medusa_heads_path, load_medusa_heads
+
+    target, _ = pair
+    if default_medusa_heads_path(target.ref) is None:
+        pytest.skip("no shipped Medusa heads for the default target")
+    heads = load_medusa_heads(target, None)
+    settings, rows = cases
+    for ids, expected in rows:
+        result = medusa.generate(target.model, heads, ids, settings, medusa.MedusaParams())
+        assert result.output_ids == expected
