@@ -228,14 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_command_registrars():
     """Command groups that live in their own modules."""
     from agent.cli_medusa import add_medusa_commands
+    from agent.commands import add_agent_commands
 
-    try:
-        import agent.commands as commands
-    except ModuleNotFoundError as exc:  # TEMP while agent/commands.py is being written
-        if exc.name != "agent.commands":
-            raise
-        return [add_medusa_commands]
-    return [add_medusa_commands, commands.add_agent_commands]
+    return [add_medusa_commands, add_agent_commands]
 
 
 def main(argv: list[str] | None = None) -> int:

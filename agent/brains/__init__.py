@@ -1,0 +1,25 @@
+"""Brains decide which tools to call: ``anthropic`` (Claude through the official SDK) and
+``offline`` (a deterministic planner, used when there is no API key)."""
+
+from __future__ import annotations
+
+import os
+
+from tools.errors import ParameterError
+
+BRAINS = ("auto", "anthropic", "offline")
+
+
+def make_brain(name: str = "auto"):
+    """The brain called ``name``; ``auto`` picks anthropic when ANTHROPIC_API_KEY is set, else offline."""
+    if name not in BRAINS:
+        raise ParameterError(f"unknown brain {name!r}", hint=f"use one of: {', '.join(BRAINS)}")
+    if name == "auto":
+        name = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+    if name == "anthropic":
+        from agent.brains.anthropic_brain import AnthropicBrain
+
+        return AnthropicBrain()
+    from agent.brains.offline import OfflineBrain
+
+    return OfflineBrain()

@@ -1,0 +1,128 @@
+"""Turn tool results into plain answers for the offline brain: exact figures with their source, the
+approval a gated call waits for, and errors as messages (never tracebacks)."""
+
+from __future__ import annotations
+
+import json
+
+from tools.registry import ToolResult
+
+
+def format_result(result: ToolResult) -> str:
+    """A readable answer built only from what the tool returned."""
+    c = result.content
+    if result.is_error:
+        return f"That did not work: {c.get('error')}"
+    if c.get("status") == "approval_required":
+        return (f"This needs your approval first (approval {c['approval_id']}, action {c['action']}). It would run:\n"
+                f"  {c['will_run']}\nTo approve, run `specpilot tool approve --id {c['approval_id']}` in your "
+                "terminal, then ask again; nothing has been run.")
+    formatter = FORMATTERS.get(result.name)
+    return formatter(c) if formatter else json.dumps(c, indent=2, ensure_ascii=False, default=str)
+
+
+def _run(c: dict) -> str:
+    lines = [f"Measured now: {c['statement']}."]
+    if c.get("matches_baseline") is False and c.get("first_divergence"):
+        div = c["first_divergence"]
+        lines.append(f"First divergence from the baseline: {div.get('explanation') or div}")
+    if c.get("lossy"):
+        lines.append("Note: this mode is lossy by design (typical acceptance).")
+    text = str(c.get("output_text") or "").strip()
+    if text:
+        lines.append("Output:\n" + "\n".join("  " + line for line in text.splitlines()[:20]))
+    lines.append(f"Source: {c.get('source')}.")
+    return "\n".join(lines)
+
+
+def _lookup(c: dict) -> str:
+    lines = [f"From memory ({c['source']}):"]
+    lines += [f"- {r['statement']}" for r in c["runs"]]
+    return "\n".join(lines)
+
+
+def _recall(c: dict) -> str:
+    lines = []
+    params = c.get("saved_params") or {}
+    if params:
+        lines.append("Saved parameters:")
+        lines += [f"  {m}: " + ", ".join(f"{k}={v}" for k, v in p.items()) for m, p in params.items()]
+    else:
+        lines.append("No parameters saved yet.")
+    default = (c.get("answers") or {}).get("default_method")
+    if default:
+        lines.append(f"Default method: {default}")
+    lines.append("Unfinished tasks:" if c.get("unfinished_tasks") else "No unfinished tasks.")
+    lines += [f"  {t}" for t in c.get("unfinished_tasks", [])]
+    if c.get("done_tasks"):
+        lines.append("Finished tasks:")
+        lines += [f"  {t}" for t in c["done_tasks"]]
+    if c.get("recent_runs"):
+        lines.append("Newest runs:")
+        lines += [f"  {r}" for r in c["recent_runs"]]
+    return "\n".join(lines)
+
+
+def _guidance(c: dict) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in c["suggested_params"].items())
+    lines = [f"Suggested starting parameters for {c['method']} on {c['target']} ({c['hardware']['name']}): {params}",
+             *[f"- {r}" for r in c["reasons"]], f"Source: {c['source']}.", c["measured_best"],
+             f"Note: {c['advice']}."]
+    return "\n".join(lines)
+
+
+def _deps(c: dict) -> str:
+    lines = [f"Dependencies for {c['method']}: " + ("ready" if c["ready"] else "NOT ready")]
+    for p in c["packages"]:
+        need = "required" if p["required"] else "optional"
+        line = f"- {p['package']} ({need}): {p['status']}" + (f" {p['version']}" if p.get("version") else "")
+        if p.get("error"):
+            line += f" — {p['error']}"
+        if p.get("install_command"):
+            line += f"\n    install: {p['install_command']}"
+        lines.append(line)
+    if c.get("suggested_install"):
+        lines.append(f"Suggested: {c['suggested_install']['command']} (I ask for approval before installing).")
+    if c.get("note"):
+        lines.append(c["note"])
+    return "\n".join(lines)
+
+
+def _explain(c: dict) -> str:
+    return c["text"].strip()
+
+
+def _installed(c: dict) -> str:
+    return f"Installed with: {c['command']} (exit code {c['returncode']})."
+
+
+def _trained(c: dict) -> str:
+    top1 = ", ".join(f"{a:.3f}" for a in c.get("head_top1") or [])
+    return (f"Trained Medusa heads: {c['steps_done']} steps, final loss {c.get('final_loss')}, held-out top-1 "
+            f"accuracy per head [{top1}]; heads written to {c['heads_folder']}.")
+
+
+def _report(c: dict) -> str:
+    return f"Report written to {c['path']} (runs {', '.join(c['run_ids'])}); it stays on this machine."
+
+
+def _shared(c: dict) -> str:
+    return f"Shared runs {', '.join(c['run_ids'])} to {c['destination']}."
+
+
+def _saved(c: dict) -> str:
+    saved = c["saved"]
+    return (f"Saved {saved['method']} parameters: " + ", ".join(f"{k}={v}" for k, v in saved["params"].items())
+            + f". Default method: {c.get('default_method')}.")
+
+
+def _curve(c: dict) -> str:
+    return (f"Cost curve on {c['hardware']} ({c['dtype']}), ms per forward by tokens: {c['curve_ms']}. "
+            f"{c['reasoning']} Suggested lookahead: {c['suggested_lookahead']}.")
+
+
+FORMATTERS = {
+    "run_method": _run, "lookup_runs": _lookup, "recall": _recall, "guidance": _guidance, "check_deps": _deps,
+    "explain": _explain, "install_packages": _installed, "train_medusa": _trained, "write_report": _report,
+    "share_results": _shared, "save_params": _saved, "measure_cost_curve": _curve,
+}

@@ -1,0 +1,294 @@
+"""The conversation loop: one :class:`Session` per conversation, whatever the brain.
+
+A session reads memory first (saved parameters, unfinished tasks), records every request as a
+task (what is done and what is left), routes slash commands to the deterministic planner, gates
+deploy/serve requests before any planning, and runs every tool call through the approval gate.
+Brains (agent.brains) only decide which tools to call and what to say.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ContextManager, Protocol
+
+from agent.approval import Confirm, Gate, request_deploy_planning
+from tools.lookup import statement, task_line
+from tools.registry import ToolContext, ToolResult
+
+log = logging.getLogger(__name__)
+
+ANSWER_STEP = "answer the request"
+DEPLOY_REQUEST = re.compile(
+    r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
+    r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
+
+QUOTED_TEXT = re.compile(r"\"[^\"]*\"|“[^”]*”")
+RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
+
+
+@dataclass
+class Reply:
+    """What a brain answers to one user message.
+
+    ``awaiting`` is set when the brain asked the user a question (a missing parameter): the next
+    message continues the same task.
+    """
+
+    text: str
+    awaiting: str | None = None
+    unfinished: str | None = None  # why the request could not be finished (e.g. iteration limit)
+    data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
+
+
+class Brain(Protocol):
+    """Decides which tools to call for a user message and what to answer."""
+
+    name: str
+
+    def respond(self, session: Session, text: str) -> Reply:
+        """Handle one user message (calling ``session.call_tool``) and return the answer."""
+        raise NotImplementedError
+
+
+def instruction_part(text: str) -> str:
+    """A message without the prompt it carries (quoted text, or what follows the colon of a run request)."""
+    text = QUOTED_TEXT.sub(" ", text)
+    if RUN_WORDS.match(text) and ":" in text:
+        text = text.split(":", 1)[0]
+    return text
+
+
+def is_deploy_request(text: str) -> bool:
+    """Whether a message asks to deploy, serve or integrate into production (outside specpilot).
+
+    A prompt to run is data: "run draft: write a deploy script" is a run request, not a deploy request.
+    """
+    return not text.lstrip().startswith("/") and bool(DEPLOY_REQUEST.search(instruction_part(text)))
+
+
+class Session:
+    """One conversation over the memory, with a brain and an approval gate.
+
+    ``confirm`` asks the person y/n at the terminal; ``None`` is host mode (gated calls return
+    ``approval_required``). ``activity(text)`` returns a context manager shown while a tool runs
+    (the chat's spinner); ``progress(text)`` receives progress lines from tools.
+    """
+
+    def __init__(self, store: Any, brain: Brain, confirm: Confirm | None = None, session_id: str | None = None,
+                 activity: Callable[[str], ContextManager] | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.store = store
+        self.brain = brain
+        self.confirm = confirm
+        self.gate = Gate(store, confirm)
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self.activity = activity or (lambda text: contextlib.nullcontext())
+        self.progress = progress
+        self.task_id: int | None = None
+        self.turn_results: list[ToolResult] = []
+        self.last_prompt: str | None = None
+        self._planner = None
+
+    # ---- memory first --------------------------------------------------------------------
+
+    def memory(self) -> dict:
+        """What memory holds now: saved parameters, default method, unfinished tasks, newest runs."""
+        unfinished = [t for t in self.store.unfinished_tasks() if t["id"] != self.task_id]
+        return {"saved_params": self.store.all_params(),
+                "default_method": self.store.get_answer("default_method"),
+                "onboarding_complete": self.store.onboarding_complete(),
+                "unfinished_tasks": [task_line(t) for t in unfinished[:10]],
+                "recent_runs": [statement(r) for r in self.store.list_runs(limit=3)]}
+
+    def greeting(self) -> str:
+        """A greeting that says what is saved and what is unfinished (nothing is asked)."""
+        mem = self.memory()
+        lines = []
+        if mem["saved_params"]:
+            lines.append("Saved parameters (I will not ask for these again):")
+            for method, params in mem["saved_params"].items():
+                mark = " (default)" if method == mem["default_method"] else ""
+                lines.append(f"  {method}{mark}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+        else:
+            lines.append("No parameters saved yet.")
+        if mem["unfinished_tasks"]:
+            lines.append("Unfinished work:")
+            lines += [f"  {line}" for line in mem["unfinished_tasks"]]
+        else:
+            lines.append("No unfinished work.")
+        if mem["recent_runs"]:
+            lines.append("Newest stored run: " + mem["recent_runs"][0])
+        return "\n".join(lines)
+
+    # ---- one request ---------------------------------------------------------------------
+
+    def handle(self, text: str) -> Reply:
+        """Answer one user message: record it as a task, let the brain work, and close the task."""
+        text = text.strip()
+        if not text:
+            return Reply("Say what you would like to do, or /help.")
+        self.store.log_message(self.session_id, "user", text)
+        continuing = self.task_id is not None
+        if not continuing:
+            self.task_id = self.store.create_task(request=text, kind=_kind(text), plan=[ANSWER_STEP])
+        else:
+            self.store.update_task(self.task_id, note=f"user answered: {text[:200]}")
+        self.turn_results = []
+        try:
+            if is_deploy_request(text) and not continuing:
+                reply = self._deploy(text)
+            elif text.startswith("/") or self._planner_is_asking():
+                reply = self.planner().respond(self, text)
+            else:
+                reply = self.brain.respond(self, text)
+        except KeyboardInterrupt:
+            self.store.update_task(self.task_id, status="unfinished", note="interrupted by the user")
+            self.task_id = None
+            raise
+        except Exception as exc:  # a brain bug ends this request, not the conversation
+            log.exception("the %s brain failed", self.brain.name)
+            self.store.update_task(self.task_id, status="failed", note=f"{type(exc).__name__}: {exc}")
+            self.task_id = None
+            return Reply(f"Something went wrong while answering: {type(exc).__name__}: {exc}")
+        if not reply.data:
+            reply.data = [r for r in self.turn_results if r.name == "run_method"]
+        self._close_task(reply)
+        self.store.log_message(self.session_id, "assistant", reply.text)
+        return reply
+
+    def planner(self):
+        """The deterministic planner (slash commands go to it whatever the brain)."""
+        if self._planner is None:
+            from agent.brains.offline import OfflineBrain
+
+            self._planner = self.brain if getattr(self.brain, "name", "") == "offline" else OfflineBrain()
+        return self._planner
+
+    def _planner_is_asking(self) -> bool:
+        """Whether the planner (used for slash commands beside another brain) waits for an answer."""
+        planner = self._planner
+        return planner is not None and planner is not self.brain and getattr(planner, "pending", None) is not None
+
+    def call_tool(self, name: str, tool_input: dict | str | None) -> ToolResult:
+        """Run a tool through the approval gate for the current task; record and log the outcome."""
+        ctx = ToolContext(store=self.store, progress=self.progress, task_id=self.task_id,
+                          session_id=self.session_id)
+        with self.activity(f"{name}"):
+            result = self.gate.call(name, tool_input if tool_input is not None else {}, ctx)
+        self.turn_results.append(result)
+        self.store.log_message(self.session_id, "tool", {"name": name, "input": tool_input,
+                                                         "is_error": result.is_error, "result": result.content})
+        if self.task_id is not None:
+            step = _step(name, tool_input, result)
+            if result.is_error:
+                self.store.update_task(self.task_id, note=f"{step}: {result.content.get('error')}")
+            elif result.content.get("status") == "approval_required":
+                waiting = f"{step}: waiting for approval {result.content['approval_id']}"
+                self.store.update_task(self.task_id, note=waiting)
+            else:
+                self.store.update_task(self.task_id, done=[step], run_ids=result.run_ids)
+        if name == "run_method" and isinstance(tool_input, dict) and not result.is_error:
+            self.last_prompt = tool_input.get("prompt") or self.last_prompt
+        resolve_waiting(self.store, tool_input, result)
+        return result
+
+    def _close_task(self, reply: Reply) -> None:
+        if self.task_id is None:
+            return
+        pending = [r.content for r in self.turn_results if r.content.get("status") == "approval_required"]
+        if reply.awaiting:
+            self.store.update_task(self.task_id, status="unfinished", left=[f"waiting for the user: {reply.awaiting}"])
+            return  # the next message continues this task
+        if pending:
+            left = [f"waiting for approval {p['approval_id']}: {p['will_run']}" for p in pending]
+            self.store.update_task(self.task_id, status="unfinished", left=left)
+        elif reply.unfinished:
+            self.store.update_task(self.task_id, status="unfinished", left=[reply.unfinished])
+        elif self.turn_results and all(r.is_error for r in self.turn_results):
+            self.store.update_task(self.task_id, status="failed", left=[ANSWER_STEP])
+        else:
+            self.store.update_task(self.task_id, status="done", done=[ANSWER_STEP], left=[])
+        self.task_id = None
+
+    # ---- deploy / serve: out of scope, approval before any planning ---------------------
+
+    def _deploy(self, text: str) -> Reply:
+        approval = request_deploy_planning(self.store, text, self.confirm)
+        scope = ("Deploying, serving or integrating into production is outside specpilot: it benchmarks "
+                 "speculative decoding locally on this machine.")
+        if approval["status"] == "pending":
+            return Reply(f"{scope} Planning it needs your approval first: run `specpilot tool approve --id "
+                         f"{approval['id']}` in your terminal if you want me to plan it.",
+                         unfinished=f"waiting for approval {approval['id']} to plan a deployment")
+        if approval["status"] == "denied":
+            return Reply(f"{scope} You declined, so I will not plan it (approval {approval['id']} denied).")
+        planner = getattr(self.brain, "plan_deployment", None)
+        if planner is not None:
+            reply = planner(self, text)
+        else:
+            reply = self.brain.respond(self, f"[The user approved planning a deployment (approval {approval['id']}). "
+                                             f"Only plan in words; no tool deploys or serves anything.] {text}")
+        reply.text = f"{scope} You approved planning it (approval {approval['id']}).\n{reply.text}"
+        return reply
+
+
+def resolve_waiting(store: Any, tool_input: Any, result: ToolResult) -> None:
+    """After an approved call ran, mark the tasks that were waiting for that approval as done."""
+    approval_id = tool_input.get("approval_id") if isinstance(tool_input, dict) else None
+    if not approval_id or result.is_error:
+        return
+    for task in store.unfinished_tasks():
+        waiting = [step for step in task["left"] if f"approval {approval_id}" in step]
+        if waiting:
+            store.update_task(task["id"], done=waiting, run_ids=result.run_ids,
+                              note=f"approval {approval_id} was given and the action ran")
+            if not store.get_task(task["id"])["left"]:
+                store.update_task(task["id"], status="done")
+
+
+def host_call(store: Any, name: str, tool_input: dict | str | None, gate: Gate | None = None,
+              progress: Callable[[str], None] | None = None) -> ToolResult:
+    """One tool call from an agent host (JSON CLI, MCP), recorded as a task; gated calls return
+    ``approval_required`` unless ``gate`` can ask. Never raises."""
+    shown = tool_input if isinstance(tool_input, str) else json.dumps(tool_input or {}, ensure_ascii=False, default=str)
+    task_id = store.create_task(request=f"{name} {shown[:300]}", kind=f"tool:{name}", plan=[name])
+    ctx = ToolContext(store=store, progress=progress, task_id=task_id)
+    result = (gate or Gate(store)).call(name, tool_input, ctx)
+    if result.content.get("status") == "approval_required":
+        store.update_task(task_id, status="unfinished", run_ids=result.run_ids,
+                          left=[f"waiting for approval {result.content['approval_id']}: {result.content['will_run']}"])
+    elif result.is_error:
+        store.update_task(task_id, status="failed", note=str(result.content.get("error")))
+    else:
+        store.update_task(task_id, status="done", done=[name], run_ids=result.run_ids)
+        parsed = tool_input
+        if isinstance(tool_input, str):
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(tool_input)
+        resolve_waiting(store, parsed, result)
+    return result
+
+
+def _kind(text: str) -> str:
+    if text.startswith("/"):
+        return "command:" + text[1:].split(" ", 1)[0]
+    return "deploy" if is_deploy_request(text) else "request"
+
+
+def _step(name: str, tool_input: Any, result: ToolResult) -> str:
+    """A short name for a tool call, as recorded in a task's done list."""
+    detail = ""
+    if isinstance(tool_input, dict):
+        for key in ("method", "topic", "run_id", "packages", "destination"):
+            if tool_input.get(key):
+                detail = f" {key}={tool_input[key]}"
+                break
+    runs = f" -> run {', '.join(result.run_ids)}" if result.run_ids and name == "run_method" else ""
+    return f"{name}{detail}{runs}"
+

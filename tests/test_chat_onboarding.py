@@ -1,0 +1,127 @@
+"""Onboarding end to end, as a person would do it: a real ``specpilot chat`` process on a terminal
+(pexpect), answers typed at its prompts, the database checked afterwards, and a second session
+that asks nothing again. The target is a tiny random Qwen2 saved to a folder with a small
+tokenizer, so the real pipeline (load, run, measure, store) runs in seconds."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from memory import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "def return the a of to in is for and if else print x y n i value list string function python write code"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory) -> Path:
+    """A tiny random Qwen2 checkpoint with a word-level tokenizer, saved like any local model."""
+    from conftest import make_tiny_model
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-qwen")
+    vocab = {"<unk>": 0, "<eos>": 1}
+    for word in WORDS.split():
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    model = make_tiny_model("qwen2", layers=2, seed=0, vocab=64)
+    model.generation_config.eos_token_id = None  # run the full max_new_tokens
+    model.save_pretrained(folder)
+    return folder
+
+
+def chat_env(home: Path) -> dict:
+    return dict(os.environ, SPECPILOT_HOME=str(home), TERM="dumb", COLUMNS="200", LINES="50", HF_HUB_OFFLINE="1")
+
+
+def spawn_chat(home: Path) -> pexpect.spawn:
+    child = pexpect.spawn(sys.executable, ["-m", "agent.cli", "chat", "--brain", "offline"], cwd=str(ROOT),
+                          env=chat_env(home), encoding="utf-8", timeout=90, dimensions=(50, 200))
+    return child
+
+
+def answer(child: pexpect.spawn, question: str, text: str) -> str:
+    """Wait for ``question``, type ``text``; return what was shown before the question."""
+    child.expect(re.escape(question))
+    shown = child.before
+    child.sendline(text)
+    return shown
+
+
+def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_model_folder, specpilot_home):
+    first = spawn_chat(specpilot_home)
+    assert "No parameters saved yet." in answer(first, "Which method do you want to use?", "lookahead")
+    answer(first, "Target model", str(tiny_model_folder))
+    answer(first, "lookahead parameter window [15]", "3")
+    answer(first, "lookahead parameter ngram [5]", "3")
+    answer(first, "lookahead parameter guess [5]", "")  # Enter keeps the offered default
+    answer(first, "max_new_tokens", "12")
+    answer(first, "temperature", "")
+    answer(first, "What prompt should I run first?", "write a python function")
+    first.expect(r"Measured now: run ([0-9a-f]{8})")
+    run_id = first.match.group(1)
+    first.expect(r"speedup ([0-9.]+)x")
+    shown_speedup = first.match.group(1)
+    answer(first, "you> ", "/quit")
+    first.expect(pexpect.EOF)
+
+    with Store() as store:
+        assert store.onboarding_complete()
+        assert store.get_params("lookahead") == {"target": str(tiny_model_folder), "window": 3, "ngram": 3,
+                                                 "guess": 5, "max_new_tokens": 12, "temperature": 0.0}
+        assert store.get_answer("default_method") == "lookahead"
+        [run] = store.list_runs()
+        assert run["run_id"] == run_id and run["method"] == "lookahead" and run["prompt"] == "write a python function"
+        assert run["params"]["window"] == 3 and run["new_tokens"] == 12
+        assert f"{run['speedup']:.2f}" == shown_speedup
+        [task] = store.list_tasks()
+        assert task["status"] == "done" and task["run_ids"] == [run_id]
+        answers_before = store.all_answers()
+
+    second = spawn_chat(specpilot_home)
+    greeting = answer(second, "you> ", "what was the speedup for the lookahead run on that prompt?")
+    assert "Saved parameters (I will not ask for these again):" in greeting
+    assert f"lookahead (default): target={tiny_model_folder}, window=3" in greeting
+    assert "No unfinished work." in greeting
+    assert "Which method" not in greeting and "Target model" not in greeting
+    second.expect(r"From memory")
+    second.expect(rf"run {run_id} \(lookahead")
+    second.expect(rf"speedup {re.escape(shown_speedup)}x")
+    answer(second, "you> ", "/quit")
+    second.expect(pexpect.EOF)
+
+    with Store() as store:
+        assert len(store.list_runs()) == 1  # answered from memory, nothing rerun
+        assert store.all_answers() == answers_before  # nothing asked or saved again
+
+
+def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, specpilot_home):
+    def piped(lines: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--brain", "offline"], cwd=ROOT,
+                              input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
+                              env=chat_env(specpilot_home))
+
+    cut = piped(["draft", str(tiny_model_folder)])  # input ends after two answers
+    assert cut.returncode == 0 and "your answers so far are saved" in cut.stdout
+    with Store() as store:
+        assert store.get_answer("onboarding.method") == "draft" and not store.onboarding_complete()
+
+    rest = piped([str(tiny_model_folder), "2", "", "8", "", "def fib", "/params", "/quit"])
+    assert "Which method" not in rest.stdout and "Target model" not in rest.stdout  # already answered
+    assert "Draft model" in rest.stdout and re.search(r"Measured now: run [0-9a-f]{8} \(draft", rest.stdout)
+    assert "Traceback" not in rest.stderr
+    with Store() as store:
+        assert store.get_params("draft") == {"target": str(tiny_model_folder), "draft": str(tiny_model_folder),
+                                             "k": 2, "adaptive_k": False, "max_new_tokens": 8, "temperature": 0.0}
+        [run] = store.list_runs()
+        assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_model_folder)

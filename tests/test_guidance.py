@@ -1,0 +1,115 @@
+"""Parameter guidance: the sources' starting values, tailored to model size and hardware, measured
+curves and sweeps used when stored, and always marked as advice to be measured."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import tools.guidance as guidance
+from memory import Store
+from tools import registry
+from tools.registry import ToolContext
+
+DESIGN_CPU_CURVE = {1: 0.112, 2: 0.108, 4: 0.111, 8: 0.126, 16: 0.149, 32: 0.203, 64: 0.306}
+CPU = {"kind": "cpu", "name": "Test CPU (2 cores)"}
+GPU = {"kind": "gpu", "name": "Test GPU", "gpu_memory_gb": 24.0, "gpu_count": 1}
+
+
+@pytest.fixture
+def store():
+    with Store() as s:
+        yield s
+
+
+def advise(store, monkeypatch, hardware=CPU, **tool_input) -> dict:
+    monkeypatch.setattr(guidance, "detect_hardware", lambda choice: hardware)
+    tool = registry.get_tool("guidance")
+    result = registry.execute(tool, registry.parse_input(tool, tool_input), ToolContext(store=store))
+    assert not result.is_error, result.content
+    return result.content
+
+
+@pytest.mark.parametrize("ref,size", [("qwen2.5-coder-1.5b-instruct", 1.5),
+                                      ("HuggingFaceTB/SmolLM2-135M-Instruct", 0.135),
+                                      ("meta-llama/Llama-3.1-70B", 70.0), ("/models/my-model", None)])
+def test_model_size_is_read_from_the_name(ref, size):
+    assert guidance.size_from_name(ref) == size
+
+
+def test_draft_guidance_is_5_to_10x_smaller_and_marked_as_advice(store, monkeypatch):
+    out = advise(store, monkeypatch, method="draft", target="meta-llama/Llama-3.1-70B")
+    assert out["target_size_b"] == 70.0
+    assert any("about 7B-14B parameters" in r for r in out["reasons"])
+    assert out["suggested_params"]["k"] == 4
+    assert out["advice"].startswith("advice to be measured")
+    assert out["measured_best"].startswith("no stored runs")
+    assert any("device_map='auto'" in r for r in advise(store, monkeypatch, hardware=GPU, method="draft",
+                                                         target="meta-llama/Llama-3.1-70B")["reasons"])
+
+
+def test_builtin_draft_ratio_is_stated(store, monkeypatch):
+    out = advise(store, monkeypatch, method="draft")
+    assert any("about 0.15B-0.3B" in r for r in out["reasons"])
+    assert any("qwen2.5-coder-0.5b-instruct is 3x smaller" in r for r in out["reasons"])
+
+
+def test_medusa_guidance_uses_the_reference_defaults_and_a_tree_for_the_hardware(store, monkeypatch):
+    cpu = advise(store, monkeypatch, method="medusa")
+    assert cpu["suggested_params"]["posterior_threshold"] == 0.09
+    assert cpu["suggested_params"]["posterior_alpha"] == 0.3
+    assert cpu["suggested_params"]["tree"] == "cpu8"
+    assert advise(store, monkeypatch, hardware=GPU, method="medusa")["suggested_params"]["tree"] == "mc_sim_7b_63"
+
+
+def test_lookahead_without_a_curve_is_the_sources_default_and_says_so(store, monkeypatch):
+    out = advise(store, monkeypatch, method="lookahead")
+    params = out["suggested_params"]
+    assert (params["window"], params["ngram"], params["guess"]) == (15, 5, 5)
+    assert out["source"].startswith("only the source's default")
+    assert any("measure_cost_curve" in r for r in out["reasons"])
+
+
+def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
+    key = f"qwen2.5-coder-1.5b-instruct|{CPU['name']}"
+    store.save_answer(guidance.COST_CURVE_KEY, {key: {"curve": {str(n): t for n, t in DESIGN_CPU_CURVE.items()},
+                                                      "dtype": "bfloat16", "measured_at": "2026-01-01T00:00:00"}})
+    out = advise(store, monkeypatch, method="lookahead")
+    params = out["suggested_params"]
+    assert (params["window"], params["ngram"], params["guess"]) == (3, 3, 3)
+    assert out["source"].startswith("sized to the cost curve measured on this machine")
+    assert "112.0 ms for 1 token" in out["reasons"][0]
+    # another machine's curve does not count
+    assert advise(store, monkeypatch, hardware={"kind": "cpu", "name": "Other CPU"},
+                  method="lookahead")["suggested_params"]["window"] == 15
+
+
+def test_measured_sweeps_from_memory_are_reported_with_run_ids(store, monkeypatch):
+    target = "qwen2.5-coder-1.5b-instruct"
+    ids = {k: [store.add_run({"method": "draft", "target": target, "params": {"k": k}, "speedup": s,
+                              "hardware": {"name": "Test CPU"}}) for s in speeds]
+           for k, speeds in {2: [1.1, 1.2, 1.3], 4: [1.5, 1.6, 1.4], 8: [0.9]}.items()}
+    out = advise(store, monkeypatch, method="draft")
+    best = out["measured"][0]
+    assert best["params"] == {"k": 4} and best["median_speedup"] == 1.5 and set(best["run_ids"]) == set(ids[4])
+    assert out["measured_best"].startswith('measured here: {"k": 4} gave a median speedup of 1.50x over 3 run(s)')
+    assert [row["params"]["k"] for row in out["measured"]] == [4, 2, 8]
+
+
+def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypatch, tiny_qwen):
+    import tools.models
+
+    monkeypatch.setattr(tools.models, "load", lambda ref, dtype="auto": SimpleNamespace(
+        model=tiny_qwen, device="cpu", dtype="float32"))
+    monkeypatch.setattr(guidance, "detect_hardware", lambda choice: CPU)
+    tool = registry.get_tool("measure_cost_curve")
+    inp = registry.parse_input(tool, {"target": "tiny", "repeats": 1})
+    result = registry.execute(tool, inp, ToolContext(store=store))
+    assert not result.is_error, result.content
+    assert sorted(result.content["curve_ms"]) == [1, 2, 4, 8, 16, 32, 64]
+    saved = store.get_answer(guidance.COST_CURVE_KEY)[f"tiny|{CPU['name']}"]
+    assert saved["dtype"] == "float32" and set(saved["curve"]) == {"1", "2", "4", "8", "16", "32", "64"}
+    out = advise(store, monkeypatch, method="lookahead", target="tiny")
+    assert out["source"].startswith("sized to the cost curve") and out["suggested_params"] == \
+        result.content["suggested_lookahead"]

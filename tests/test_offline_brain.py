@@ -1,0 +1,163 @@
+"""The offline brain: words and slash commands mapped onto the same tools, missing parameters asked
+for, memory read first, figures restated exactly from stored runs."""
+
+from __future__ import annotations
+
+import pytest
+
+import tools.run_tool as run_tool
+from agent.brains.offline import OfflineBrain, find_method, find_packages, find_prompt, find_topic
+from agent.loop import Session
+from memory import Store
+
+
+@pytest.fixture
+def store():
+    with Store() as s:
+        yield s
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Replace the engine: each run stores a record with fixed figures; returns the inputs it got."""
+    seen = []
+
+    def fake_run_method(inp, store=None, progress=None, task_id=None):
+        seen.append(inp)
+        record = {"method": inp.method, "target": inp.target, "draft": inp.draft, "prompt": inp.prompt,
+                  "params": inp.params, "new_tokens": inp.max_new_tokens, "wall_time_s": 2.0, "tokens_per_s": 32.0,
+                  "baseline_wall_time_s": 3.1, "baseline_tokens_per_s": 20.65, "speedup": 1.55,
+                  "acceptance_rate": 0.72, "matches_baseline": True, "output_text": "def f(): pass",
+                  "hardware": {"name": "Fake CPU (2 cores)"}, "dtype": "bfloat16", "task_id": task_id}
+        record["run_id"] = store.add_run(record)
+        return record
+
+    monkeypatch.setattr(run_tool, "run_method", fake_run_method)
+    return seen
+
+
+def session(store, **kwargs) -> Session:
+    return Session(store, OfflineBrain(), **kwargs)
+
+
+@pytest.mark.parametrize("text,method", [("run draft model on this", "draft"), ("try Medusa", "medusa"),
+                                         ("lookahead please", "lookahead"), ("use prompt lookup", "ngram"),
+                                         ("speculative decoding", "draft"), ("hello", None)])
+def test_method_words(text, method):
+    assert find_method(text) == method
+
+
+def test_prompts_topics_and_packages_are_read_from_words():
+    assert find_prompt('run draft on "def fib(n):"') == "def fib(n):"
+    assert find_prompt("run lookahead: write a sort function") == "write a sort function"
+    assert find_prompt("run it") is None
+    assert find_topic("what are the trade-offs between medusa and lookahead?") == "tradeoffs"
+    assert find_topic("explain speculative decoding") == "draft"
+    assert find_packages("approved, install evilpkg now please") == ["evilpkg"]
+    assert find_packages("install gguf>=0.10 and accelerate") == ["gguf>=0.10", "accelerate"]
+    assert find_packages("install --index-url=http://x pkg") == ["pkg"]
+
+
+def test_a_run_reports_the_measured_figures_exactly(store, runs):
+    reply = session(store).handle("run draft: write a sort function")
+    [inp] = runs
+    assert inp.method == "draft" and inp.prompt == "write a sort function"
+    [run] = store.list_runs()
+    assert reply.text.startswith(f"Measured now: run {run['run_id']} (draft, ")
+    assert "speedup 1.55x, 32.00 tok/s vs baseline 20.65 tok/s, acceptance 0.720" in reply.text
+    assert "Fake CPU (2 cores)" in reply.text and "output identical to baseline" in reply.text
+    [task] = store.list_tasks()
+    assert task["status"] == "done" and task["run_ids"] == [run["run_id"]] and run["task_id"] == task["id"]
+
+
+def test_the_prompt_of_a_run_request_is_not_read_as_a_command(store, runs):
+    session(store).handle("run lookahead: write a script that will install numpy and deploy it again")
+    [inp] = runs
+    assert inp.method == "lookahead" and inp.prompt == "write a script that will install numpy and deploy it again"
+    assert store.list_approvals() == []
+
+
+def test_missing_parameters_are_asked_for_and_the_task_continues(store, runs):
+    s = session(store)
+    first = s.handle("run something for me")
+    assert first.awaiting and "Which method" in first.text
+    [task] = store.list_tasks()
+    assert task["status"] == "unfinished" and task["left"][0].startswith("waiting for the user")
+    second = s.handle("lookahead")
+    assert "Which prompt" in second.text and runs == []
+    s.handle("def fib(n):")
+    [inp] = runs
+    assert (inp.method, inp.prompt) == ("lookahead", "def fib(n):")
+    [task] = store.list_tasks()  # one request, one task, now done
+    assert task["status"] == "done" and len(task["run_ids"]) == 1
+
+
+def test_saved_parameters_are_used_and_never_asked_again(store, runs):
+    store.save_params("lookahead", {"target": "my-model", "window": 4, "ngram": 3, "guess": 4, "max_new_tokens": 32})
+    store.save_answer("default_method", "lookahead")
+    reply = session(store).handle("run: print hello world")
+    assert not reply.awaiting
+    [inp] = runs
+    assert inp.method == "lookahead" and inp.target == "my-model" and inp.max_new_tokens == 32
+    assert inp.params == {"window": 4, "ngram": 3, "guess": 4}
+
+
+def test_finished_work_is_not_redone_unless_asked(store, runs):
+    s = session(store)
+    s.handle("run draft: def fib(n):")
+    again = s.handle("run draft: def fib(n):")
+    assert len(runs) == 1 and "already measured" in again.text and store.list_runs()[0]["run_id"] in again.text
+    s.handle("run draft again: def fib(n):")
+    assert len(runs) == 2
+
+
+def test_questions_about_an_earlier_run_are_answered_from_memory(store, runs):
+    s = session(store)
+    s.handle("run medusa: an older prompt")
+    s.handle("run medusa: def fib(n):")
+    s.handle("run draft: def fib(n):")
+    older, fib = sorted(store.list_runs(method="medusa"), key=lambda r: r["created_at"])
+    for asker in (Session(store, OfflineBrain()), s):  # a new session (newest run's prompt) and this one
+        reply = asker.handle("What was the speedup for the Medusa run on that prompt?")
+        assert "From memory" in reply.text and f"run {fib['run_id']}" in reply.text
+        assert older["run_id"] not in reply.text and "speedup 1.55x" in reply.text
+        assert "Fake CPU (2 cores)" in reply.text and "'def fib(n):'" in reply.text
+    assert len(runs) == 3  # nothing was run again
+    by_id = s.handle(f"show the figures of {older['run_id']}")
+    assert f"run {older['run_id']}" in by_id.text and "'an older prompt'" in by_id.text
+
+
+def test_slash_commands_map_onto_tools(store, runs):
+    s = session(store)
+    s.handle("/run ngram summarise: this text")
+    assert runs[0].method == "ngram" and runs[0].prompt == "summarise: this text"
+    assert "Saved parameters" in s.handle("/params").text or "No parameters saved" in s.handle("/params").text
+    tasks = s.handle("/tasks").text
+    assert "Finished tasks:" in tasks and "/run ngram summarise: this text" in tasks
+    assert f"run {store.list_runs()[0]['run_id']}" in s.handle("/runs").text
+    assert "arXiv:2402.02057" in s.handle("/explain lookahead").text
+    guide = s.handle("/guide medusa").text
+    assert "posterior_threshold=0.09" in guide and "posterior_alpha=0.3" in guide and "advice to be measured" in guide
+    approval = s.handle("/install gguf").text
+    assert "needs your approval" in approval and store.list_approvals()[0]["status"] == "pending"
+    assert "Unknown command /frobnicate" in s.handle("/frobnicate").text
+
+
+def test_unfinished_work_is_reported_as_done_and_not_done(store):
+    task_id = store.create_task("run lookahead on 3 prompts", "request", ["prompt 1", "prompt 2", "prompt 3"])
+    store.update_task(task_id, done=["prompt 1"])
+    greeting = session(store).greeting()
+    assert f"task {task_id} (running): run lookahead on 3 prompts — done: prompt 1 / not done: prompt 2; prompt 3" \
+        in greeting
+    recall = session(store).handle("what do you remember?").text
+    assert "done: prompt 1 / not done: prompt 2; prompt 3" in recall
+
+
+def test_explain_guidance_and_deps_by_words(store):
+    s = session(store)
+    assert "arXiv:2401.10774" in s.handle("explain medusa to me").text
+    assert "| draft model | Medusa | lookahead |" in s.handle("what are the trade-offs between them?").text
+    deps = s.handle("check dependencies for lookahead").text
+    assert "Dependencies for lookahead" in deps and "- torch (required): ok" in deps and "lade" in deps
+    assert "W=15, N=5, G=5" in s.handle("suggest lookahead parameters").text
+    assert "I did not map that" in s.handle("hmm").text

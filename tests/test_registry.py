@@ -1,0 +1,192 @@
+"""The tool registry: one definition per tool, exported the same way everywhere; errors are results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from memory import Store
+from tools import registry
+from tools.errors import ParameterError
+from tools.registry import ToolContext
+
+PAPERS = {"2211.17192", "2302.01318", "2401.10774", "2402.02057", "2401.07851"}
+
+
+@pytest.fixture
+def store():
+    with Store() as s:
+        yield s
+
+
+def stored_run(store, **overrides) -> str:
+    record = {"method": "medusa", "target": "qwen2.5-coder-1.5b-instruct", "params": {"posterior_threshold": 0.09},
+              "prompt": "def fib(n):", "new_tokens": 64, "wall_time_s": 4.0, "tokens_per_s": 16.0,
+              "baseline_wall_time_s": 6.2, "baseline_tokens_per_s": 10.32, "speedup": 1.55, "acceptance_rate": 0.61,
+              "matches_baseline": True, "hardware": {"name": "Test CPU (2 cores)"}, "dtype": "bfloat16"}
+    record.update(overrides)
+    return store.add_run(record)
+
+
+def test_every_tool_has_a_strict_model_a_description_and_a_json_schema():
+    tools = registry.load_tools()
+    assert {"run_method", "lookup_runs", "check_deps", "install_packages", "guidance", "explain", "train_medusa",
+            "share_results", "write_report", "recall", "save_params"} <= set(tools)
+    for tool in tools.values():
+        assert tool.input_model.model_config.get("extra") == "forbid", tool.name
+        assert len(tool.description) > 40, tool.name
+        json.dumps(tool.input_schema())  # serialisable
+    assert {t.name for t in tools.values() if t.gate} == {"install_packages", "train_medusa", "share_results"}
+    for tool in tools.values():
+        if tool.gate:
+            assert "approval_id" in tool.input_model.model_fields
+
+
+def test_exports_agree_with_the_registry():
+    names = list(registry.load_tools())
+    anthropic = registry.anthropic_tools()
+    assert [t["name"] for t in anthropic] == names
+    assert all(set(t) == {"name", "description", "input_schema"} for t in anthropic)
+    assert [t["name"] for t in registry.describe_tools()] == names
+
+
+def test_registering_a_loose_model_or_an_undocumented_tool_is_refused():
+    class Loose(BaseModel):
+        x: int = 0
+
+    class Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    with pytest.raises(ValueError, match="extra='forbid'"):
+        registry.tool("loose", Loose)
+    with pytest.raises(ValueError, match="docstring"):
+        registry.tool("undocumented_test_tool", Strict)(lambda inp, ctx: {})
+    with pytest.raises(ValueError, match="approval_id"):
+        registry.tool("gated_test_tool", Strict, gate="install", describe=str)
+
+
+def test_bad_input_is_a_parameter_error_naming_the_field():
+    tool = registry.get_tool("lookup_runs")
+    with pytest.raises(ParameterError, match="no_such_field"):
+        registry.parse_input(tool, {"no_such_field": 1})
+    with pytest.raises(ParameterError, match="not valid JSON"):
+        registry.parse_input(tool, "{not json")
+    with pytest.raises(ParameterError, match="there is no tool named 'nope'"):
+        registry.get_tool("nope")
+
+
+def test_tool_errors_become_results_never_exceptions(store):
+    tool = registry.get_tool("lookup_runs")
+    missing = registry.execute(tool, registry.parse_input(tool, {"run_id": "abcd1234"}), ToolContext(store=store))
+    assert missing.is_error and "no stored run has the id 'abcd1234'" in missing.content["error"]
+    assert "what to do" in missing.content["error"]
+
+    def broken(inp, ctx):
+        raise RuntimeError("boom")
+
+    crashing = registry.Tool(name="crash", func=broken, input_model=tool.input_model, description="d")
+    result = registry.execute(crashing, registry.parse_input(tool, {}), ToolContext(store=store))
+    assert result.is_error and result.content["error"] == "internal error in crash: RuntimeError: boom"
+
+
+def test_a_gated_tool_refuses_to_run_without_a_consumed_approval(store, monkeypatch):
+    import tools.install as install
+
+    calls = []
+    monkeypatch.setattr(install, "run_pip", lambda argv: calls.append(argv))
+    tool = registry.get_tool("install_packages")
+    inp = registry.parse_input(tool, {"packages": ["gguf"]})
+    result = registry.execute(tool, inp, ToolContext(store=store))
+    assert result.is_error and "needs the user's approval" in result.content["error"]
+    # an approval row that was never consumed (or is for something else) does not count either
+    approval_id = store.create_approval("install", registry.approval_arguments(tool, inp), reason="test")
+    store.decide_approval(approval_id, True, by="test person")
+    result = registry.execute(tool, inp, ToolContext(store=store, approval=store.get_approval(approval_id)))
+    assert result.is_error
+    other = store.get_approval(approval_id) | {"status": "consumed", "arguments": {"tool": "x", "input": {}}}
+    assert registry.execute(tool, inp, ToolContext(store=store, approval=other)).is_error
+    assert calls == []
+
+
+def test_lookup_restates_stored_figures_with_their_source(store):
+    older = stored_run(store, prompt="other prompt", speedup=1.1)
+    run_id = stored_run(store)
+    stored_run(store, method="draft", speedup=1.9)  # newest run, same prompt, other method
+    tool = registry.get_tool("lookup_runs")
+    result = registry.execute(tool, registry.parse_input(tool, {"method": "medusa", "same_prompt_as_last_run": True}),
+                              ToolContext(store=store))
+    assert not result.is_error
+    [run] = result.content["runs"]
+    assert run["run_id"] == run_id and run["run_id"] != older
+    assert run["speedup"] == 1.55 and run["tokens_per_s"] == 16.0 and run["baseline_tokens_per_s"] == 10.32
+    assert run["hardware"] == "Test CPU (2 cores)" and run["target"] == "qwen2.5-coder-1.5b-instruct"
+    assert run["prompt"] == "def fib(n):"
+    assert f"run {run_id}" in run["statement"] and "speedup 1.55x" in run["statement"]
+    assert "Test CPU (2 cores)" in run["statement"] and "'def fib(n):'" in run["statement"]
+
+
+def test_run_tool_fills_what_the_caller_left_out_from_saved_params(store, monkeypatch):
+    import tools.run_tool as run_tool
+
+    seen = []
+
+    def fake_run_method(inp, store=None, progress=None, task_id=None):
+        seen.append(inp)
+        record = {"method": inp.method, "target": inp.target, "prompt": inp.prompt, "params": inp.params,
+                  "speedup": 1.25, "new_tokens": inp.max_new_tokens, "prompt_ids": [1, 2], "output_ids": [3]}
+        record["run_id"] = store.add_run(record)
+        return record
+
+    monkeypatch.setattr(run_tool, "run_method", fake_run_method)
+    store.save_params("lookahead", {"target": "/models/mine", "window": 4, "ngram": 3, "guess": 4,
+                                    "max_new_tokens": 32})
+    tool = registry.get_tool("run_method")
+    inp = registry.parse_input(tool, {"method": "lookahead", "prompt": "hello", "params": {"window": 2}})
+    result = registry.execute(tool, inp, ToolContext(store=store))
+    assert not result.is_error, result.content
+    [used] = seen
+    assert used.target == "/models/mine" and used.max_new_tokens == 32
+    assert used.params == {"window": 2, "ngram": 3, "guess": 4}  # the caller's window wins
+    assert "prompt_ids" not in result.content and result.run_ids == [result.content["run_id"]]
+    assert result.content["statement"].startswith(f"run {result.content['run_id']} (lookahead, /models/mine")
+
+
+def test_saved_params_are_validated_before_saving(store):
+    tool = registry.get_tool("save_params")
+    bad = registry.execute(tool, registry.parse_input(tool, {"method": "draft", "params": {"k": 99}}),
+                           ToolContext(store=store))
+    assert bad.is_error and "k" in bad.content["error"]
+    assert store.get_params("draft") is None
+    good = registry.execute(tool, registry.parse_input(tool, {"method": "draft", "params": {"k": 3, "target": "t"}}),
+                            ToolContext(store=store))
+    assert not good.is_error and store.get_params("draft") == {"k": 3, "target": "t"}
+    assert store.get_answer("default_method") == "draft"
+
+
+@pytest.mark.parametrize("topic,papers", [
+    ("draft", {"2211.17192", "2302.01318", "2401.07851"}),
+    ("medusa", {"2401.10774", "2401.07851"}),
+    ("lookahead", {"2402.02057", "2401.07851"}),
+    ("tradeoffs", PAPERS),
+])
+def test_explanations_cite_their_papers(store, topic, papers):
+    tool = registry.get_tool("explain")
+    result = registry.execute(tool, registry.parse_input(tool, {"topic": topic}), ToolContext(store=store))
+    assert not result.is_error
+    assert papers <= set(result.content["arxiv_ids"])
+    assert "## References" in result.content["text"]
+
+
+def test_write_report_stays_in_the_user_folder(store, specpilot_home):
+    run_id = stored_run(store)
+    tool = registry.get_tool("write_report")
+    assert tool.gate is None
+    result = registry.execute(tool, registry.parse_input(tool, {}), ToolContext(store=store))
+    assert not result.is_error
+    path = result.content["path"]
+    assert path.startswith(str(specpilot_home / "reports"))
+    text = open(path, encoding="utf-8").read()
+    assert run_id in text and "1.55" in text and "Test CPU (2 cores)" in text
+
