@@ -227,10 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_command_registrars():
     """Command groups that live in their own modules."""
+    from agent.cli_guide import add_guide_commands
     from agent.cli_medusa import add_medusa_commands
     from agent.commands import add_agent_commands
 
-    return [add_medusa_commands, add_agent_commands]
+    return [add_medusa_commands, add_guide_commands, add_agent_commands]
 
 
 def main(argv: list[str] | None = None) -> int:

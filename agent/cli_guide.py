@@ -1,0 +1,48 @@
+"""``specpilot guide METHOD``: parameter guidance for this hardware (optionally measuring the cost curve)."""
+
+from __future__ import annotations
+
+import json
+
+
+def cmd_guide(args) -> int:
+    from agent.loop import host_call
+    from agent.render import out
+    from memory import Store
+
+    with Store() as store:
+        if args.measure:
+            measured = host_call(store, "measure_cost_curve",
+                                 json.dumps({"target": args.target, "dtype": args.dtype, "repeats": args.repeats}))
+            if measured.is_error:
+                out.print(f"error: {measured.content}")
+                return 2
+            if not args.json:
+                curve = measured.content["curve_ms"]
+                out.print("forward-pass cost on this machine (ms, new tokens → time): "
+                          + ", ".join(f"{n}: {t}" for n, t in curve.items()))
+        result = host_call(store, "guidance", json.dumps({"method": args.method, "target": args.target}))
+    if args.json or result.is_error:
+        print(json.dumps(result.content, default=str))
+        return 1 if result.is_error else 0
+    g = result.content
+    out.print(f"[bold]{g['method']}[/bold] on {g['target']} — {g['hardware']['name']}")
+    out.print(f"suggested: {', '.join(f'{k}={v}' for k, v in g['suggested_params'].items())}")
+    for reason in g["reasons"]:
+        out.print(f"  • {reason}")
+    out.print(f"source: {g['source']}")
+    out.print(f"measured: {g['measured_best']}")
+    out.print(f"[dim]{g['advice']}[/dim]")
+    return 0
+
+
+def add_guide_commands(sub) -> None:
+    p = sub.add_parser("guide", help="parameter guidance for a method on this hardware")
+    p.add_argument("method", choices=["draft", "medusa", "lookahead", "ngram"])
+    p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    p.add_argument("--measure", action="store_true",
+                   help="first measure how the target's forward time grows with the tokens per pass, and store it")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_guide)
