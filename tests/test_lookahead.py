@@ -29,6 +29,7 @@ from tools.decoding.lookahead import (
 from tools.decoding.sampling import warp_probs
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
+from tools.methods import parse_params
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 9, 22]
@@ -99,7 +100,7 @@ def test_default_parameters_and_tokens_per_step():
 )
 def test_bad_parameters_are_parameter_errors(options, words):
     with pytest.raises(ParameterError) as info:
-        LookaheadParams.from_options(**options)
+        parse_params("lookahead", options)
     assert words in info.value.user_message()
 
 

@@ -19,6 +19,7 @@ from tools.decoding.prompt_lookup import PromptLookupParams, accept_sampling_one
 from tools.decoding.sampling import warp_probs
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
+from tools.methods import parse_params
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 9, 22]
@@ -83,7 +84,7 @@ def test_defaults():
 )
 def test_bad_parameters_are_parameter_errors(options, words):
     with pytest.raises(ParameterError) as info:
-        PromptLookupParams.from_options(**options)
+        parse_params("ngram", options)
     assert words in info.value.user_message()
 
 

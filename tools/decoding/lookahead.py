@@ -52,7 +52,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
@@ -93,18 +93,6 @@ class LookaheadParams(BaseModel):
                 hint="lower window or guess (or ngram, which multiplies both)",
             )
         return self
-
-    @classmethod
-    def from_options(cls, **options) -> LookaheadParams:
-        """Build and check parameters from user options; any problem is a ParameterError."""
-        try:
-            params = cls(**{k: v for k, v in options.items() if v is not None})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "lookahead parameters"
-            raise ParameterError(f"{where}: {first.get('msg')}",
-                                 hint="lookahead takes window, ngram, guess and pool_from_prompt") from None
-        return params.check()
 
 
 # ---------------------------------------------------------------------------------------- n-gram pool

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
@@ -64,20 +64,6 @@ class PromptLookupParams(BaseModel):
                 f"num_candidate_tokens must be from 1 to {MAX_CANDIDATE_TOKENS}, got {self.num_candidate_tokens}",
                 hint="try num_candidate_tokens=10")
         return self
-
-    @classmethod
-    def from_options(cls, **options) -> PromptLookupParams:
-        """Build and check parameters from user options; any problem is a ParameterError."""
-        try:
-            params = cls(**{k: v for k, v in options.items() if v is not None})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "prompt lookup parameters"
-            raise ParameterError(
-                f"{where}: {first.get('msg')}",
-                hint="prompt lookup takes max_ngram_size, min_ngram_size and num_candidate_tokens",
-            ) from None
-        return params.check()
 
 
 def find_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> torch.Tensor:
