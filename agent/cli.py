@@ -15,10 +15,6 @@ from tools.errors import SpecpilotError
 
 log = logging.getLogger("specpilot")
 
-DEMO_PROMPT = (
-    "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals "
-    "and returns them sorted. Include a docstring and a short example."
-)
 
 
 # ---------------------------------------------------------------------------- models
@@ -76,7 +72,11 @@ def _prompt_text(args) -> str:
         if not path.is_file():
             raise SpecpilotError(f"prompt file {path} does not exist", hint="check the path")
         return path.read_text()
-    return args.prompt or DEMO_PROMPT
+    if args.prompt:
+        return args.prompt
+    from tools.compare import DEMO_PROMPT
+
+    return DEMO_PROMPT
 
 
 def add_generation_options(p: argparse.ArgumentParser) -> None:
@@ -162,16 +162,10 @@ def cmd_runs_show(args) -> int:
 
 # ---------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
-    """The main job on the offline default models: draft-model speculative decoding vs plain generation."""
-    from agent.render import err, show_run
-    from tools.run_method import RunInput, run_method
+    """The main job on the offline default models: every method compared, stored and reported."""
+    from agent.cli_eval import cmd_demo as compare_demo
 
-    inp = RunInput(method="draft", prompt=DEMO_PROMPT, params={}, max_new_tokens=args.max_new_tokens,
-                   repeats=args.repeats, peers=True, dtype=args.dtype)
-    with err.status("demo: starting…") as status:
-        record = run_method(inp, progress=lambda msg: status.update(f"demo: {msg}"))
-    show_run(record, as_json=args.json)
-    return 0
+    return compare_demo(args)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -213,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_runs_show)
 
-    p = sub.add_parser("demo", help="the main job on the offline default models")
+    p = sub.add_parser("demo", help="the main job on the offline default models: every method compared")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dtype", default="auto")
@@ -227,11 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_command_registrars():
     """Command groups that live in their own modules."""
+    from agent.cli_eval import add_eval_commands
     from agent.cli_guide import add_guide_commands
     from agent.cli_medusa import add_medusa_commands
     from agent.commands import add_agent_commands
 
-    return [add_medusa_commands, add_guide_commands, add_agent_commands]
+    return [add_medusa_commands, add_guide_commands, add_eval_commands, add_agent_commands]
 
 
 def main(argv: list[str] | None = None) -> int:

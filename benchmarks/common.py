@@ -25,6 +25,7 @@ def base_parser(description: str, categories: str) -> argparse.ArgumentParser:
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--params", default="{}", help="JSON of the method's parameters")
+    p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--out", default=None, help="write all records as JSON here")
     return p
@@ -61,6 +62,7 @@ def run_benchmark(method: str, args, draft: str | None = None, extra_runners=Non
     for i, row in enumerate(prompts):
         inp = RunInput(method=method, prompt=row["prompt"], target=args.target, draft=draft,
                        params=json.loads(args.params), max_new_tokens=args.max_new_tokens, dtype=args.dtype,
+                       temperature=args.temperature,
                        repeats=args.repeats, peers=not args.no_peers)
         ctx = ctx or build_context(inp)
         ids = prompt_ids_for(ctx.target.tokenizer, inp.prompt, True)

@@ -4,6 +4,7 @@ give from the parameters saved for that method."""
 
 from __future__ import annotations
 
+from tools.compare import CompareInput, compare_tool
 from tools.errors import ParameterError
 from tools.lookup import statement
 from tools.methods import PARAM_MODELS, parse_params
@@ -66,3 +67,6 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
     out["statement"] = statement(stored)
     out["source"] = f"measured now on this machine; stored as run {record.get('run_id')}"
     return out
+
+
+tool("compare_methods", CompareInput)(compare_tool)

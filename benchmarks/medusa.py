@@ -1,0 +1,15 @@
+"""Benchmark: Medusa (shipped heads, default target, bfloat16) vs the baseline on the coding and math
+prompts of Spec-Bench: speedup, mean accepted tokens per step and acceptance rate per category.
+
+    .venv/bin/python benchmarks/medusa.py                                   # greedy (exact)
+    .venv/bin/python benchmarks/medusa.py --params '{"tree": "cpu16"}'
+    .venv/bin/python benchmarks/medusa.py --temperature 0.7                 # typical acceptance (lossy)
+"""
+
+from common import base_parser, run_benchmark
+
+if __name__ == "__main__":
+    parser = base_parser(__doc__, "coding,math")
+    args = parser.parse_args()
+    args.no_peers = True  # transformers has no Medusa: the baseline is the reference
+    run_benchmark("medusa", args)

@@ -1,0 +1,117 @@
+"""specpilot bench: a prompt set, per-category and overall figures, and resuming without re-measuring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory import Store
+from tools.bench import BenchInput, bench, default_prompts_path, load_prompt_set, method_stats, summarise
+from tools.errors import ParameterError
+
+PROMPTS = [
+    {"question_id": 1, "category": "coding", "prompt": "def x return x"},
+    {"question_id": 2, "category": "coding", "prompt": "print the value of x"},
+    {"question_id": 3, "category": "writing", "prompt": "write a function for the list"},
+]
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
+    return path
+
+
+def tiny_bench(model_dir, prompt_file, **overrides) -> BenchInput:
+    fields = dict(prompts=str(prompt_file), methods=["draft", "ngram"], target=str(model_dir), draft=str(model_dir),
+                  max_new_tokens=8, chat=False, dtype="float32", peers=True)
+    fields.update(overrides)
+    return BenchInput(**fields)
+
+
+def test_bench_summarises_per_category_and_a_rerun_measures_nothing_new(tiny_model_dir, prompt_file):
+    store = Store()
+    first = bench(tiny_bench(tiny_model_dir, prompt_file), store=store)
+    assert first["measured"] == 6 and first["reused"] == 0
+    runs = store.list_runs(limit=100)
+    assert len(runs) == 6 and {r["category"] for r in runs} == {"coding", "writing"}
+    assert all(r["settings_key"] and r["task_id"] == first["task_id"] for r in runs)
+    summary = first["summary"]
+    assert set(summary["categories"]) == {"coding", "writing"}
+    coding = [r for r in runs if r["category"] == "coding" and r["method"] == "draft"]
+    expected = sum(r["baseline_wall_time_s"] for r in coding) / sum(r["wall_time_s"] for r in coding)
+    assert summary["categories"]["coding"]["draft"]["speedup"] == pytest.approx(expected, rel=1e-12)
+    assert summary["overall"]["ngram"]["prompts"] == 3 and summary["overall"]["draft"]["identical"] == 3
+    assert set(summary["peers"]["overall"]) == {"hf_assisted", "hf_prompt_lookup"}
+    assert store.get_task(first["task_id"])["status"] == "done"
+
+    second = bench(tiny_bench(tiny_model_dir, prompt_file), store=store)
+    assert second["measured"] == 0 and second["reused"] == 6
+    assert len(store.list_runs(limit=100)) == 6
+    assert second["summary"]["overall"] == summary["overall"]
+    task = store.get_task(second["task_id"])
+    assert task["status"] == "done" and task["left"] == [] and sorted(task["run_ids"]) == sorted(first["run_ids"])
+
+    changed = bench(tiny_bench(tiny_model_dir, prompt_file, max_new_tokens=6, methods=["ngram"]), store=store)
+    assert changed["measured"] == 3  # other settings: measured again, not reused
+
+
+def test_an_interrupted_bench_resumes_with_what_is_left(tiny_model_dir, prompt_file):
+    store = Store()
+    stored = []
+
+    def progress(text: str) -> None:
+        if len(stored) >= 2:
+            raise KeyboardInterrupt
+        if text.endswith("repeat 1/1") and ("draft" in text or "ngram" in text):
+            stored.append(text)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench(tiny_bench(tiny_model_dir, prompt_file, peers=False), store=store, progress=progress)
+    task = store.list_tasks()[0]
+    done = len(store.list_runs(limit=100))
+    assert task["status"] == "unfinished" and done >= 1
+    assert len(task["left"]) == 6 - done and len(task["done"]) == done
+
+    resumed = bench(tiny_bench(tiny_model_dir, prompt_file, peers=False), store=store)
+    assert resumed["reused"] == done and resumed["measured"] == 6 - done
+
+
+def test_prompt_sets_are_read_with_category_and_limit(tmp_path):
+    rows = load_prompt_set(None)
+    assert default_prompts_path().name == "demo_prompts.jsonl"
+    categories = {r["category"] for r in rows}
+    assert {"coding", "math_reasoning", "summarization", "rag", "writing", "translation"} <= categories
+    assert len(rows) >= 12 and len({r["question_id"] for r in rows}) == len(rows)
+    one_each = load_prompt_set(None, limit=1)
+    assert len(one_each) == len(categories)
+    assert all(r["category"] == "coding" for r in load_prompt_set(None, category="coding"))
+    with pytest.raises(ParameterError, match="does not exist"):
+        load_prompt_set(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok", "category": "c"}\n{not json}\n')
+    with pytest.raises(ParameterError, match="line 2"):
+        load_prompt_set(bad)
+    with pytest.raises(ParameterError, match="no prompts selected"):
+        load_prompt_set(None, category="nope")
+
+
+def run_record(method, category, base, wall, tokens=10, steps=4, drafted=8, accepted=6, same=True, **extra):
+    return {"run_id": f"{method}-{category}-{base}", "method": method, "category": category, "prompt": f"p{base}",
+            "baseline_wall_time_s": base, "wall_time_s": wall, "speedup": base / wall, "new_tokens": tokens,
+            "steps": steps, "tokens_drafted": drafted, "tokens_accepted": accepted, "matches_baseline": same, **extra}
+
+
+def test_pooled_figures_are_total_time_ratios_and_tokens_per_forward():
+    runs = [run_record("draft", "a", 2.0, 1.0), run_record("draft", "a", 4.0, 4.0, same=False),
+            run_record("draft", "b", 3.0, 1.5)]
+    stats = method_stats(runs)
+    assert stats["speedup"] == (2.0 + 4.0 + 3.0) / (1.0 + 4.0 + 1.5)
+    assert stats["speedup_min"] == 1.0 and stats["speedup_max"] == 2.0
+    assert stats["mean_accepted_per_step"] == 30 / 15 and stats["acceptance_rate"] == 18 / 24
+    assert stats["identical"] == 2 and stats["compared"] == 3
+    summary = summarise(runs)
+    assert summary["categories"]["a"]["draft"]["speedup"] == 6.0 / 5.0
+    assert summary["overall"]["draft"]["prompts"] == 3
