@@ -35,6 +35,19 @@ def cmd_medusa_train(args) -> int:
     return 0
 
 
+def cmd_medusa_make_data(args) -> int:
+    from agent.render import err
+    from tools import models
+    from tools.medusa_data import write_distill_data
+
+    generator = models.load(args.generator, dtype=args.dtype)
+    path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                              batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m))
+    print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "generator": args.generator,
+                      "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed}))
+    return 0
+
+
 def add_medusa_commands(sub) -> None:
     p = sub.add_parser("medusa", help="Medusa heads: train them for a target")
     msub = p.add_subparsers(dest="medusa_command", required=True)
@@ -55,3 +68,14 @@ def add_medusa_commands(sub) -> None:
     t.add_argument("--yes", action="store_true", help="approve without asking")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_medusa_train)
+    d = msub.add_parser("make-data", help="write self-distillation text: chat answers to prompts built from "
+                                          "Python's own library and docs")
+    d.add_argument("--out", required=True)
+    d.add_argument("--generator", default="qwen2.5-coder-0.5b-instruct",
+                   help="model that writes the answers (same tokenizer as the target)")
+    d.add_argument("--prompts", type=int, default=240)
+    d.add_argument("--max-new-tokens", type=int, default=192)
+    d.add_argument("--batch-size", type=int, default=16)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--dtype", default="bfloat16")
+    d.set_defaults(func=cmd_medusa_make_data)

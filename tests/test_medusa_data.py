@@ -1,0 +1,28 @@
+"""Self-distillation data for Medusa heads: prompts from Python's own library, answers in chat form."""
+
+from __future__ import annotations
+
+import json
+
+from tools.medusa_data import build_prompts, write_distill_data
+
+
+def test_prompts_are_deterministic_varied_and_not_from_spec_bench(spec_bench_path):
+    prompts = build_prompts(60, seed=3)
+    assert prompts == build_prompts(60, seed=3) and prompts != build_prompts(60, seed=4)
+    assert len(prompts) == 60 == len(set(prompts))
+    assert any(p.startswith(("Write a Python function", "Implement")) for p in prompts)
+    assert any("Python" in p and p.startswith(("Explain", "What is")) for p in prompts)
+    evaluation = {json.loads(line)["prompt"] for line in spec_bench_path.read_text().splitlines()}
+    assert not evaluation & set(prompts)
+
+
+def test_answers_are_written_in_the_chat_template(tmp_path, tiny_model_dir):
+    from tools import models
+
+    generator = models.load(str(tiny_model_dir), dtype="float32")
+    generator.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    out = write_distill_data(generator, tmp_path / "data.txt", n_prompts=5, max_new_tokens=4, batch_size=2)
+    text = out.read_text()
+    assert text.count("<eos>") == 5
+    assert all(p in text for p in build_prompts(5))
