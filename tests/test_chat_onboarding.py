@@ -115,6 +115,7 @@ def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder,
     assert cut.returncode == 0 and "your answers so far are saved" in cut.stdout
     with Store() as store:
         assert store.get_answer("onboarding.method") == "draft" and not store.onboarding_complete()
+    # answers: draft model, k=2, adaptive K left at its offered default (on), 8 new tokens, temperature default
 
     rest = piped([str(tiny_model_folder), "2", "", "8", "", "def fib", "/params", "/quit"])
     assert "Which method" not in rest.stdout and "Target model" not in rest.stdout  # already answered
@@ -122,6 +123,6 @@ def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder,
     assert "Traceback" not in rest.stderr
     with Store() as store:
         assert store.get_params("draft") == {"target": str(tiny_model_folder), "draft": str(tiny_model_folder),
-                                             "k": 2, "adaptive_k": False, "max_new_tokens": 8, "temperature": 0.0}
+                                             "k": 2, "adaptive_k": True, "max_new_tokens": 8, "temperature": 0.0}
         [run] = store.list_runs()
         assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_model_folder)

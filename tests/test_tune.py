@@ -14,7 +14,7 @@ from tools.cost_curve import suggest_lookahead_params
 from tools.decoding.lookahead import LookaheadParams
 from tools.tune import SWEEP_KIND, TuneInput, best_measured_params, draft_grid, lookahead_grid, tune
 
-GRID = [{"k": 1}, {"k": 2}]
+GRID = [{"k": 1, "adaptive_k": False}, {"k": 2, "adaptive_k": False}]
 
 
 def tiny_tune(model_dir, **overrides) -> TuneInput:

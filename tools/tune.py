@@ -1,6 +1,6 @@
 """Tuning sweeps: measure a method's parameters on a few prompts on this machine and recommend the best.
 
-- draft: K = 2, 3, 4, 6, 8 and adaptive K (starting at 4);
+- draft: K = 2, 3, 4, 6, 8 fixed and adaptive K (starting at 4), the other settings as saved or default;
 - medusa: trees chain3, cpu8, cpu16 (and mc_sim_7b_63 on a GPU);
 - lookahead: a small W/N/G grid around tools.cost_curve.suggest_lookahead_params, sized to this
   machine's forward-pass cost curve (the stored one, or measured now and stored for the guidance tool).
