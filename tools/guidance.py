@@ -111,11 +111,14 @@ def draft_advice(size_b: float | None, hw: dict, target: str) -> tuple[dict, lis
                            "offline draft with the same vocabulary; its acceptance and speedup must be measured")
     else:
         reasons.append("pick a same-family draft 5-10x smaller than the target (same tokenizer and vocabulary)")
-    reasons.append(f"k={params['k']} drafted tokens per step to start; raise it only if the measured acceptance "
-                   "rate is high, and try adaptive_k=true to let k follow the acceptance")
+    reasons.append(f"start at k={params['k']} drafted tokens per step, let it adapt (adaptive_k, up to "
+                   f"{params['k_max']}) and stop a draft early when the draft's top probability is below "
+                   f"{params['draft_confidence']}: long drafts pay when acceptance is high, the early stop limits "
+                   "the waste when it is not")
     if hw["kind"] == "cpu":
         reasons.append("on a CPU a target pass over a handful of tokens costs about as much as over one, but the "
-                       "draft's own passes are not free: a cheaper draft matters more than a larger k")
+                       "draft's own passes are not free: a cheaper draft matters more than a larger k (the "
+                       "draft runs as an int8 copy by default here; the output is unchanged)")
     return params, reasons, "source defaults (Leviathan et al. 2022; Chen et al. 2023); k from specpilot's default"
 
 
