@@ -157,3 +157,17 @@ def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir
     text = open(report["markdown"]).read()
     assert all(run_id in text for run_id in result["compare"]["run_ids"])
     assert set(report["charts"]) >= {"speedup"}
+
+
+def test_the_agent_compare_fills_unset_settings_from_saved_params(tmp_path):
+    from tools.compare import CompareInput, with_saved_settings
+
+    store = Store()
+    store.save_params("draft", {"target": "my-target", "max_new_tokens": 32, "k": 3})
+    store.save_params("lookahead", {"target": "my-target", "window": 2})
+    filled = with_saved_settings(CompareInput(prompt="p", methods=["baseline", "draft", "lookahead"]), store)
+    assert filled.target == "my-target" and filled.max_new_tokens == 32
+    given = with_saved_settings(CompareInput(prompt="p", methods=["draft"], target="given"), store)
+    assert given.target == "given"
+    store.save_params("lookahead", {"target": "other"})
+    assert with_saved_settings(CompareInput(prompt="p", methods=["draft", "lookahead"]), store).target != "other"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import tools.run_tool as run_tool
-from agent.brains.offline import OfflineBrain, find_method, find_packages, find_prompt, find_topic
+from agent.brains.offline import (OfflineBrain, compare_list, find_method, find_methods, find_packages, find_prompt,
+                                  find_topic)
 from agent.loop import Session
 from memory import Store
 
@@ -161,3 +162,102 @@ def test_explain_guidance_and_deps_by_words(store):
     assert "Dependencies for lookahead" in deps and "- torch (required): ok" in deps and "lade" in deps
     assert "W=15, N=5, G=5" in s.handle("suggest lookahead parameters").text
     assert "I did not map that" in s.handle("hmm").text
+
+
+@pytest.fixture
+def compares(monkeypatch):
+    """Replace the comparison engine: returns a result shaped like tools.compare.compare's, with fixed
+    figures, a real task and two not-run reasons; returns the inputs it got."""
+    import tools.compare as compare_module
+
+    seen = []
+
+    def fake_compare(inp, store=None, progress=None, sources=None):
+        seen.append(inp)
+        task_id = store.create_task(f"compare {', '.join(inp.methods)} on {inp.prompt!r}", "compare", inp.methods)
+        figures = {"baseline": (1.0, 20.65, None, 1.0, True, None, "11111111"),
+                   "draft": (1.55, 32.0, 0.72, 2.84, True, None, "22222222"),
+                   "lookahead": (1.21, 24.99, 0.31, 1.42, False, {"position": 17, "kind": "near_tie", "margin": 0.0004},
+                                 "33333333")}
+        rows, not_run = [], {}
+        for method in inp.methods:
+            if method not in figures:
+                not_run[method] = f"no Medusa heads for this target: train them first ({method})"
+                rows.append({"method": method, "status": "not run", "reason": not_run[method],
+                             "short_reason": "no Medusa heads for this target", "run_id": None,
+                             "quality": f"not run: {not_run[method]}", "training_required": "Medusa heads (none)",
+                             "draft_required": "no"})
+                continue
+            speedup, tps, accept, per_step, same, div, run_id = figures[method]
+            quality = ("identical to baseline (64 tokens)" if same else
+                       "differs from token 17: floating-point near-tie (margin 0.0004), not an algorithm error")
+            rows.append({"method": method, "status": "measured", "reason": None, "run_id": run_id, "wall_time_s": 2.0,
+                         "tokens_per_s": tps, "speedup": speedup, "acceptance_rate": accept,
+                         "mean_accepted_per_step": per_step, "matches_baseline": same, "first_divergence": div,
+                         "new_tokens": 64, "params": {"k": 5} if method == "draft" else {}, "lossy": False,
+                         "params_source": "memory" if method == "draft" else "default", "quality": quality,
+                         "training_required": "none",
+                         "draft_required": "yes: tiny-draft" if method == "draft" else "no"})
+        measured = [r for r in rows if r["status"] == "measured"]
+        return {"task_id": task_id, "prompt": inp.prompt, "target": inp.target, "draft": "tiny-draft",
+                "medusa_heads": None, "dtype": "bfloat16", "settings": {"max_new_tokens": 64, "temperature": 0.0},
+                "repeats": 1, "rows": rows, "run_ids": [r["run_id"] for r in measured],
+                "run_ids_by_method": {r["method"]: r["run_id"] for r in measured}, "not_run": not_run, "peers": {},
+                "baseline_wall_time_s": 3.1, "baseline_tokens_per_s": 20.65,
+                "hardware": {"name": "Fake CPU (2 cores)"}, "versions": {}}
+
+    monkeypatch.setattr(compare_module, "compare", fake_compare)
+    return seen
+
+
+def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(store, compares):
+    store.save_params("draft", {"k": 5})
+    reply = session(store).handle("Compare draft model, Medusa and lookahead on the prompt "
+                                  "'Explain quantum computing', using the parameters we saved.")
+    [inp] = compares
+    assert inp.prompt == "Explain quantum computing"
+    assert inp.methods == ["baseline", "draft", "medusa", "lookahead"]
+    assert "params" not in inp.model_fields_set and inp.params == {}  # the tool takes them from memory
+    text = reply.text
+    assert "Fake CPU (2 cores)" in text and "baseline 20.65 tok/s" in text
+    lines = {line.split()[0]: line for line in text.splitlines() if line.split()}
+    assert lines["draft"].split()[:6] == ["draft", "1.55x", "32.00", "72.0%", "2.84", "identical"]
+    assert "22222222" in lines["draft"] and "yes: tiny-draft" in lines["draft"]
+    assert lines["lookahead"].split()[:5] == ["lookahead", "1.21x", "24.99", "31.0%", "1.42"]
+    assert "differs at token 17 (near-tie)" in lines["lookahead"] and "33333333" in lines["lookahead"]
+    assert "11111111" in lines["baseline"] and "not run: no Medusa heads for this target" in lines["medusa"]
+    assert "- medusa: no Medusa heads for this target: train them first (medusa)" in text  # not run, with the reason
+    assert "- draft (memory): k=5" in text
+    task_id = store.list_tasks()[0]["id"]  # the comparison's own task
+    assert f"Task {task_id}; runs: baseline 11111111, draft 22222222, lookahead 33333333." in text
+    assert f"stored as the runs of task {task_id}" in text
+
+
+def test_compare_reads_which_methods_and_asks_for_a_missing_prompt(store, compares):
+    s = session(store)
+    s.handle("compare all methods on 'def fib(n):'")
+    s.handle('/compare draft,medusa "Explain quantum computing"')
+    s.handle("medusa vs lookahead: write a sort function")
+    question = s.handle("/compare lookahead")
+    assert question.awaiting and "Which prompt should I compare lookahead on" in question.text
+    s.handle("write a haiku")
+    assert [(i.prompt, i.methods) for i in compares] == [
+        ("def fib(n):", ["baseline", "draft", "medusa", "lookahead", "ngram"]),
+        ("Explain quantum computing", ["baseline", "draft", "medusa"]),
+        ("write a sort function", ["baseline", "medusa", "lookahead"]),
+        ("write a haiku", ["baseline", "lookahead"])]
+
+
+def test_a_comparison_without_a_prompt_explains_the_trade_offs(store, compares):
+    s = session(store)
+    for text in ("compare medusa and lookahead", "how do medusa and lookahead compare?"):
+        assert "| draft model | Medusa | lookahead |" in s.handle(text).text
+    assert compares == []
+    assert "/compare [methods...] <prompt>" in s.handle("/help").text
+
+
+def test_methods_named_for_a_comparison():
+    assert find_methods("draft model, Medusa and lookahead") == ["draft", "medusa", "lookahead"]
+    assert find_methods("all the speculative decoding methods") == []
+    assert compare_list([]) == ["baseline", "draft", "medusa", "lookahead", "ngram"]
+    assert compare_list(["lookahead", "baseline", "draft"]) == ["baseline", "draft", "lookahead"]

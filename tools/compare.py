@@ -16,6 +16,8 @@ others.
 
 from __future__ import annotations
 
+import json
+
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -485,6 +487,23 @@ def demo(store=None, progress: Progress = None, max_new_tokens: int = 128, repea
     return {"compare": result, "report": report}
 
 
+SHARED_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "top_k", "seed", "dtype")
+
+
+def with_saved_settings(inp: CompareInput, store) -> CompareInput:
+    """Fill the settings the caller left out (target, draft, generation settings) from the compared
+    methods' saved parameters, where those agree; given values always win."""
+    saved = [store.get_params(m) or {} for m in inp.methods]
+    update = {}
+    for name in SHARED_SETTINGS:
+        if name in inp.model_fields_set:
+            continue
+        values = {json.dumps(p[name]) for p in saved if p.get(name) is not None}
+        if len(values) == 1:
+            update[name] = json.loads(values.pop())
+    return inp.model_copy(update=update) if update else inp
+
+
 # the agent's compare tool: registered with tool("compare_methods", CompareInput)(compare_tool) in a module
 # listed in tools.registry.TOOL_MODULES; ``ctx`` is a tools.registry.ToolContext
 def compare_tool(inp: CompareInput, ctx) -> dict:
@@ -495,6 +514,7 @@ def compare_tool(inp: CompareInput, ctx) -> dict:
     differs), the training and draft model it needs, and its run id; methods that cannot run here are
     listed with the reason. Parameters not given are those saved for each method. Report the figures
     exactly as returned, with run ids."""
+    inp = with_saved_settings(inp, ctx.store)
     result = compare(inp, store=ctx.store, progress=ctx.progress)
     result["source"] = f"measured now on this machine; stored as the runs of task {result['task_id']}"
     return result

@@ -121,8 +121,73 @@ def _curve(c: dict) -> str:
             f"{c['reasoning']} Suggested lookahead: {c['suggested_lookahead']}.")
 
 
+def _num(value, digits: int = 2, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
+
+
+def _versus_baseline(row: dict) -> str:
+    """Whether a compared method's output matched the baseline, or where it first differs."""
+    if row.get("matches_baseline") is None:
+        return "not compared (sampling)"
+    if row["matches_baseline"]:
+        return "identical"
+    div = row.get("first_divergence") or {}
+    kind = {"near_tie": " (near-tie)", "length": " (length)", "mismatch": " (mismatch)"}.get(div.get("kind"), "")
+    return f"differs at token {div.get('position')}{kind}"
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """Rows of cells as aligned plain-text columns under ``header``."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _compare(c: dict) -> str:
+    hw = (c.get("hardware") or {}).get("name", "hardware not recorded")
+    settings = c.get("settings") or {}
+    lines = [f"Compared on {hw} ({c.get('dtype')}, target {c.get('target')}, prompt {c.get('prompt')!r}, "
+             f"up to {settings.get('max_new_tokens')} new tokens, temperature {settings.get('temperature')}, median "
+             f"of {c.get('repeats')}; baseline {_num(c.get('baseline_tokens_per_s'))} tok/s):"]
+    header = ["method", "speedup", "tok/s", "acceptance", "tok/step", "output vs baseline", "training", "draft model",
+              "run id"]
+    rows = []
+    for row in c["rows"]:
+        if row.get("status") != "measured":
+            why = row.get("short_reason") or row.get("reason")
+            rows.append([row["method"], "—", "—", "—", "—", f"not run: {why}", row.get("training_required"),
+                         row.get("draft_required"), "—"])
+            continue
+        accept = row.get("acceptance_rate")
+        rows.append([row["method"], _num(row.get("speedup"), 2, "x"), _num(row.get("tokens_per_s")),
+                     "—" if accept is None else _num(accept * 100, 1, "%"), _num(row.get("mean_accepted_per_step")),
+                     _versus_baseline(row), row.get("training_required"), row.get("draft_required"), row.get("run_id")])
+    for name, peer in (c.get("peers") or {}).items():
+        same = "—" if peer.get("matches_baseline") is None else "identical" if peer["matches_baseline"] else "differs"
+        rows.append([name, _num(peer.get("speedup"), 2, "x"), _num(peer.get("tokens_per_s")), "—", "—", same,
+                     "none", "yes" if name.startswith("hf_assisted") else "no", "(in each run)"])
+    lines.append(text_table(header, rows))
+    differs = [f"- {r['method']}: {r['quality']}" for r in c["rows"]
+               if r.get("status") == "measured" and r.get("matches_baseline") is False]
+    if differs:
+        lines += ["Where the output differs from the baseline:", *differs]
+    params = [f"- {r['method']} ({r.get('params_source')}): " + ", ".join(f"{k}={v}" for k, v in r["params"].items())
+              for r in c["rows"] if r.get("status") == "measured" and r.get("params")]
+    if params:
+        lines += ["Parameters used (given, from memory, or the defaults):", *params]
+    if c.get("not_run"):
+        lines += ["Not run:", *[f"- {m}: {reason}" for m, reason in c["not_run"].items()]]
+    by_method = c.get("run_ids_by_method") or {}
+    runs = ", ".join(f"{m} {r}" for m, r in by_method.items()) or "none"
+    lines.append(f"Task {c['task_id']}; runs: {runs}.")
+    if c.get("source"):
+        lines.append(f"Source: {c['source']}.")
+    return "\n".join(lines)
+
+
 FORMATTERS = {
     "run_method": _run, "lookup_runs": _lookup, "recall": _recall, "guidance": _guidance, "check_deps": _deps,
     "explain": _explain, "install_packages": _installed, "train_medusa": _trained, "write_report": _report,
-    "share_results": _shared, "save_params": _saved, "measure_cost_curve": _curve,
+    "share_results": _shared, "save_params": _saved, "measure_cost_curve": _curve, "compare_methods": _compare,
 }

@@ -25,6 +25,15 @@ TOPIC_WORDS = {
     "lookahead": r"look[- ]?ahead|jacobi",
     "draft": r"draft|speculative|assisted",
 }
+# asking to compare methods (on a prompt: measure them; without one: explain the trade-offs)
+COMPARE_WORDS = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head)", re.IGNORECASE)
+# "speculative decoding methods" names all of them, not the draft-model method
+GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", re.IGNORECASE)
+# another request that mentions a comparison ("share the comparison", "write a report comparing ...")
+OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b",
+                           re.IGNORECASE)
+STORED_WORDS = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", re.IGNORECASE)
+LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", re.IGNORECASE)
 RUN_ID = re.compile(r"\b[0-9a-f]{8}\b")
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
 URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
@@ -32,6 +41,7 @@ INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that"}
 HELP = """I can, offline:
   run a method on a prompt       run draft: <prompt>      (/run [method] <prompt>)
+  compare methods on a prompt    compare draft and medusa on 'def fib(n):'   (/compare [methods...] <prompt>)
   look up stored figures         what was the speedup for the medusa run on that prompt?   (/runs, /lookup ID)
   suggest parameters             suggest lookahead parameters   (/guide METHOD)
   explain a method               explain medusa   (/explain draft|medusa|lookahead|tradeoffs)
@@ -64,13 +74,47 @@ def find_topic(text: str) -> str | None:
     return None
 
 
+def find_methods(text: str) -> list[str]:
+    """Every decoding method a message names (generic words such as "speculative decoding methods"
+    name none), in the order of METHOD_WORDS."""
+    text = GENERIC_METHODS.sub(" ", text)
+    return [m for m, words in METHOD_WORDS.items() if re.search(rf"\b(?:{words})\b", text, re.IGNORECASE)]
+
+
+def compare_list(named: list[str]) -> list[str]:
+    """The methods to compare: the baseline first, then those named (all of them when none is)."""
+    from tools.methods import METHOD_NAMES
+
+    named = [m for m in named if m != "baseline"]
+    return [m for m in METHOD_NAMES if m == "baseline" or not named or m in named]
+
+
+def leading_methods(text: str) -> tuple[list[str], str]:
+    """Method names (or "all") at the start of ``text``, separated by spaces or commas, and the rest."""
+    named = []
+    while match := LEADING_METHOD.match(text):
+        named.append(match.group(1).lower())
+        text = text[match.end():]
+    return [m for m in named if m != "all"], text.lstrip(" ,:")
+
+
+def unquote(text: str) -> str:
+    """``text`` without one pair of quotes around all of it."""
+    text = text.strip()
+    for left, right in (('"', '"'), ("'", "'"), ("“", "”")):
+        if len(text) > 2 and text.startswith(left) and text.endswith(right):
+            return text[1:-1].strip()
+    return text
+
+
 def find_prompt(text: str) -> str | None:
     """The prompt inside a run request: quoted text, or everything after the first colon."""
     quoted = QUOTED.search(text)
     if quoted:
         return next(g for g in quoted.groups() if g)
-    if ":" in text:
-        head, tail = text.split(":", 1)
+    colon = re.search(r":(?!//)", text)  # not the colon of a URL
+    if colon:
+        head, tail = text[:colon.start()], text[colon.end():]
         if tail.strip() and not head.lower().startswith(("http", "https")):
             return tail.strip()
     return None
@@ -128,6 +172,9 @@ class OfflineBrain:
             method = args[0] if args and args[0] in METHOD_WORDS else None
             prompt = (rest[len(args[0]):].strip() if method else rest) or None
             return self._run(session, method, prompt, again=True)
+        if command == "compare":
+            named, prompt = leading_methods(rest)
+            return self._compare(session, named, unquote(prompt) or None)
         if command in ("deps", "dependencies"):
             return self._call(session, "check_deps", {"method": find_method(rest) or "all"})
         if command in ("guide", "guidance", "suggest"):
@@ -149,8 +196,14 @@ class OfflineBrain:
     def _words(self, session: Session, text: str) -> Reply:
         low = text.lower()
         prompt = find_prompt(text)
-        if RUN_WORDS.match(text) and prompt:  # the prompt may say anything ("... install numpy"): read the rest
-            head = text.replace(prompt, " ", 1)
+        head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
+        if COMPARE_WORDS.search(head) and not OTHER_ACTIONS.search(head):
+            if prompt:
+                return self._compare(session, find_methods(head), prompt)
+            if STORED_WORDS.search(head):  # "compare the speedups of my medusa and lookahead runs"
+                return self._lookup(session, text, one_method_only=True)
+            return self._explain(session, "tradeoffs")
+        if RUN_WORDS.match(text) and prompt:  # ("run draft: ... install numpy" is a run)
             return self._run(session, find_method(head), prompt, again=_again(head.lower()))
         if re.search(r"\binstall\b", low):
             return self._install(session, find_packages(text))
@@ -220,6 +273,8 @@ class OfflineBrain:
             if pending["tool"] == "guidance":
                 return self._guidance(session, method)
             return self._run(session, method, tool_input.get("prompt"), again=tool_input.get("again", False))
+        if missing == "prompt" and pending["tool"] == "compare_methods":
+            return self._compare(session, tool_input["methods"], unquote(answer))
         if missing == "prompt":
             return self._run(session, tool_input.get("method"), answer, again=tool_input.get("again", False))
         if missing == "destination":
@@ -247,6 +302,17 @@ class OfflineBrain:
         session.last_prompt = prompt
         return self._call(session, "run_method", {"method": method, "prompt": prompt})
 
+    def _compare(self, session: Session, named: list[str], prompt: str | None) -> Reply:
+        """Compare the named methods (all when none is) with the baseline on ``prompt``; each method's
+        parameters are left to the tool, which takes those saved in memory."""
+        methods = compare_list(named)
+        if not prompt:
+            shown = ", ".join(methods[1:]) if len(methods) < len(compare_list([])) else "all methods"
+            return self._ask("compare_methods", {"methods": methods}, "prompt",
+                             f"Which prompt should I compare {shown} on (beside the baseline)?")
+        session.last_prompt = prompt
+        return self._call(session, "compare_methods", {"prompt": prompt, "methods": methods})
+
     def _already_measured(self, session: Session, method: str, prompt: str) -> str | None:
         saved = session.store.get_params(method) or {}
         for run in session.store.find_runs(method=method, prompt=prompt, limit=5):
@@ -256,13 +322,15 @@ class OfflineBrain:
                 return statement(run)
         return None
 
-    def _lookup(self, session: Session, text: str) -> Reply:
+    def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
+        """Restate stored runs; ``one_method_only``: filter by method only when the message names one."""
         tool_input: dict[str, Any] = {}
         run_id = RUN_ID.search(text.lower())
         if run_id:
             tool_input["run_id"] = run_id.group(0)
         else:
-            method = find_method(text)
+            named = find_methods(text)
+            method = named[0] if named and (len(named) == 1 or not one_method_only) else None
             if method:
                 tool_input["method"] = method
             if re.search(r"\b(that|the same|this|last|previous) prompt\b", text, re.IGNORECASE):
