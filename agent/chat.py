@@ -26,9 +26,10 @@ from tools.errors import SpecpilotError
 HISTORY_FILE = "chat_history"
 QUIT = ("/quit", "/exit", "/q")
 HELP = """Commands: /help  /params (saved parameters)  /tasks (tasks, done and not done)  /runs (stored runs)
-          /run [method] PROMPT  /lookup RUN_ID  /guide METHOD  /explain TOPIC  /deps [METHOD]
+          /run [method] PROMPT  /compare [METHODS] PROMPT  /lookup RUN_ID  /guide METHOD  /explain TOPIC  /deps [METHOD]
           /install PKG...  /train  /report  /share DEST  /quit
-Or just say what you want, e.g. "run draft: write a quicksort in Python" or
+Or just say what you want, e.g. "run draft: write a quicksort in Python",
+"compare draft, medusa and lookahead on 'Explain quantum computing'" or
 "what was the speedup for the medusa run on that prompt?"."""
 
 

@@ -28,7 +28,7 @@ DEPLOY_REQUEST = re.compile(
     r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
     r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
 
-QUOTED_TEXT = re.compile(r"\"[^\"]*\"|“[^”]*”")
+QUOTED_TEXT = re.compile(r"\"[^\"]*\"|“[^”]*”|'[^']{3,}'")  # single quotes: 3+ chars, so "don't" stays
 RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
 
 

@@ -261,3 +261,11 @@ def test_methods_named_for_a_comparison():
     assert find_methods("all the speculative decoding methods") == []
     assert compare_list([]) == ["baseline", "draft", "medusa", "lookahead", "ngram"]
     assert compare_list(["lookahead", "baseline", "draft"]) == ["baseline", "draft", "lookahead"]
+
+
+def test_a_single_quoted_prompt_that_mentions_deploying_is_not_a_deploy_request():
+    from agent.loop import is_deploy_request
+
+    assert not is_deploy_request("Compare draft and medusa on 'write a deploy script'")
+    assert is_deploy_request("deploy the medusa setup to production")
+    assert is_deploy_request("don't just measure it, serve it")
