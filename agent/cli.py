@@ -54,8 +54,9 @@ def _method_params(args) -> dict:
     """The method's own options from the command line (unset ones are left to the defaults)."""
     m = args.method
     if m == "draft":
-        return {"k": args.k, "adaptive_k": args.adaptive_k or None, "k_max": args.k_max,
-                "draft_confidence": args.draft_confidence, "draft_vocab": args.draft_vocab}
+        return {"k": args.k, "adaptive_k": args.adaptive_k, "k_max": args.k_max,
+                "draft_confidence": args.draft_confidence, "draft_vocab": args.draft_vocab,
+                "draft_quant": args.draft_quant}
     if m == "medusa":
         return {"posterior_threshold": args.posterior_threshold, "posterior_alpha": args.posterior_alpha,
                 "tree": args.tree}
@@ -101,10 +102,13 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 def add_method_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("draft model")
     g.add_argument("--k", type=int, default=None, help="draft tokens per step (1-16)")
-    g.add_argument("--adaptive-k", action="store_true", help="adapt K to acceptance")
+    g.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, default=None,
+                   help="adapt K to acceptance (default on; --no-adaptive-k for a fixed K)")
     g.add_argument("--k-max", type=int, default=None)
     g.add_argument("--draft-confidence", type=float, default=None)
     g.add_argument("--draft-vocab", type=int, default=None, help="draft over the N lowest token ids")
+    g.add_argument("--draft-quant", choices=["auto", "none", "int8"], default=None,
+                   help="int8 copy of the draft on a CPU (default auto); the output is unchanged")
     g = p.add_argument_group("medusa")
     g.add_argument("--medusa-heads", default=None, help="heads folder (default: shipped heads for the target)")
     g.add_argument("--posterior-threshold", type=float, default=None)

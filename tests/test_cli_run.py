@@ -31,6 +31,7 @@ def specpilot(*args: str, home: Path, models_dir: Path | None = None) -> subproc
 
 @pytest.mark.parametrize("method,options", [
     ("draft", ["--k", "3"]),
+    ("draft", ["--k", "2", "--no-adaptive-k", "--draft-quant", "none"]),
     ("lookahead", ["--window", "2", "--ngram", "3", "--guess", "2"]),
     ("ngram", []),
     ("baseline", []),
@@ -46,6 +47,8 @@ def test_run_json_has_every_key_and_is_stored(tiny_model_dir, specpilot_home, me
     assert record["matches_baseline"] is True and record["first_divergence"] is None
     assert record["speedup"] == pytest.approx(record["baseline_wall_time_s"] / record["wall_time_s"])
     assert record["hardware"]["name"]
+    if "--no-adaptive-k" in options:
+        assert record["params"]["adaptive_k"] is False and record["params"]["draft_quant"] == "none"
     stored = Store().get_run(record["run_id"])
     assert stored["output_ids"] == record["output_ids"] and stored["speedup"] == record["speedup"]
     shown = specpilot("runs", "show", record["run_id"], "--json", home=specpilot_home)
