@@ -7,6 +7,7 @@ the same process, alternating, after a warm-up of each. speedup = baseline time 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -23,13 +24,10 @@ from tools.decoding.types import DecodeResult, GenerationSettings
 
 def cpu_model_name() -> str:
     """The CPU's model name as the OS reports it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
