@@ -15,13 +15,13 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tools import measure, models
 from tools.compare import (Candidate, common_settings, generation_settings, make_record, measure_candidates,
                            medusa_heads_for, prepare, resolve_candidates, run_key)
 from tools.errors import ParameterError
-from tools.run_method import Method, prompt_ids_for
+from tools.run_method import PEERS_DESCRIPTION, MeasureOptions, Method, prompt_ids_for
 
 BENCH_METHODS = ["draft", "medusa", "lookahead", "ngram"]
 
@@ -31,31 +31,15 @@ def default_prompts_path() -> Path:
     return Path(__file__).resolve().parents[1] / "prompts" / "demo_prompts.jsonl"
 
 
-class BenchInput(BaseModel):
+class BenchInput(MeasureOptions):
     """A prompt set, the methods to measure on it, and the settings they all share."""
-
-    model_config = ConfigDict(extra="forbid")
 
     prompts: str | None = Field(None, description="JSONL prompt file (default: the shipped demo prompts)")
     category: str | None = Field(None, description="only this category")
     limit: int | None = Field(None, ge=1, description="at most this many prompts per category")
     methods: list[Method] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1)
-    target: str = models.DEFAULT_TARGET
-    draft: str | None = None
-    medusa_heads: str | None = None
     params: dict[str, dict] = Field(default_factory=dict, description="each method's own parameters")
-    max_new_tokens: int = Field(128, ge=1, le=4096)
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    chat: bool = True
-    dtype: str = "auto"
-    device_map: str | None = None
-    threads: int | None = Field(None, ge=1)
-    repeats: int = Field(1, ge=1, le=50)
-    warmup: int = Field(1, ge=0, le=5)
-    peers: bool = Field(False, description="also time transformers' assisted generation and prompt lookup")
+    peers: bool = Field(False, description=PEERS_DESCRIPTION)
 
 
 def load_prompt_set(path: str | Path | None, category: str | None = None, limit: int | None = None) -> list[dict]:

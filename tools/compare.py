@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from tools import measure, models, peers
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError, SpecpilotError
 from tools.methods import (METHOD_NAMES, PARAM_MODELS, MethodContext, default_medusa_heads_path, parse_params,
                            run)
-from tools.run_method import Method, RunInput, eos_ids_for, load_cached, prompt_ids_for, record_from
+from tools.run_method import (PEERS_DESCRIPTION, Method, MeasureOptions, RunInput, eos_ids_for, load_cached,
+                              prompt_ids_for, record_from)
 
 log = logging.getLogger(__name__)
 
@@ -46,31 +47,15 @@ TRAINING = {"baseline": "none", "draft": "none", "medusa": "Medusa heads", "look
 RUNNER_ERRORS = (SpecpilotError, torch.OutOfMemoryError, MemoryError)
 
 
-class CompareInput(BaseModel):
+class CompareInput(MeasureOptions):
     """One prompt, identical generation settings, several methods, each measured against the baseline."""
-
-    model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(..., min_length=1)
     methods: list[Method] = Field(default_factory=lambda: list(METHOD_NAMES), min_length=1,
                                   description="methods to compare (default: all five)")
-    target: str = models.DEFAULT_TARGET
-    draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
-    medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
     params: dict[str, dict] = Field(default_factory=dict,
                                     description="each method's own parameters; missing ones come from memory")
-    max_new_tokens: int = Field(128, ge=1, le=4096)
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    chat: bool = Field(True, description="apply the model's chat template (False: raw prompt)")
-    dtype: str = "auto"
-    device_map: str | None = None
-    threads: int | None = Field(None, ge=1)
-    repeats: int = Field(1, ge=1, le=50)
-    warmup: int = Field(1, ge=0, le=5)
-    peers: bool = Field(False, description="also time transformers' assisted generation and prompt lookup")
+    peers: bool = Field(False, description=PEERS_DESCRIPTION)
 
 
 @dataclass

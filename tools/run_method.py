@@ -22,17 +22,14 @@ log = logging.getLogger(__name__)
 Method = Literal["baseline", "draft", "medusa", "lookahead", "ngram"]
 
 
-class RunInput(BaseModel):
-    """One measured run: a method and the baseline on the same prompt and settings."""
+class MeasureOptions(BaseModel):
+    """Models and settings every measurement shares (run, compare, bench, tune); defaults live here."""
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Method
-    prompt: str = Field(..., min_length=1)
     target: str = models.DEFAULT_TARGET
-    draft: str | None = Field(None, description="draft model for method 'draft' (default: the built-in draft)")
-    medusa_heads: str | None = Field(None, description="Medusa heads folder (default: the shipped heads)")
-    params: dict = Field(default_factory=dict, description="the method's own parameters")
+    draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
+    medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
     max_new_tokens: int = Field(128, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -44,7 +41,18 @@ class RunInput(BaseModel):
     threads: int | None = Field(None, ge=1)
     repeats: int = Field(1, ge=1, le=50)
     warmup: int = Field(1, ge=0, le=5)
-    peers: bool = Field(False, description="also time transformers' assisted generation and prompt lookup")
+
+
+PEERS_DESCRIPTION = "also time transformers' assisted generation and prompt lookup"
+
+
+class RunInput(MeasureOptions):
+    """One measured run: a method and the baseline on the same prompt and settings."""
+
+    method: Method
+    prompt: str = Field(..., min_length=1)
+    params: dict = Field(default_factory=dict, description="the method's own parameters")
+    peers: bool = Field(False, description=PEERS_DESCRIPTION)
 
 
 _LOADED: dict[tuple, models.LoadedModel] = {}

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tools import measure, models
 from tools.bench import load_prompt_set, method_stats
@@ -24,7 +24,7 @@ from tools.compare import (Candidate, common_settings, generation_settings, make
                            medusa_heads_for, own_params, prepare, run_key)
 from tools.errors import ParameterError
 from tools.methods import parse_params
-from tools.run_method import prompt_ids_for
+from tools.run_method import MeasureOptions, prompt_ids_for
 
 SWEEP_KIND = "tune_sweep"
 DRAFT_KS = (2, 3, 4, 6, 8)
@@ -36,30 +36,14 @@ LOOKAHEAD_GRID_SIZE = 6
 DEFAULT_TUNE_PROMPTS = 3
 
 
-class TuneInput(BaseModel):
+class TuneInput(MeasureOptions):
     """The method to sweep, the prompts to sweep it on, and the settings every measurement shares."""
-
-    model_config = ConfigDict(extra="forbid")
 
     method: Literal["draft", "medusa", "lookahead"]
     prompts: str | None = Field(None, description="JSONL prompt file (default: the shipped demo prompts)")
     category: str | None = None
     limit: int = Field(DEFAULT_TUNE_PROMPTS, ge=1, le=100, description="prompts to sweep on (spread over categories)")
     grid: list[dict] | None = Field(None, description="settings to measure instead of the built-in sweep")
-    target: str = models.DEFAULT_TARGET
-    draft: str | None = None
-    medusa_heads: str | None = None
-    max_new_tokens: int = Field(128, ge=1, le=4096)
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    chat: bool = True
-    dtype: str = "auto"
-    device_map: str | None = None
-    threads: int | None = Field(None, ge=1)
-    repeats: int = Field(1, ge=1, le=20)
-    warmup: int = Field(1, ge=0, le=5)
 
     @property
     def peers(self) -> bool:
