@@ -17,27 +17,14 @@ import pytest
 from memory import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "def return the a of to in is for and if else print x y n i value list string function python write code"
 
 
 @pytest.fixture(scope="module")
 def tiny_model_folder(tmp_path_factory) -> Path:
     """A tiny random Qwen2 checkpoint with a word-level tokenizer, saved like any local model."""
-    from conftest import make_tiny_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from conftest import make_tiny_model_folder
 
-    folder = tmp_path_factory.mktemp("tiny-qwen")
-    vocab = {"<unk>": 0, "<eos>": 1}
-    for word in WORDS.split():
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
-    model = make_tiny_model("qwen2", layers=2, seed=0, vocab=64)
-    model.generation_config.eos_token_id = None  # run the full max_new_tokens
-    model.save_pretrained(folder)
-    return folder
+    return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen"))
 
 
 def chat_env(home: Path) -> dict:
