@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.user_message()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: what was finished is stored; rerun to continue", file=sys.stderr)
+        print("interrupted: runs and methods that finished are stored (specpilot runs list); "
+              "`specpilot bench` resumes where it stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a last guard: the user sees a message, not a traceback
         from pydantic import ValidationError
