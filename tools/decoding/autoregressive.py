@@ -13,12 +13,15 @@ import torch
 from tools.decoding import cache as kv
 from tools.decoding.sampling import make_generator, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.errors import ParameterError
 
 
 def as_input_ids(prompt_ids, device) -> torch.Tensor:
-    """Return prompt ids as a LongTensor [1, n] on ``device``."""
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
-    return ids.reshape(1, -1)
+    """Return prompt ids as a LongTensor [1, n] on ``device``; an empty prompt is a ParameterError."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)
+    if ids.shape[1] == 0:
+        raise ParameterError("the prompt is empty", hint="give at least one token")
+    return ids
 
 
 def next_token(logits: torch.Tensor, settings: GenerationSettings, generator) -> int:

@@ -375,8 +375,6 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
     device = model.device
     eos = set(settings.eos_token_ids)
     input_ids = as_input_ids(prompt_ids, device)
-    if input_ids.shape[1] == 0:
-        raise ParameterError("the prompt is empty", hint="give at least one token")
     prompt = input_ids[0].tolist()
     cache = kv.new_cache(model)
 

@@ -352,8 +352,6 @@ def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings
     generator = make_generator(settings, device)
     eos = set(settings.eos_token_ids)
     ids = as_input_ids(prompt_ids, device)
-    if ids.shape[1] == 0:
-        raise ParameterError("the prompt is empty", hint="give at least one token")
     cache = kv.new_cache(model)
 
     t0 = time.perf_counter()

@@ -116,8 +116,6 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     eos = set(settings.eos_token_ids)
     input_ids = as_input_ids(prompt_ids, device)
     prompt_len = input_ids.shape[1]
-    if prompt_len == 0:
-        raise ParameterError("the prompt is empty", hint="give at least one token")
     generator = make_generator(settings, device)
     cache = kv.new_cache(model)
     # the whole text (prompt + output) in one buffer, searched with tensor ops each step

@@ -294,8 +294,6 @@ class SpeculativeDecoder:
         if settings is not None:
             self.settings = settings
         ids = as_input_ids(prompt_ids, self.target.device)
-        if ids.shape[1] == 0:
-            raise ParameterError("the prompt is empty", hint="give at least one token")
         self._generator = make_generator(self.settings, self.target.device)
         self._cache = kv.new_cache(self.target)
         self._current_k = self._k
