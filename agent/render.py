@@ -8,16 +8,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from tools.report import fmt
+
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
-
-
-def fmt(value, digits: int = 2, suffix: str = "") -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}{suffix}"
-    return f"{value}{suffix}"
 
 
 def match_text(record: dict) -> str:

@@ -279,7 +279,8 @@ def make_charts(runs: list[dict], folder: Path, stem: str) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------- markdown
-def _f(value, digits: int = 2, suffix: str = "") -> str:
+def fmt(value, digits: int = 2, suffix: str = "") -> str:
+    """A figure for display: floats to ``digits`` places, None as a dash."""
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -306,12 +307,12 @@ def results_table(runs: list[dict]) -> list[str]:
     for r in runs:
         ratios = paired_speedups(r)
         spread = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
-        acc = _f(r["acceptance_rate"] * 100, 1, "%") if r.get("acceptance_rate") is not None else "—"
+        acc = fmt(r["acceptance_rate"] * 100, 1, "%") if r.get("acceptance_rate") is not None else "—"
         params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items() if v is not None) or "—"
         if r.get("params_source"):
             params += f" ({r['params_source']})"
-        cells = [label_of(r), r.get("run_id"), _f(r.get("wall_time_s"), 3, " s"), _f(r.get("tokens_per_s")),
-                 _f(r.get("speedup"), 2, "x") + spread, acc, _f(r.get("mean_accepted_per_step")), output_text(r),
+        cells = [label_of(r), r.get("run_id"), fmt(r.get("wall_time_s"), 3, " s"), fmt(r.get("tokens_per_s")),
+                 fmt(r.get("speedup"), 2, "x") + spread, acc, fmt(r.get("mean_accepted_per_step")), output_text(r),
                  r.get("training_required") or ("Medusa heads" if r["method"] == "medusa" else "none"),
                  r.get("draft_required") or (f"yes: {r.get('draft')}" if r["method"] == "draft" else "no"), params]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -343,9 +344,9 @@ def category_table(runs: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for cat, by in [*sorted(summary["categories"].items()), ("overall", summary["overall"])]:
         for method, s in sorted(by.items()):
-            acc = _f(s["acceptance_rate"] * 100, 1, "%") if s["acceptance_rate"] is not None else "—"
-            lines.append(f"| {_cell(cat)} | {method} | {s['prompts']} | {_f(s['speedup'], 2, 'x')} | "
-                         f"{_f(s['speedup_min'])}–{_f(s['speedup_max'])} | {_f(s['mean_accepted_per_step'])} | {acc} | "
+            acc = fmt(s["acceptance_rate"] * 100, 1, "%") if s["acceptance_rate"] is not None else "—"
+            lines.append(f"| {_cell(cat)} | {method} | {s['prompts']} | {fmt(s['speedup'], 2, 'x')} | "
+                         f"{fmt(s['speedup_min'])}–{fmt(s['speedup_max'])} | {fmt(s['mean_accepted_per_step'])} | {acc} | "
                          f"{s['identical']}/{s['compared']} |")
     return lines + [""]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from tools.registry import ToolResult
+from tools.report import fmt
 
 
 def format_result(result: ToolResult) -> str:
@@ -121,10 +122,6 @@ def _curve(c: dict) -> str:
             f"{c['reasoning']} Suggested lookahead: {c['suggested_lookahead']}.")
 
 
-def _num(value, digits: int = 2, suffix: str = "") -> str:
-    return "—" if value is None else f"{value:.{digits}f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
-
-
 def _versus_baseline(row: dict) -> str:
     """Whether a compared method's output matched the baseline, or where it first differs."""
     if row.get("matches_baseline") is None:
@@ -149,7 +146,7 @@ def _compare(c: dict) -> str:
     settings = c.get("settings") or {}
     lines = [f"Compared on {hw} ({c.get('dtype')}, target {c.get('target')}, prompt {c.get('prompt')!r}, "
              f"up to {settings.get('max_new_tokens')} new tokens, temperature {settings.get('temperature')}, median "
-             f"of {c.get('repeats')}; baseline {_num(c.get('baseline_tokens_per_s'))} tok/s):"]
+             f"of {c.get('repeats')}; baseline {fmt(c.get('baseline_tokens_per_s'))} tok/s):"]
     header = ["method", "speedup", "tok/s", "acceptance", "tok/step", "output vs baseline", "training", "draft model",
               "run id"]
     rows = []
@@ -160,12 +157,12 @@ def _compare(c: dict) -> str:
                          row.get("draft_required"), "—"])
             continue
         accept = row.get("acceptance_rate")
-        rows.append([row["method"], _num(row.get("speedup"), 2, "x"), _num(row.get("tokens_per_s")),
-                     "—" if accept is None else _num(accept * 100, 1, "%"), _num(row.get("mean_accepted_per_step")),
+        rows.append([row["method"], fmt(row.get("speedup"), 2, "x"), fmt(row.get("tokens_per_s")),
+                     "—" if accept is None else fmt(accept * 100, 1, "%"), fmt(row.get("mean_accepted_per_step")),
                      _versus_baseline(row), row.get("training_required"), row.get("draft_required"), row.get("run_id")])
     for name, peer in (c.get("peers") or {}).items():
         same = "—" if peer.get("matches_baseline") is None else "identical" if peer["matches_baseline"] else "differs"
-        rows.append([name, _num(peer.get("speedup"), 2, "x"), _num(peer.get("tokens_per_s")), "—", "—", same,
+        rows.append([name, fmt(peer.get("speedup"), 2, "x"), fmt(peer.get("tokens_per_s")), "—", "—", same,
                      "none", "yes" if name.startswith("hf_assisted") else "no", "(in each run)"])
     lines.append(text_table(header, rows))
     differs = [f"- {r['method']}: {r['quality']}" for r in c["rows"]
