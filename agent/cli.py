@@ -61,9 +61,11 @@ def _method_params(args) -> dict:
         return {"posterior_threshold": args.posterior_threshold, "posterior_alpha": args.posterior_alpha,
                 "tree": args.tree}
     if m == "lookahead":
-        return {"window": args.window, "ngram": args.ngram, "guess": args.guess}
+        return {"window": args.window, "ngram": args.ngram, "guess": args.guess,
+                "prompt_lookup": args.prompt_lookup_drafts}
     if m == "ngram":
-        return {"max_ngram_size": args.max_ngram_size, "num_candidate_tokens": args.num_candidate_tokens}
+        return {"max_ngram_size": args.max_ngram_size, "num_candidate_tokens": args.num_candidate_tokens,
+                "num_candidates": args.num_candidates}
     return {}
 
 
@@ -118,9 +120,12 @@ def add_method_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--window", type=int, default=None, help="W")
     g.add_argument("--ngram", type=int, default=None, help="N")
     g.add_argument("--guess", type=int, default=None, help="G")
+    g.add_argument("--prompt-lookup-drafts", type=int, default=None,
+                   help="prompt-lookup drafts verified with the pool each step (0: lookahead alone)")
     g = p.add_argument_group("prompt lookup (ngram)")
     g.add_argument("--max-ngram-size", type=int, default=None)
     g.add_argument("--num-candidate-tokens", type=int, default=None)
+    g.add_argument("--num-candidates", type=int, default=None, help="drafts verified per step (a token tree)")
 
 
 def cmd_run(args) -> int:

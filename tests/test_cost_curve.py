@@ -24,21 +24,30 @@ def test_flat_tokens_interpolates_where_the_budget_is_crossed():
 
 def test_cpu_curve_gets_a_small_window():
     params, reasoning = suggest_lookahead_params(CPU_CURVE)
-    assert (params.window, params.ngram, params.guess) == (3, 3, 3)
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (3, 4, 1, 0)
     assert params.tokens_per_step == 13 <= flat_tokens(CPU_CURVE)
     assert "112.0 ms" in reasoning and "13 tokens" in reasoning
 
 
+def test_curve_flat_to_32_tokens_gets_one_prompt_lookup_draft():
+    # measured on 2 CPU cores, Qwen2.5-Coder-1.5B bfloat16, 800 cached tokens: a step up past 32 tokens
+    curve = {1: 0.184, 8: 0.203, 16: 0.205, 32: 0.236, 36: 0.302, 48: 0.309}
+    params, reasoning = suggest_lookahead_params(curve)
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (5, 4, 2, 1)
+    assert params.tokens_per_step == 1 + 3 * 5 + 3 * 2 + 10 == 32
+    assert "1 prompt-lookup draft" in reasoning
+
+
 def test_flat_gpu_like_curve_gets_the_papers_shape():
     params, reasoning = suggest_lookahead_params(FLAT_CURVE)
-    assert (params.window, params.ngram, params.guess) == (7, 5, 7)
-    assert params.tokens_per_step == 57 <= 64
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (7, 5, 3, 2)
+    assert params.tokens_per_step == 1 + 4 * 7 + 4 * 3 + 20 == 61 <= 64
     assert "unlikely to pay off" not in reasoning
 
 
 def test_steep_curve_gets_the_smallest_setting_and_a_warning():
     params, reasoning = suggest_lookahead_params(STEEP_CURVE)
-    assert (params.window, params.ngram, params.guess) == (1, 2, 1)
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (1, 2, 1, 0)
     assert "unlikely to pay off" in reasoning
 
 

@@ -79,7 +79,7 @@ def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
                                                       "dtype": "bfloat16", "measured_at": "2026-01-01T00:00:00"}})
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
-    assert (params["window"], params["ngram"], params["guess"]) == (3, 3, 3)
+    assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 0)
     assert out["source"].startswith("sized to the cost curve measured on this machine")
     assert "112.0 ms for 1 token" in out["reasons"][0]
     # another machine's curve does not count

@@ -18,14 +18,8 @@ from scipy.stats import chisquare
 
 from tools.decoding import autoregressive, lookahead
 from tools.decoding import cache as kv
-from tools.decoding.lookahead import (
-    LookaheadParams,
-    NgramPool,
-    accept_greedy_candidates,
-    accept_sampling_candidates,
-    build_layout,
-    lade_status,
-)
+from tools.decoding.draft_tree import accept_sampling_tree, build_draft_tree
+from tools.decoding.lookahead import LookaheadParams, NgramPool, build_layout, lade_status, step_pattern
 from tools.decoding.sampling import warp_probs
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
@@ -67,7 +61,6 @@ def _check_counters(result, max_new_tokens, ngram):
     assert result.target_forwards == result.steps + 1
     assert len(result.accepted_per_step) == result.steps
     assert sum(result.accepted_per_step) == result.tokens_accepted
-    assert result.tokens_drafted % (ngram - 1) == 0
     assert result.tokens_accepted <= result.tokens_drafted
     assert sum(result.drafted_by_position) == result.tokens_drafted
     assert all(a <= d for a, d in zip(result.accepted_by_position, result.drafted_by_position))
@@ -82,8 +75,9 @@ def _check_counters(result, max_new_tokens, ngram):
 
 def test_default_parameters_and_tokens_per_step():
     params = LookaheadParams()
-    assert (params.window, params.ngram, params.guess) == (15, 5, 5)
-    assert params.tokens_per_step == 1 + 4 * 15 + 5 * 4 == 81
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (15, 5, 5, 2)
+    assert params.tokens_per_step == 1 + 4 * 15 + 5 * 4 + 2 * 10 == 101
+    assert LookaheadParams(prompt_lookup=0).tokens_per_step == 81
     assert params.check() is params
 
 
@@ -94,6 +88,7 @@ def test_default_parameters_and_tokens_per_step():
         ({"window": 0}, "window"),
         ({"guess": -1}, "guess"),
         ({"window": 100, "ngram": 5, "guess": 40}, "lower window or guess"),
+        ({"prompt_lookup": -1}, "prompt_lookup"),
         ({"W": 3}, "W"),
         ({"window": "wide"}, "window"),
     ],
@@ -115,9 +110,9 @@ def test_generate_checks_parameters(tiny_qwen):
 
 
 def test_layout_attention_pattern_and_positions():
-    W, N, G = 3, 4, 2
-    lay = build_layout(W, N, G)
-    assert lay.size == 1 + (N - 1) * W + G * (N - 1) == 16
+    W, N = 3, 4
+    lay = build_layout(W, N)
+    assert lay.size == 1 + (N - 1) * W == 10
 
     def x(level, col):
         return 1 + level * W + col
@@ -128,32 +123,42 @@ def test_layout_attention_pattern_and_positions():
     # level 2, column 1: level 0 up to column 1, then its own column in levels 1 and 2
     assert vis[x(2, 1)].nonzero().flatten().tolist() == [0, x(0, 0), x(0, 1), x(1, 1), x(2, 1)]
     assert lay.offsets[[x(2, 1), x(1, 1), x(0, 1), x(0, 0)]].tolist() == [4, 3, 2, 1]
-    # candidates: causal within themselves, blind to the window and to each other
-    c0, c1 = lay.verify_start, lay.verify_start + (N - 1)
-    assert vis[c0 + 2].nonzero().flatten().tolist() == [0, c0, c0 + 1, c0 + 2]
-    assert vis[c1].nonzero().flatten().tolist() == [0, c1]
-    assert lay.offsets[c1: c1 + 3].tolist() == [1, 2, 3]
-    assert lay.keep_rows[2].tolist() == [0, x(2, 0), x(2, 1), x(2, 2), *range(c0, lay.size)]
+    # draft tree nodes after the window: they see c and their ancestors, not the window
+    tree = build_draft_tree(0, [[7, 8, 9], [7, 6], [5]])
+    visible, offsets = step_pattern(lay, lay.size, tree)
+    n0 = lay.size  # node i sits at n0 + i - 1
+    assert visible.shape == (lay.size + 5, lay.size + 5)
+    assert visible[n0 + 2].nonzero().flatten().tolist() == [0, n0, n0 + 1, n0 + 2]  # 7 8 9
+    assert visible[n0 + 3].nonzero().flatten().tolist() == [0, n0, n0 + 3]  # 7 6
+    assert visible[n0 + 4].nonzero().flatten().tolist() == [0, n0 + 4]  # 5
+    assert offsets[n0:].tolist() == [1, 2, 3, 2, 1]
+    assert torch.equal(visible[:n0, :n0], lay.visible) and not visible[:n0, n0:].any()
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
-def test_every_step_row_sees_exactly_its_own_sequence(kind):
+@pytest.mark.parametrize("levels", [1, 3])
+def test_every_step_row_sees_exactly_its_own_sequence(kind, levels):
     """Each row's logits equal a plain causal run over the prompt and the tokens that row sees."""
     model = tiny(kind)
-    W, N, G = 3, 4, 2
-    lay = build_layout(W, N, G)
+    W, N = 3, 4
+    lay = build_layout(W, N)
+    n_look = 1 + levels * W
+    tree = build_draft_tree(0, [[7, 8, 9], [7, 6], [5]])
+    visible, offsets = step_pattern(lay, n_look, tree)
+    size = visible.shape[0]
     gen = torch.Generator().manual_seed(0)
-    step_ids = torch.randint(0, VOCAB, (1, lay.size), generator=gen)
+    step_ids = torch.randint(0, VOCAB, (1, size), generator=gen)
+    step_ids[0, n_look:] = torch.tensor(tree.tokens[1:])
     cache = kv.new_cache(model)
     with torch.inference_mode():
         autoregressive.prefill(model, torch.tensor([PROMPT]), cache)
         L = len(PROMPT)
-        mask = kv.tree_mask(L, lay.visible, torch.float32)
-        rows = torch.arange(lay.size)
-        logits = lookahead.forward_rows(model, step_ids, cache, (lay.offsets + L)[None], mask, rows)
-        for r in range(lay.size):
-            seen = lay.visible[r].nonzero().flatten()
-            assert lay.offsets[seen].tolist() == list(range(len(seen)))  # a contiguous sequence
+        mask = kv.tree_mask(L, visible, torch.float32)
+        rows = torch.arange(size)
+        logits = lookahead.forward_rows(model, step_ids, cache, (offsets + L)[None], mask, rows)
+        for r in range(size):
+            seen = visible[r].nonzero().flatten()
+            assert offsets[seen].tolist() == list(range(len(seen)))  # a contiguous sequence
             alone = model(torch.tensor([PROMPT + step_ids[0, seen].tolist()])).logits[0, -1]
             torch.testing.assert_close(logits[r], alone, atol=1e-4, rtol=1e-4)
 
@@ -187,16 +192,6 @@ def test_pool_with_no_guesses_stays_empty():
 
 
 # ---------------------------------------------------------------- acceptance
-
-
-def test_greedy_candidates_take_the_longest_match():
-    cands = torch.tensor([[4, 5, 9], [4, 5, 6], [3, 1, 1], [4, 5, 6]])
-    # target argmax after c is 4; after each candidate token:
-    choice = torch.tensor([[5, 6, 0], [5, 6, 7], [2, 2, 2], [5, 6, 7]])
-    assert accept_greedy_candidates(4, choice, cands) == (1, 3, 7)
-    assert accept_greedy_candidates(8, choice, cands) == (0, 0, 8)
-    assert accept_greedy_candidates(3, choice, cands) == (2, 1, 2)
-    assert accept_greedy_candidates(3, choice[:0], cands[:0]) == (0, 0, 3)
 
 
 def _chi_square_pvalue(samples: Counter, exact: dict, total: int) -> float:
@@ -236,21 +231,24 @@ class _Conditional:
 
 def _tree_samples(accept, cands, p, depth, total, seed):
     gen = torch.Generator().manual_seed(seed)
-    p_root = p(())
-    p_cand = torch.stack([torch.stack([p(tuple(c[: d + 1])) for d in range(depth)]) for c in cands])
+    tree = build_draft_tree(-1, [list(c) for c in cands])
+    prefix = {0: ()}
+    for i in range(1, tree.size):
+        prefix[i] = prefix[tree.parents[i]] + (tree.tokens[i],)
     counts = Counter()
     for _ in range(total):
-        g, m, nxt = accept(p_root, lambda gi, d: p_cand[gi, d], cands, gen)
-        seq = tuple(cands[g][:m]) + (nxt,)
+        node, nxt = accept(tree, lambda i: p(prefix[i]), gen)
+        seq = prefix[node] + (nxt,)
         while len(seq) < depth + 1:  # continue autoregressively to a fixed length
             seq += (int(torch.multinomial(p(seq), 1, generator=gen)),)
         counts[seq] += 1
     return counts
 
 
-def _first_candidate_always(p_root, p_after, cands, gen):
-    """A wrong verifier (accepts the first candidate's first token outright), as a control."""
-    return 0, 1, int(torch.multinomial(p_after(0, 0), 1, generator=gen))
+def _first_candidate_always(tree, p_at, gen):
+    """A wrong verifier (accepts the first draft's first token outright), as a control."""
+    node = tree.children[0][0]
+    return node, int(torch.multinomial(p_at(node), 1, generator=gen))
 
 
 def test_sampling_candidates_are_lossless():
@@ -265,7 +263,7 @@ def test_sampling_candidates_are_lossless():
             for c in range(vocab):
                 for d in range(vocab):
                     exact[(a, b, c, d)] = p.prob((a, b, c, d))
-    counts = _tree_samples(accept_sampling_candidates, cands, p, depth, total, seed=2)
+    counts = _tree_samples(accept_sampling_tree, cands, p, depth, total, seed=2)
     assert _chi_square_pvalue(counts, exact, total) > 1e-3
     # the test can fail: a biased verifier is caught
     wrong = _tree_samples(_first_candidate_always, cands, p, depth, 3000, seed=3)
@@ -279,6 +277,7 @@ PARAMS = st.fixed_dictionaries({
     "ngram": st.integers(2, 5),
     "guess": st.integers(0, 4),
     "pool_from_prompt": st.booleans(),
+    "prompt_lookup": st.integers(0, 3),
 })
 PROMPTS = st.one_of(
     st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=16),
@@ -303,7 +302,7 @@ def test_default_parameters_match_the_baseline(kind):
     expected = _baseline(model, REPEATING, 48).output_ids
     result = _lookahead(model, REPEATING, 48)
     assert result.output_ids == expected
-    assert result.extra["window"] == 15 and result.extra["tokens_per_step"] == 81
+    assert result.extra["window"] == 15 and result.extra["tokens_per_step"] == 101
     _check_counters(result, 48, 5)
 
 
@@ -313,7 +312,7 @@ def test_jacobi_window_finds_ngrams_on_repetitive_output(kind):
     model = bigram_model(kind)
     expected = _baseline(model, REPEATING, 64).output_ids
     assert len(set(expected[-24:])) < 12  # the greedy output repeats
-    result = _lookahead(model, REPEATING, 64, window=4, ngram=4, guess=3, pool_from_prompt=False)
+    result = _lookahead(model, REPEATING, 64, window=4, ngram=4, guess=3, pool_from_prompt=False, prompt_lookup=0)
     assert result.output_ids == expected
     assert result.tokens_accepted > 0
     assert result.steps < 63
@@ -326,18 +325,34 @@ def test_prompt_seeded_pool_accepts_on_a_repeating_prompt():
     cycle = _baseline(model, [5], 40).output_ids[-12:]
     prompt = cycle * 3
     expected = _baseline(model, prompt, 40).output_ids
-    result = _lookahead(model, prompt, 40, window=2, ngram=4, guess=2, pool_from_prompt=True)
+    result = _lookahead(model, prompt, 40, window=2, ngram=4, guess=2, pool_from_prompt=True, prompt_lookup=0)
     assert result.output_ids == expected
     assert result.tokens_accepted >= 20
     assert result.mean_accepted_per_step > 2.0
 
 
+def test_prompt_lookup_drafts_are_verified_with_the_pool():
+    """Drafts copied from a repeating prompt are accepted from the first step, also in warm-up."""
+    model = bigram_model()
+    cycle = _baseline(model, [5], 40).output_ids[-12:]
+    prompt = cycle * 3
+    expected = _baseline(model, prompt, 40).output_ids
+    result = _lookahead(model, prompt, 40, window=2, ngram=4, guess=2, prompt_lookup=1)
+    assert result.output_ids == expected
+    assert result.accepted_per_step[0] > 0  # a warm-up step, so the draft came from prompt lookup
+    assert result.mean_accepted_per_step > 4.0
+    _check_counters(result, 40, 4)
+    alone = _lookahead(model, prompt, 40, window=2, ngram=4, guess=2, prompt_lookup=0)
+    assert alone.accepted_per_step[0] == 0 and alone.steps > result.steps
+
+
 def test_warmup_steps_verify_nothing():
     model = bigram_model()
     prompt = _baseline(model, [5], 40).output_ids * 2  # the pool has candidates from the start
-    result = _lookahead(model, prompt, 4, window=3, ngram=5, guess=3)  # 3 decode steps, all warm-up
+    # 3 decode steps, all warm-up
+    result = _lookahead(model, prompt, 4, window=3, ngram=5, guess=3, prompt_lookup=0)
     assert result.steps == 3 and result.tokens_drafted == 0 and result.extra["warmup_steps"] == 3
-    longer = _lookahead(model, prompt, 12, window=3, ngram=5, guess=3)
+    longer = _lookahead(model, prompt, 12, window=3, ngram=5, guess=3, prompt_lookup=0)
     assert longer.tokens_drafted > 0
     assert longer.accepted_per_step[:3] == [0, 0, 0]
 
@@ -382,7 +397,7 @@ def test_sampling_matches_the_models_distribution():
     vocab, total = 8, 1500
     model = make_tiny_model("qwen2", layers=1, seed=3, vocab=vocab)
     prompt = [1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 7, 0, 1, 5, 6]
-    params = LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True)
+    params = LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True, prompt_lookup=2)
     base = dict(max_new_tokens=3, temperature=1.3, top_p=0.95)
     with torch.inference_mode():
         seqs = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from tools.decoding import autoregressive, prompt_lookup
-from tools.decoding.prompt_lookup import PromptLookupParams, accept_sampling_onehot, find_candidates
+from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.decoding.prompt_lookup import PromptLookupParams, accept_sampling_onehot, find_candidate_set, find_candidates
 from tools.decoding.sampling import warp_probs
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
@@ -57,7 +58,10 @@ def _check_counters(result, max_new_tokens):
     assert sum(result.accepted_per_step) == result.tokens_accepted <= result.tokens_drafted
     assert sum(result.drafted_by_position) == result.tokens_drafted
     assert sum(result.accepted_by_position) == result.tokens_accepted
-    assert result.drafted_by_position == sorted(result.drafted_by_position, reverse=True)
+    if result.extra["num_candidates"] == 1 or not result.extra["multi_draft_steps"]:
+        # one draft per step: a draft reaching position j also covers every earlier one
+        assert result.drafted_by_position == sorted(result.drafted_by_position, reverse=True)
+    assert all(a <= d for a, d in zip(result.accepted_by_position, result.drafted_by_position))
     assert result.accepted_by_position == sorted(result.accepted_by_position, reverse=True)
     assert len(result.output_ids) <= max_new_tokens
     if result.stopped_by == "length":
@@ -70,6 +74,7 @@ def _check_counters(result, max_new_tokens):
 def test_defaults():
     params = PromptLookupParams()
     assert (params.max_ngram_size, params.min_ngram_size, params.num_candidate_tokens) == (3, 1, 10)
+    assert params.num_candidates == 3
 
 
 @pytest.mark.parametrize(
@@ -79,6 +84,8 @@ def test_defaults():
         ({"max_ngram_size": 1, "min_ngram_size": 2}, "max_ngram_size"),
         ({"num_candidate_tokens": 0}, "num_candidate_tokens"),
         ({"num_candidate_tokens": 1000}, "num_candidate_tokens"),
+        ({"num_candidates": 0}, "num_candidates"),
+        ({"num_candidates": 100}, "num_candidates"),
         ({"ngram": 3}, "ngram"),
     ],
 )
@@ -134,6 +141,92 @@ def test_min_ngram_size_limits_weak_matches():
     assert _draft(tokens, num_candidate_tokens=2, min_ngram_size=2) == []
 
 
+def _drafts(tokens, limit=None, **params):
+    return find_candidate_set(torch.tensor(tokens), PromptLookupParams(**params), limit)
+
+
+def test_candidate_set_takes_different_continuations_of_the_same_ngram():
+    tokens = [1, 2, 7, 8, 0, 1, 2, 5, 6, 0, 1, 2, 7, 9, 0, 3, 1, 2]
+    # "1 2" occurred three times: most recent full continuations first, repeats of a prefix skipped
+    assert _drafts(tokens, num_candidate_tokens=2, max_ngram_size=2) == [[7, 9], [5, 6], [7, 8]]
+    assert _drafts(tokens, num_candidate_tokens=2, max_ngram_size=2, num_candidates=2) == [[7, 9], [5, 6]]
+    assert _drafts(tokens, num_candidate_tokens=1, max_ngram_size=2) == [[7], [5]]  # [7] twice
+    assert _drafts(tokens, num_candidate_tokens=2, max_ngram_size=2, num_candidates=1) == [
+        _draft(tokens, num_candidate_tokens=2, max_ngram_size=2)]
+    # only the longest matching n-gram's occurrences are used
+    assert _drafts(tokens, num_candidate_tokens=2) == [[7, 9], [5, 6], [7, 8]]
+    assert _drafts([0, 3, 1, 2, 4, 3, 1, 2, 9, 1, 3, 1, 2], num_candidate_tokens=2) == [[9, 1], [4, 3]]
+    assert _drafts([1, 2, 3]) == [] and _drafts([1, 2, 1], limit=0) == []
+
+
+def test_draft_tree_merges_shared_prefixes():
+    tree = build_draft_tree(5, [[1, 2, 3], [1, 4], [6]])
+    assert tree.tokens == [5, 1, 2, 3, 4, 6]
+    assert tree.parents == [-1, 0, 1, 2, 1, 0]
+    assert tree.depths == [0, 1, 2, 3, 2, 1]
+    assert tree.children == [[1, 5], [2, 4], [3], [], [], []]
+    assert not tree.is_chain and build_draft_tree(5, [[1, 2]]).is_chain and build_draft_tree(5, []).size == 1
+    vis = tree.visible()
+    assert vis[3].tolist() == [True, True, True, True, False, False]
+    assert vis[4].tolist() == [True, True, False, False, True, False]
+    assert vis[5].tolist() == [True, False, False, False, False, True]
+    assert tree.path_to(3) == [0, 1, 2, 3] and tree.path_to(4) == [0, 1, 4] and tree.path_to(0) == [0]
+
+
+def test_greedy_tree_acceptance_follows_the_targets_choices():
+    tree = build_draft_tree(5, [[1, 2, 3], [1, 4], [6]])
+    #           node: 0  1  2  3  4  5   (choice[i] = target's argmax after node i)
+    assert accept_greedy_tree(tree, [1, 4, 0, 0, 8, 0]) == (4, 8)  # 1 then 4, then the target's 8
+    assert accept_greedy_tree(tree, [1, 2, 3, 7, 0, 0]) == (3, 7)  # the whole first draft
+    assert accept_greedy_tree(tree, [6, 0, 0, 0, 0, 9]) == (5, 9)
+    assert accept_greedy_tree(tree, [2, 2, 3, 7, 0, 0]) == (0, 2)  # nothing kept
+
+
+def test_tree_rejection_sampling_is_lossless():
+    """Two levels of branching drafts: the kept tokens plus the next one, continued to 3 tokens,
+    follow p exactly; trying children without renormalising is caught by the same test."""
+    vocab, total = 4, 12000
+    torch.manual_seed(1)
+    table = {}
+
+    def p(prefix):
+        if prefix not in table:
+            table[prefix] = torch.distributions.Dirichlet(torch.full((vocab,), 2.0)).sample()
+        return table[prefix]
+
+    exact = {s: float(p(())[s[0]] * p(s[:1])[s[1]] * p(s[:2])[s[2]])
+             for s in itertools.product(range(vocab), repeat=3)}
+    tree = build_draft_tree(-1, [[0, 1], [0, 2], [3, 3]])
+    prefixes = {0: ()}
+    for i in range(1, tree.size):
+        prefixes[i] = prefixes[tree.parents[i]] + (tree.tokens[i],)
+
+    def naive(tree, p_at, gen):  # keeps child x with probability p(x), without renormalising
+        node = 0
+        while True:
+            dist = p_at(node)
+            for child in tree.children[node]:
+                if float(torch.rand(1, generator=gen)) < float(dist[tree.tokens[child]]):
+                    node = child
+                    break
+            else:
+                return node, int(torch.multinomial(dist, 1, generator=gen))
+
+    def samples(accept, n, seed):
+        gen = torch.Generator().manual_seed(seed)
+        counts = Counter()
+        for _ in range(n):
+            node, nxt = accept(tree, lambda i: p(prefixes[i]), gen)
+            seq = prefixes[node] + (nxt,)
+            while len(seq) < 3:
+                seq += (int(torch.multinomial(p(seq), 1, generator=gen)),)
+            counts[seq[:3]] += 1
+        return counts
+
+    assert _pvalue(samples(accept_sampling_tree, total, 1), exact, total) > 1e-3
+    assert _pvalue(samples(naive, total, 2), exact, total) < 1e-6
+
+
 # ---------------------------------------------------------------- greedy == baseline
 
 PROMPTS = st.one_of(
@@ -145,12 +238,12 @@ PROMPTS = st.one_of(
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["qwen2", "llama", "bigram"]), prompt=PROMPTS,
        max_ngram=st.integers(1, 4), min_ngram=st.integers(1, 2), k=st.integers(1, 12),
-       max_new_tokens=st.integers(1, 40))
-def test_greedy_output_equals_the_baseline(kind, prompt, max_ngram, min_ngram, k, max_new_tokens):
+       drafts=st.integers(1, 4), max_new_tokens=st.integers(1, 40))
+def test_greedy_output_equals_the_baseline(kind, prompt, max_ngram, min_ngram, k, drafts, max_new_tokens):
     model = bigram_model() if kind == "bigram" else tiny(kind)
     expected = _baseline(model, prompt, max_new_tokens).output_ids
     result = _lookup(model, prompt, max_new_tokens, max_ngram_size=max(max_ngram, min_ngram),
-                     min_ngram_size=min_ngram, num_candidate_tokens=k)
+                     min_ngram_size=min_ngram, num_candidate_tokens=k, num_candidates=drafts)
     assert result.output_ids == expected
     _check_counters(result, max_new_tokens)
 
@@ -263,11 +356,13 @@ def test_sampling_matches_the_models_distribution():
         for c in range(vocab):
             exact[(a, b, c)] = float(probs[i, 0, a] * probs[i, 1, b] * probs[i, 2, c])
     counts, accepted, rejected = Counter(), 0, 0
-    params = PromptLookupParams(max_ngram_size=2, num_candidate_tokens=2)
+    params = PromptLookupParams(max_ngram_size=2, num_candidate_tokens=2, num_candidates=3)
+    multi = 0
     for seed in range(total):
         result = prompt_lookup.generate(model, prompt, GenerationSettings(**base, seed=seed), params)
         counts[tuple(result.output_ids)] += 1
         accepted += result.tokens_accepted
         rejected += result.tokens_drafted - result.tokens_accepted
-    assert accepted > 50 and rejected > 50
+        multi += result.extra["multi_draft_steps"]
+    assert accepted > 50 and rejected > 50 and multi > 50
     assert _pvalue(counts, exact, total) > 1e-3

@@ -109,7 +109,8 @@ def test_the_sweeps_cover_the_documented_settings():
     cpu_like = {1: 0.10, 2: 0.10, 4: 0.105, 8: 0.12, 16: 0.15, 32: 0.20, 64: 0.30}
     grid = lookahead_grid(cpu_like)
     suggested, _ = suggest_lookahead_params(cpu_like)
-    assert grid[0] == {"window": suggested.window, "ngram": suggested.ngram, "guess": suggested.guess}
+    assert grid[0] == {"window": suggested.window, "ngram": suggested.ngram, "guess": suggested.guess,
+                       "prompt_lookup": suggested.prompt_lookup}
     assert 2 <= len(grid) <= 6 and len({json.dumps(g, sort_keys=True) for g in grid}) == len(grid)
     for g in grid:
         LookaheadParams(**g).check()

@@ -17,6 +17,7 @@ import torch
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import sync
 from tools.decoding.lookahead import MAX_STEP_TOKENS, LookaheadParams
+from tools.decoding.prompt_lookup import PromptLookupParams
 from tools.errors import ParameterError
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -79,28 +80,43 @@ def flat_tokens(curve: dict[int, float], budget: float = FLAT_BUDGET) -> int:
     return best
 
 
-def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGET) -> tuple[LookaheadParams, str]:
-    """Pick W/N/G whose tokens per step, 1 + (N-1)*W + G*(N-1), fit the near-flat part of ``curve``.
+def _widest_window(room: int, ngram: int) -> int:
+    """The widest W >= N-1 whose 1 + (N-1)*(W + G) tokens, G = max(1, W // 2), fit in ``room`` (0 if none)."""
+    width = 0
+    w = ngram - 1
+    while 1 + (ngram - 1) * (w + max(1, w // 2)) <= room:
+        width = w
+        w += 1
+    return width
 
-    Rule: the largest N (up to 5, the paper's choice) for which a window W >= N-1 fits with G = W
-    (the paper's guess set size); failing that N=2 with the widest W = G that fits. Returns the
-    parameters and a sentence of reasoning with the measured numbers.
+
+def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGET) -> tuple[LookaheadParams, str]:
+    """Pick W/N/G and the prompt-lookup drafts whose tokens per step fit the near-flat part of ``curve``.
+
+    Rule: reserve one 10-token prompt-lookup draft when at least 21 tokens fit (two when 61 do);
+    then the largest N (up to 5, the paper's choice) whose window W >= N-1 fits with a pool guess
+    set G = W // 2 (at least 1: on most steps few pool n-grams start with the current token, the
+    window is what finds new ones); failing that N=2 with the widest W. Returns the parameters and
+    a sentence of reasoning with the measured numbers.
     """
     tokens = min(flat_tokens(curve, budget), MAX_STEP_TOKENS)
     t1 = curve[min(curve)]
+    lookup = 2 if tokens >= 61 else 1 if tokens >= 21 else 0
+    room = tokens - lookup * PromptLookupParams().num_candidate_tokens
     for ngram in range(MAX_SUGGESTED_NGRAM, 1, -1):
-        width = (tokens - 1) // (2 * (ngram - 1))
-        if width >= max(1, ngram - 1):
+        width = _widest_window(room, ngram)
+        if width:
             break
     else:
-        ngram, width = 2, max(1, (tokens - 1) // 2)
-    params = LookaheadParams(window=width, ngram=ngram, guess=width).check()
+        ngram, width = 2, max(1, _widest_window(room, 2))
+    params = LookaheadParams(window=width, ngram=ngram, guess=max(1, width // 2), prompt_lookup=lookup).check()
     cost = _interpolate(curve, params.tokens_per_step) / t1
+    drafts = f" and {lookup} prompt-lookup draft{'s' if lookup > 1 else ''}" if lookup else ""
     reasoning = (
         f"one forward pass costs {t1 * 1000:.1f} ms for 1 token; up to about {tokens} tokens it stays "
-        f"within {budget:.2f}x of that. W={width}, N={ngram}, G={width} put {params.tokens_per_step} tokens "
-        f"in each step (about {cost:.2f}x a one-token pass), so each step must accept about "
-        f"{max(0.0, cost - 1):.2f} extra tokens to pay off."
+        f"within {budget:.2f}x of that. W={width}, N={ngram}, G={params.guess}{drafts} put at most "
+        f"{params.tokens_per_step} tokens in each step (about {cost:.2f}x a one-token pass), so each step must "
+        f"accept about {max(0.0, cost - 1):.2f} extra tokens to pay off."
     )
     if tokens < 4:
         reasoning += " The curve rises almost at once here: lookahead decoding is unlikely to pay off on this hardware."

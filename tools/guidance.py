@@ -155,8 +155,11 @@ def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str
 def ngram_advice() -> tuple[dict, list[str], str]:
     params = _defaults("ngram")
     return params, ["prompt lookup copies continuations of n-grams found in the prompt: it pays off when the "
-                    "output repeats the input (code edits, summaries, extraction) and costs little otherwise"], \
-        "specpilot's defaults (as in transformers' prompt lookup decoding)"
+                    "output repeats the input (code edits, summaries, extraction) and costs little otherwise",
+                    "num_candidates verifies several continuations of the same n-gram in one pass (a token tree): "
+                    "nearly free where a pass over ~30 tokens costs little more than one; set it to 1 for a single "
+                    "draft as transformers does"], \
+        "specpilot's defaults (3-gram matches, 10-token drafts, 3 drafts per step; transformers uses 2, 10, 1)"
 
 
 @tool("guidance", GuidanceInput)

@@ -74,7 +74,8 @@ def medusa_grid(on_gpu: bool) -> list[dict]:
 
 
 def lookahead_grid(curve: dict[int, float]) -> list[dict]:
-    """The cost-curve suggestion first, then neighbours (W±1, N±1, 2W), all valid and distinct."""
+    """The cost-curve suggestion first, then neighbours (W±1, N±1, 2W; G = W // 2 and the suggested
+    prompt-lookup drafts), all valid and distinct."""
     from tools.cost_curve import suggest_lookahead_params
     from tools.decoding.lookahead import LookaheadParams
 
@@ -85,7 +86,7 @@ def lookahead_grid(curve: dict[int, float]) -> list[dict]:
     for width, ngram in shapes:
         if width < 1 or ngram < 2:
             continue
-        params = {"window": width, "ngram": ngram, "guess": width}
+        params = {"window": width, "ngram": ngram, "guess": max(1, width // 2), "prompt_lookup": best.prompt_lookup}
         try:
             LookaheadParams(**params).check()
         except ParameterError:

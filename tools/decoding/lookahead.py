@@ -9,32 +9,40 @@ Each step is ONE forward pass of the target over three parts, laid out in this o
   1..l, so every column is a contiguous diagonal sequence (the paper's 2-D window). The argmax
   outputs of the newest level form the next level (Jacobi iteration); each column then yields one
   n-gram (level 0..N-2 tokens and the new output) for the pool;
-- the verification branch: up to G n-grams from the pool whose first token equals ``c``; each
-  candidate's N-1 continuation tokens sit at positions p+1.. and see the prefix, ``c`` and their
-  own earlier tokens only.
+- the verification branch: up to G n-grams from the pool whose first token equals ``c`` and, with
+  ``prompt_lookup`` > 0, that many prompt-lookup drafts (what followed earlier occurrences of the
+  text's last 3 tokens, up to 10 tokens; tools.decoding.prompt_lookup). The drafts are merged into
+  a token tree (shared prefixes verified once); each node sits at position p + its depth and sees
+  the prefix, ``c`` and its ancestors only.
 
 The pool keys n-grams by their first token and keeps at most G per key, replacing the least
-recently used. The first N-2 steps fill the window level by level (warm-up) and verify nothing.
-With ``pool_from_prompt`` the pool also starts with the prompt's n-grams and takes in the
-generated output's n-grams (lade's POOL_FROM_PROMPT): free candidates on summarisation and RAG.
+recently used. The first N-2 steps fill the window level by level (warm-up) and verify only
+prompt-lookup drafts. With ``pool_from_prompt`` the pool also starts with the prompt's n-grams and
+takes in the generated output's n-grams (lade's POOL_FROM_PROMPT).
 
-Acceptance keeps the output exact:
+Why prompt-lookup drafts in the verification branch: the Jacobi pool guesses well on repetitive
+output, prompt lookup on output that copies its input (summaries, RAG answers); both are
+deterministic guesses verified by the same pass, so a step is worth the better of the two at the
+cost of a few more tokens in the pass (nearly free on hardware whose cost curve is flat there).
+``prompt_lookup=0`` is lookahead decoding as published.
 
-- greedy: the longest candidate prefix equal to the target's argmax is kept, then the target's
-  next token (the same tokens autoregressive greedy decoding produces);
-- sampling: at each depth the candidates' tokens x are tried in turn and x is kept with
-  probability p(x); on rejection p(x) is zeroed and p renormalised before the next candidate's
-  token; when every candidate is rejected the token is sampled from what is left of p. Each
-  candidate is a deterministic proposal (q = one-hot), so this is rejection sampling with the
-  residual max(0, p - q) renormalised, repeated: lossless in distribution.
+Acceptance keeps the output exact (tools.decoding.draft_tree):
 
-After each step the KV cache keeps only ``c`` and the accepted candidate tokens.
+- greedy: the deepest tree node whose every token equals the target's argmax after its parent is
+  kept with its ancestors, then the target's next token (the tokens greedy decoding produces);
+- sampling: at each node the children's distinct tokens x are tried in turn, x kept with
+  probability p(x); on rejection p(x) is zeroed and p renormalised before the next child; when
+  every child is rejected the token is sampled from what is left of p. Each draft is a
+  deterministic proposal (q = one-hot), so this is rejection sampling with the residual
+  max(0, p - q) renormalised, repeated: lossless in distribution.
 
-Counters: ``tokens_drafted`` = guessed tokens verified (candidates x (N-1) per step),
-``tokens_accepted`` = accepted guessed tokens, so the acceptance rate is accepted guessed tokens /
-guessed tokens verified. Mean tokens per step (the compression ratio) is new tokens / target
-forward passes (``DecodeResult.mean_accepted_per_step``); ``extra["tokens_per_decode_step"]``
-leaves the prefill out.
+After each step the KV cache keeps only ``c`` and the accepted draft tokens.
+
+Counters: ``tokens_drafted`` = draft-tree nodes verified, ``tokens_accepted`` = accepted draft
+tokens, so the acceptance rate is accepted guessed tokens / guessed tokens verified. Mean tokens
+per step (the compression ratio) is new tokens / target forward passes
+(``DecodeResult.mean_accepted_per_step``); ``extra["tokens_per_decode_step"]`` leaves the prefill
+out.
 """
 
 from __future__ import annotations
@@ -46,7 +54,6 @@ import inspect
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -56,7 +63,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
-from tools.decoding.sampling import make_generator, sample, warp_probs
+from tools.decoding.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.decoding.prompt_lookup import MAX_CANDIDATES, PromptLookupParams, find_candidate_set
+from tools.decoding.sampling import make_generator, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ParameterError
 
@@ -71,12 +80,19 @@ class LookaheadParams(BaseModel):
     window: int = Field(15, description="W: columns of the lookahead window (parallel Jacobi trajectories)")
     ngram: int = Field(5, description="N: n-gram size; the window has N-1 levels, candidates N-1 tokens")
     guess: int = Field(5, description="G: n-grams kept per first token and verified per step at most")
-    pool_from_prompt: bool = Field(True, description="also seed the n-gram pool from the prompt and the output")
+    pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
+    prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
+                                              "with the pool's n-grams each step; 0 for lookahead alone")
+
+    def lookup_params(self) -> PromptLookupParams | None:
+        """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
+        return PromptLookupParams(num_candidates=self.prompt_lookup) if self.prompt_lookup else None
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1)."""
-        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1)
+        """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1) + the prompt-lookup drafts."""
+        extra = self.prompt_lookup * PromptLookupParams().num_candidate_tokens
+        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1) + extra
 
     def check(self) -> LookaheadParams:
         """Return self, or raise ParameterError naming the parameter to change."""
@@ -86,9 +102,12 @@ class LookaheadParams(BaseModel):
             raise ParameterError(f"window (W) must be at least 1, got {self.window}", hint="try window=15")
         if self.guess < 0:
             raise ParameterError(f"guess (G) must be 0 or more, got {self.guess}", hint="try guess=5")
+        if not 0 <= self.prompt_lookup <= MAX_CANDIDATES:
+            raise ParameterError(f"prompt_lookup must be from 0 to {MAX_CANDIDATES}, got {self.prompt_lookup}",
+                                 hint="try prompt_lookup=2, or 0 for lookahead alone")
         if self.tokens_per_step > MAX_STEP_TOKENS:
             raise ParameterError(
-                f"W={self.window}, N={self.ngram}, G={self.guess} put 1 + (N-1)*W + G*(N-1) = "
+                f"W={self.window}, N={self.ngram}, G={self.guess} put 1 + (N-1)*W + G*(N-1) (+ drafts) = "
                 f"{self.tokens_per_step} tokens in each forward pass; the limit is {MAX_STEP_TOKENS}",
                 hint="lower window or guess (or ngram, which multiplies both)",
             )
@@ -148,38 +167,29 @@ class NgramPool:
 # ---------------------------------------------------------------------------------------- layout
 @dataclass(frozen=True)
 class StepLayout:
-    """The fixed token layout of one step: [c, level 0 .. level N-2 (W each), G candidates (N-1 each)].
+    """The lookahead branch's fixed layout: [c, level 0 .. level N-2 (W tokens each)].
 
     ``visible`` [size, size] says which step token sees which; ``offsets`` [size] are positions
-    relative to ``c``. Fewer levels (warm-up) or fewer candidates use a leading slice of both.
-    ``keep_rows[l]`` lists the rows whose logits a step needs when level l is the newest:
-    ``c``, level l, then all candidate rows (slice it to the candidates present).
+    relative to ``c``. Fewer levels (warm-up) use a leading slice of both.
     """
 
     window: int
     ngram: int
-    guess: int
     visible: torch.Tensor
     offsets: torch.Tensor
-    keep_rows: tuple[torch.Tensor, ...]
 
     @property
     def size(self) -> int:
         return self.visible.shape[0]
 
-    @property
-    def verify_start(self) -> int:
-        """Index of the first candidate token."""
-        return 1 + (self.ngram - 1) * self.window
-
     def level_start(self, level: int) -> int:
         return 1 + level * self.window
 
 
-def build_layout(window: int, ngram: int, guess: int, device="cpu") -> StepLayout:
-    """Build the attention pattern, position offsets and logit rows of a lookahead step (pure)."""
-    W, levels, depth = window, ngram - 1, ngram - 1
-    size = 1 + levels * W + guess * depth
+def build_layout(window: int, ngram: int) -> StepLayout:
+    """Build the attention pattern and position offsets of the lookahead branch (pure, on the CPU)."""
+    W, levels = window, ngram - 1
+    size = 1 + levels * W
     visible = torch.zeros(size, size, dtype=torch.bool)
     offsets = torch.zeros(size, dtype=torch.long)
     visible[:, 0] = True  # everything sees the current token
@@ -191,75 +201,22 @@ def build_layout(window: int, ngram: int, guess: int, device="cpu") -> StepLayou
         visible[rows[:, None], (1 + col)[None, :]] = causal_w  # level 0 up to its own column
         for lower in range(1, level + 1):  # its own column in levels 1..level
             visible[rows, 1 + lower * W + col] = True
-    causal_d = torch.tril(torch.ones(depth, depth, dtype=torch.bool))
-    verify_start = 1 + levels * W
-    for g in range(guess):
-        rows = verify_start + g * depth + torch.arange(depth)
-        offsets[rows] = 1 + torch.arange(depth)
-        visible[rows[:, None], rows[None, :]] = causal_d
-    cand_rows = torch.arange(verify_start, size)
-    keep_rows = tuple(
-        torch.cat([torch.zeros(1, dtype=torch.long), 1 + level * W + col, cand_rows]).to(device)
-        for level in range(levels)
-    )
-    return StepLayout(window, ngram, guess, visible.to(device), offsets.to(device), keep_rows)
+    return StepLayout(window, ngram, visible, offsets)
 
 
-# ---------------------------------------------------------------------------------------- acceptance
-def accept_greedy_candidates(root_choice: int, cand_choice: torch.Tensor, cands: torch.Tensor) -> tuple[int, int, int]:
-    """Greedy verification: return (candidate index, tokens accepted, next token).
-
-    ``cand_choice`` [g, N-1] holds the target's argmax after each candidate token, ``cands`` [g, N-1]
-    the candidates. The longest match wins (the first one on ties).
-    """
-    if cands.shape[0] == 0:
-        return 0, 0, root_choice
-    expected = torch.cat([cand_choice.new_full((cands.shape[0], 1), root_choice), cand_choice[:, :-1]], dim=1)
-    lengths = (cands == expected).long().cumprod(dim=1).sum(dim=1)
-    best = int(lengths.argmax())
-    m = int(lengths[best])
-    return best, m, (root_choice if m == 0 else int(cand_choice[best, m - 1]))
-
-
-def accept_sampling_candidates(p_root: torch.Tensor, p_after: Callable[[int, int], torch.Tensor],
-                               cands: list[tuple[int, ...]], generator) -> tuple[int, int, int]:
-    """Lossless multi-candidate verification: return (candidate index, tokens accepted, next token).
-
-    ``p_root`` [vocab] is p after the current token; ``p_after(g, d)`` returns p [vocab] after token
-    d of candidate g (called only on the accepted path, so only those rows are warped). At each
-    depth the live candidates' tokens x are tried in order and kept with probability p(x); a
-    rejected x is zeroed out of p and p renormalised; if none is kept the next token is sampled
-    from the remaining p, and after a fully accepted candidate from p after it.
-    """
-    depth_max = len(cands[0]) if cands else 0
-    uniforms = torch.rand(max(1, len(cands) * depth_max), generator=generator, device=p_root.device).tolist()
-    draws = iter(uniforms)
-    live = list(range(len(cands)))
-    dist = p_root
-    chosen, depth = 0, 0
-    while depth < depth_max:
-        kept = None
-        copied = False
-        for g in live:
-            x = cands[g][depth]
-            px = float(dist[x])
-            if px > 0.0 and next(draws) < px:
-                kept = g
-                break
-            if px > 0.0:
-                if not copied:
-                    dist = dist.clone()
-                    copied = True
-                dist[x] = 0.0
-                dist = dist / dist.sum()
-        if kept is None:
-            return chosen, depth, int(sample(dist, generator))
-        x = cands[kept][depth]
-        live = [g for g in live if cands[g][depth] == x]
-        chosen = kept
-        dist = p_after(kept, depth)
-        depth += 1
-    return chosen, depth, int(sample(dist, generator))
+def step_pattern(layout: StepLayout, n_look: int, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """(visible [n, n], offsets [n]) of a step: the first ``n_look`` tokens of the lookahead branch,
+    then the draft tree's nodes (node 0 is ``c`` itself), each seeing ``c`` and its ancestors only."""
+    n = n_look + tree.size - 1
+    visible = torch.zeros(n, n, dtype=torch.bool)
+    visible[:n_look, :n_look] = layout.visible[:n_look, :n_look]
+    offsets = torch.empty(n, dtype=torch.long)
+    offsets[:n_look] = layout.offsets[:n_look]
+    if tree.size > 1:
+        visible[n_look:, 0] = True
+        visible[n_look:, n_look:] = tree.visible()[1:, 1:]
+        offsets[n_look:] = torch.tensor(tree.depths[1:])
+    return visible, offsets
 
 
 # ---------------------------------------------------------------------------------------- forward
@@ -288,7 +245,7 @@ class _LookaheadState:
         self.W, self.N, self.G = params.window, params.ngram, params.guess
         self.device = model.device
         self.dtype = next(model.parameters()).dtype
-        self.layout = build_layout(self.W, self.N, self.G, self.device)
+        self.layout = build_layout(self.W, self.N)
         self.rng = random.Random(settings.seed)
         self.prompt = prompt
         # level 0 starts as tokens copied from the prompt (as the reference implementation does)
@@ -296,57 +253,67 @@ class _LookaheadState:
                                    dtype=torch.long, device=self.device)
         self.filled = 1  # levels holding real Jacobi tokens
         self.pool = NgramPool(self.N, self.G)
-        self.ids = torch.empty(1, self.layout.size, dtype=torch.long, device=self.device)
+        self.lookup = params.lookup_params()
         self.generator = make_generator(settings, self.device)
 
     def _filler(self, count: int) -> torch.Tensor:
         return torch.tensor([self.rng.choice(self.prompt) for _ in range(count)], dtype=torch.long, device=self.device)
 
-    def step(self, current: int, cache, length: int, remaining: int) -> tuple[list[int], int, int]:
-        """One forward pass; return (new tokens, accepted guessed tokens, guessed tokens verified).
+    def step(self, current: int, cache, length: int, remaining: int,
+             text: torch.Tensor) -> tuple[list[int], int, list[int]]:
+        """One forward pass; return (new tokens, accepted draft tokens, depths of the verified nodes).
 
-        ``length`` is the cache length (the position of ``current``); afterwards the cache holds
-        ``current`` and the accepted candidate tokens.
+        ``length`` is the cache length (the position of ``current``), ``text`` the whole text so far
+        ending with ``current``; afterwards the cache holds ``current`` and the accepted tokens.
         """
-        lay, W, depth = self.layout, self.W, self.N - 1
+        lay, W = self.layout, self.W
         full = self.filled == self.N - 1
-        use_window = remaining > 1  # the last token needs no lookahead and no candidates
-        cands = self.pool.candidates(current) if (full and use_window) else []
-        g = len(cands)
+        use_window = remaining > 1  # the last token needs no lookahead and no drafts
+        drafts: list[list[int]] = []
+        if use_window:
+            if self.lookup is not None:
+                drafts += find_candidate_set(text, self.lookup, limit=remaining - 1)
+            if full:
+                drafts += [list(c[: remaining - 1]) for c in self.pool.candidates(current)]
+        tree = build_draft_tree(current, drafts)
         n_look = 1 + self.filled * W if use_window else 1
-        start = lay.verify_start
-        n = start + g * depth if g else n_look
-        ids = self.ids[:, :n]
+        n = n_look + tree.size - 1
+        ids = torch.empty(1, n, dtype=torch.long, device=self.device)
         ids[0, 0] = current
         if use_window:
             ids[0, 1:n_look] = self.window[: self.filled].reshape(-1)
-        if g:
-            ids[0, start:n] = torch.tensor(cands, dtype=torch.long, device=self.device).reshape(-1)
-        positions = (lay.offsets[:n] + length)[None]
-        mask = kv.tree_mask(length, lay.visible[:n, :n], self.dtype)
-        rows = lay.keep_rows[self.filled - 1][: 1 + W + g * depth] if use_window else lay.keep_rows[0][:1]
+        if tree.size > 1:
+            ids[0, n_look:] = torch.tensor(tree.tokens[1:], dtype=torch.long, device=self.device)
+        visible, offsets = step_pattern(lay, n_look, tree)
+        positions = (offsets.to(self.device) + length)[None]
+        mask = kv.tree_mask(length, visible.to(self.device), self.dtype)
+        newest = list(range(1 + (self.filled - 1) * W, 1 + self.filled * W)) if use_window else []
+        rows = torch.tensor([0, *newest, *range(n_look, n)], dtype=torch.long, device=self.device)
         logits = forward_rows(self.model, ids, cache, positions, mask, rows)  # [rows, vocab]
         choice = logits.argmax(dim=-1)
+        node_row = [0, *range(1 + len(newest), logits.shape[0])]  # logits row of each tree node
 
         if self.settings.greedy:
-            best, m, nxt = accept_greedy_candidates(
-                int(choice[0]), choice[1 + W:].view(g, depth), ids[0, start:n].view(g, depth))
+            choices = choice.tolist()
+            node, nxt = accept_greedy_tree(tree, [choices[r] for r in node_row])
         else:
-            cand_logits = logits[1 + W:].view(g, depth, logits.shape[-1])
-            best, m, nxt = accept_sampling_candidates(
-                warp_probs(logits[0], self.settings), lambda gi, d: warp_probs(cand_logits[gi, d], self.settings),
-                cands, self.generator)
-
+            node, nxt = accept_sampling_tree(
+                tree, lambda i: warp_probs(logits[node_row[i]], self.settings), self.generator)
+        path = tree.path_to(node)
+        m = len(path) - 1
         if m:
-            keep = torch.cat([torch.zeros(1, dtype=torch.long, device=self.device),
-                              torch.arange(start + best * depth, start + best * depth + m, device=self.device)])
+            keep = torch.tensor([0, *(n_look + i - 1 for i in path[1:])], dtype=torch.long, device=self.device)
             kv.keep_positions(cache, length, keep)
-            self.pool.touch(current, cands[best])
+            accepted = tuple(tree.tokens[i] for i in path[1:])
+            for cand in self.pool.candidates(current):
+                if cand[:m] == accepted:
+                    self.pool.touch(current, cand)
+                    break
         else:
             kv.crop(cache, length + 1)
         if use_window:
             self._advance_window(choice[1: 1 + W])
-        return [*cands[best][:m], nxt] if m else [nxt], m, g * depth
+        return [*(tree.tokens[i] for i in path[1:]), nxt], m, tree.depths[1:]
 
     def _advance_window(self, newest: torch.Tensor) -> None:
         """Jacobi update with the newest level's outputs [W]: harvest n-grams, shift the levels."""
@@ -389,14 +356,17 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
 
     out = [first]
     seq = prompt + [first]
+    # the whole text in one buffer for the prompt-lookup matcher
+    text = torch.empty(len(seq) + settings.max_new_tokens + 1, dtype=torch.long, device=device)
+    text[: len(seq)] = torch.tensor(seq, dtype=torch.long, device=device)
     stopped = "eos" if first in eos else "length"
     steps = drafted = accepted = verify_steps = 0
     accepted_per_step: list[int] = []
-    drafted_by_position = [0] * (params.ngram - 1)
-    accepted_by_position = [0] * (params.ngram - 1)
+    drafted_by_position: list[int] = []
+    accepted_by_position: list[int] = []
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
-        new, _, verified = state.step(out[-1], cache, len(seq) - 1, remaining)
+        new, _, depths = state.step(out[-1], cache, len(seq) - 1, remaining, text[: len(seq)])
         new = new[:remaining]
         for i, t in enumerate(new):
             if t in eos:
@@ -405,14 +375,21 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
         # tokens past the limit or an EOS are dropped; the last kept token counts as the target's own
         m = len(new) - 1
         steps += 1
-        drafted += verified
+        drafted += len(depths)
         accepted += m
         accepted_per_step.append(m)
-        if verified:
+        if depths:
             verify_steps += 1
-            for j in range(params.ngram - 1):
-                drafted_by_position[j] += verified // (params.ngram - 1)
-                accepted_by_position[j] += int(j < m)
+            deepest = max(depths)
+            if len(drafted_by_position) < deepest:
+                grow = deepest - len(drafted_by_position)
+                drafted_by_position += [0] * grow
+                accepted_by_position += [0] * grow
+            for d in depths:
+                drafted_by_position[d - 1] += 1
+            for j in range(m):
+                accepted_by_position[j] += 1
+        text[len(seq): len(seq) + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
         out.extend(new)
         seq.extend(new)
         if params.pool_from_prompt and stopped == "length":
@@ -429,14 +406,15 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
         tokens_drafted=drafted,
         tokens_accepted=accepted,
         accepted_per_step=accepted_per_step,
-        drafted_by_position=drafted_by_position if verify_steps else [],
-        accepted_by_position=accepted_by_position if verify_steps else [],
+        drafted_by_position=drafted_by_position,
+        accepted_by_position=accepted_by_position,
         stopped_by=stopped,
         extra={
             "window": params.window,
             "ngram": params.ngram,
             "guess": params.guess,
             "pool_from_prompt": params.pool_from_prompt,
+            "prompt_lookup": params.prompt_lookup,
             "tokens_per_step": params.tokens_per_step,
             "warmup_steps": min(steps, params.ngram - 2),
             "verify_steps": verify_steps,

@@ -1,26 +1,36 @@
 """Prompt lookup decoding (Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding): a model-free
 drafter. The last n tokens (n from ``max_ngram_size`` down to ``min_ngram_size``) are searched for
-earlier in the prompt and the output; the tokens that followed the match become the draft, and the
-target verifies them in one forward pass like draft-model tokens. Cheap, and strong where the
+earlier in the prompt and the output; the tokens that followed a match become a draft, and the
+target verifies the drafts in one forward pass like draft-model tokens. Cheap, and strong where the
 output copies from the prompt (summarisation, RAG, code editing).
 
-Match choice: the longest n-gram that occurs earlier wins; among its occurrences the most recent
-one with a full ``num_candidate_tokens`` continuation is used, else the earliest (which has the
-longest continuation). transformers' ``PromptLookupCandidateGenerator`` takes the earliest match
-with ``max_matching_ngram_size=2`` by default and ``prompt_lookup_num_tokens`` chosen by the user
-(10 in its docs). Here the defaults are 3 and 10: a 3-gram match is a stronger signal, which
-matters on a CPU where a rejected 10-token draft still costs a wider forward pass (about 1.2x a
-one-token pass for 11 tokens), while a match that holds gains up to 10 tokens.
+Match choice: the longest n-gram that occurs earlier wins. Its occurrences give up to
+``num_candidates`` different drafts: the most recent occurrences with a full
+``num_candidate_tokens`` continuation first, then the earliest of the rest (longest
+continuations); a draft that repeats or is a prefix of one already taken is skipped. Several drafts
+are merged into a token tree (shared prefixes verified once) and verified with a 4-D attention
+mask in which every node sees the prefix and its ancestors; a single draft is a plain causal chain.
+
+Why several drafts: the same n-gram often occurs more than once in a long prompt with different
+continuations (RAG documents, repeated names), and on a CPU a forward over ~30 tokens costs about
+1.2x a one-token forward, so trying 3 continuations at once is nearly free. transformers'
+``PromptLookupCandidateGenerator`` takes one draft, the earliest match, with
+``max_matching_ngram_size=2`` by default. Defaults here: 3-gram matches (a stronger signal),
+10-token drafts, 3 drafts per step.
 
 Acceptance keeps the output exact:
 
-- greedy: the longest draft prefix equal to the target's argmax, then the target's next token;
-- sampling: the draft is a deterministic proposal (q = one-hot), so draft token x is kept with
-  probability p(x); on the first rejection the token is drawn from the residual
-  max(0, p - q) renormalised, which is p with x zeroed; after a fully kept draft a bonus token is
-  drawn from p. Lossless in distribution.
+- greedy: the deepest tree node whose every token equals the target's argmax after its parent is
+  kept with its ancestors, then the target's next token (the tokens greedy decoding produces);
+- sampling: each draft is a deterministic proposal (q = one-hot). At a node the children's
+  (distinct) tokens x are tried in turn and x is kept with probability p(x); a rejected x is zeroed
+  out of p and p renormalised before the next child (rejection sampling with the residual
+  max(0, p - q), repeated); if every child is rejected the token is sampled from what is left of p,
+  and after a kept leaf from p after it. Lossless in distribution.
 
-The KV cache is cropped back to the kept tokens after every step.
+The KV cache keeps only the accepted path after every step. Counters: ``tokens_drafted`` = tree
+nodes verified, ``tokens_accepted`` = accepted nodes, so the acceptance rate is accepted draft
+tokens / draft tokens verified.
 """
 
 from __future__ import annotations
@@ -33,22 +43,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
-from tools.decoding.sampling import make_generator, sample, warp_probs
-from tools.decoding.speculative import accept_greedy
+from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.decoding.sampling import make_generator, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ParameterError
 
 MAX_CANDIDATE_TOKENS = 64
+MAX_CANDIDATES = 16
 
 
 class PromptLookupParams(BaseModel):
-    """Prompt lookup parameters: n-gram sizes to match and the draft length."""
+    """Prompt lookup parameters: n-gram sizes to match, the draft length and the drafts per step."""
 
     model_config = ConfigDict(extra="forbid")
 
     max_ngram_size: int = Field(3, description="longest suffix n-gram searched for earlier in the text")
     min_ngram_size: int = Field(1, description="shortest suffix n-gram tried before giving up on a draft")
-    num_candidate_tokens: int = Field(10, description="tokens copied after the match as the draft")
+    num_candidate_tokens: int = Field(10, description="tokens copied after the match as a draft")
+    num_candidates: int = Field(3, description="different drafts (from different matches) verified per step")
 
     def check(self) -> PromptLookupParams:
         """Return self, or raise ParameterError naming the parameter to change."""
@@ -63,46 +75,57 @@ class PromptLookupParams(BaseModel):
             raise ParameterError(
                 f"num_candidate_tokens must be from 1 to {MAX_CANDIDATE_TOKENS}, got {self.num_candidate_tokens}",
                 hint="try num_candidate_tokens=10")
+        if not 1 <= self.num_candidates <= MAX_CANDIDATES:
+            raise ParameterError(
+                f"num_candidates must be from 1 to {MAX_CANDIDATES}, got {self.num_candidates}",
+                hint="try num_candidates=3 (1 verifies a single draft, as transformers does)")
         return self
 
 
-def find_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> torch.Tensor:
-    """Return the draft for the text ``tokens`` [L] (LongTensor, maybe empty): the tokens that
-    followed an earlier occurrence of its last n tokens, at most ``limit`` (default
-    ``num_candidate_tokens``)."""
+def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> list[list[int]]:
+    """Return up to ``num_candidates`` drafts for the text ``tokens`` [L] (LongTensor): what followed
+    earlier occurrences of its longest repeated suffix n-gram, each at most ``limit`` (default
+    ``num_candidate_tokens``) tokens, best first. Empty when nothing repeats."""
     k = params.num_candidate_tokens if limit is None else min(limit, params.num_candidate_tokens)
     length = tokens.shape[0]
     if k <= 0:
-        return tokens[:0]
+        return []
     for n in range(min(params.max_ngram_size, length - 1), params.min_ngram_size - 1, -1):
         # occurrences that start before the suffix itself: windows of tokens[:-1]
         windows = tokens[:-1].unfold(0, n, 1)  # [L - n, n]
         hits = (windows == tokens[length - n:]).all(dim=1).nonzero().flatten()
         if hits.numel() == 0:
             continue
-        starts = hits + n  # where each continuation starts (< L)
-        full = starts[starts + k <= length]
-        start = int(full[-1]) if full.numel() else int(starts[0])
-        return tokens[start: min(start + k, length)]
-    return tokens[:0]
+        starts = (hits + n).tolist()  # where each continuation starts (< L)
+        full = [s for s in reversed(starts) if s + k <= length]  # most recent first
+        order = full + [s for s in starts if s + k > length]  # then the earliest partial ones
+        drafts: list[list[int]] = []
+        for start in order[: 8 * params.num_candidates]:
+            draft = tokens[start: min(start + k, length)].tolist()
+            if any(d[: len(draft)] == draft for d in drafts):
+                continue  # a repeat, or a prefix of a draft already taken
+            drafts.append(draft)
+            if len(drafts) == params.num_candidates:
+                break
+        return drafts
+    return []
+
+
+def find_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> torch.Tensor:
+    """The best single draft for ``tokens`` [L] (LongTensor, maybe empty); see find_candidate_set."""
+    drafts = find_candidate_set(tokens, params.model_copy(update={"num_candidates": 1}), limit)
+    return torch.tensor(drafts[0], dtype=torch.long, device=tokens.device) if drafts else tokens[:0]
 
 
 def accept_sampling_onehot(p_at: Callable[[int], torch.Tensor], drafts: list[int], generator) -> tuple[int, int]:
-    """Rejection sampling of deterministic drafts: return (drafts kept, next token).
+    """Rejection sampling of one deterministic draft: return (drafts kept, next token).
 
     ``p_at(j)`` returns the target's probabilities [vocab] after the last kept token (j = 0) and
-    after draft token j (called only up to the first rejection, so only those rows are warped).
-    Draft token x is kept with probability p(x) (= min(1, p(x)/q(x)) for q one-hot); the
-    replacement after a rejection comes from max(0, p - q) renormalised, i.e. p with x zeroed.
+    after draft token j. The single-draft case of ``accept_sampling_tree``.
     """
-    u = torch.rand(len(drafts), generator=generator, device=generator.device).tolist() if drafts else []
-    for j, x in enumerate(drafts):
-        p = p_at(j)
-        if u[j] >= float(p[x]):
-            dist = p.clone()
-            dist[x] = 0.0
-            return j, int(sample(dist, generator))
-    return len(drafts), int(sample(p_at(len(drafts)), generator))
+    tree = build_draft_tree(-1, [drafts])
+    node, nxt = accept_sampling_tree(tree, p_at, generator)
+    return tree.depths[node], nxt
 
 
 @torch.inference_mode()
@@ -113,6 +136,7 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     """
     params = (params or PromptLookupParams()).check()
     device = model.device
+    dtype = next(model.parameters()).dtype
     eos = set(settings.eos_token_ids)
     input_ids = as_input_ids(prompt_ids, device)
     prompt_len = input_ids.shape[1]
@@ -132,39 +156,46 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     text[prompt_len] = first
     length = prompt_len + 1  # tokens in ``text``; the cache holds all but the last
     stopped = "eos" if first in eos else "length"
-    steps = drafted = accepted = draft_steps = 0
+    steps = drafted = accepted = draft_steps = multi_steps = 0
     accepted_per_step: list[int] = []
     drafted_by_position = [0] * params.num_candidate_tokens
     accepted_by_position = [0] * params.num_candidate_tokens
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
-        draft = find_candidates(text[:length], params, limit=remaining - 1)
-        m = draft.shape[0]
-        ids = torch.cat([text[length - 1: length], draft])[None]
-        positions = torch.arange(length - 1, length + m, device=device)[None]
-        logits = kv.forward(model, ids, cache, position_ids=positions)
-        drafts = ids[0, 1:].tolist()
+        drafts = find_candidate_set(text[:length], params, limit=remaining - 1)
+        tree = build_draft_tree(out[-1], drafts)
+        prefix = length - 1
+        ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+        positions = (torch.tensor(tree.depths, device=device) + prefix)[None]
+        mask = None if tree.is_chain else kv.tree_mask(prefix, tree.visible().to(device), dtype)
+        logits = kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask)
         if settings.greedy:
-            n, nxt = accept_greedy(logits, drafts)
+            node, nxt = accept_greedy_tree(tree, logits.argmax(dim=-1).tolist())
         else:
-            n, nxt = accept_sampling_onehot(lambda j, rows=logits: warp_probs(rows[j], settings), drafts, generator)
-        new = drafts[:n] + [nxt]
+            node, nxt = accept_sampling_tree(tree, lambda i, rows=logits: warp_probs(rows[i], settings), generator)
+        path = tree.path_to(node)
+        n = len(path) - 1
+        new = [tree.tokens[i] for i in path[1:]] + [nxt]
         for i, t in enumerate(new):
             if t in eos:
                 new, stopped = new[: i + 1], "eos"
                 break
-        kv.crop(cache, length + n)
+        if tree.is_chain:
+            kv.crop(cache, length + n)
+        else:
+            kv.keep_positions(cache, prefix, torch.tensor(path, device=device))
         text[length: length + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
         length += len(new)
         out.extend(new)
         steps += 1
-        drafted += m
+        drafted += tree.size - 1
         accepted += len(new) - 1
         accepted_per_step.append(len(new) - 1)
-        if m:
+        if drafts:
             draft_steps += 1
-            for j in range(m):
-                drafted_by_position[j] += 1
+            multi_steps += int(len(drafts) > 1)
+            for j in range(max(tree.depths)):
+                drafted_by_position[j] += sum(1 for d in tree.depths if d == j + 1)
                 accepted_by_position[j] += int(j < len(new) - 1)
     sync(device)
     t2 = time.perf_counter()
@@ -186,7 +217,9 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
             "max_ngram_size": params.max_ngram_size,
             "min_ngram_size": params.min_ngram_size,
             "num_candidate_tokens": params.num_candidate_tokens,
+            "num_candidates": params.num_candidates,
             "draft_steps": draft_steps,
+            "multi_draft_steps": multi_steps,
             "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
         },
     )
