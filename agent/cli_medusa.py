@@ -42,9 +42,11 @@ def cmd_medusa_make_data(args) -> int:
 
     generator = models.load(args.generator, dtype=args.dtype)
     path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                              batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m))
+                              batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),
+                              variety=args.variety)
     print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "generator": args.generator,
-                      "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed}))
+                      "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                      "variety": args.variety}))
     return 0
 
 
@@ -77,5 +79,7 @@ def add_medusa_commands(sub) -> None:
     d.add_argument("--max-new-tokens", type=int, default=192)
     d.add_argument("--batch-size", type=int, default=16)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--variety", choices=["basic", "wide"], default="basic",
+                   help="basic: Python functions, topics, simple math; wide: several languages, more math, prose")
     d.add_argument("--dtype", default="bfloat16")
     d.set_defaults(func=cmd_medusa_make_data)

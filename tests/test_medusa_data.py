@@ -26,3 +26,20 @@ def test_answers_are_written_in_the_chat_template(tmp_path, tiny_model_dir):
     text = out.read_text()
     assert text.count("<eos>") == 5
     assert all(p in text for p in build_prompts(5))
+
+
+def test_wide_prompts_mix_languages_math_and_prose(spec_bench_path):
+    import pytest
+
+    from tools.errors import ParameterError
+
+    prompts = build_prompts(120, seed=1, variety="wide")
+    assert prompts == build_prompts(120, seed=1, variety="wide") and len(set(prompts)) == len(prompts) >= 110
+    assert sum(any(lang in p for lang in ("C++", "JavaScript", "Java ", "Go ", "Rust")) for p in prompts) >= 5
+    assert sum(p.startswith(("Solve", "Find", "A ", "An ", "The points", "If ", "What is the", "Two ")) for p in prompts) >= 25
+    assert any(p.startswith("Summarize the following documentation") for p in prompts)
+    assert not any("- -" in p or "+ -" in p for p in prompts)
+    evaluation = {json.loads(line)["prompt"] for line in spec_bench_path.read_text().splitlines()}
+    assert not evaluation & set(prompts)
+    with pytest.raises(ParameterError, match="variety"):
+        build_prompts(5, variety="huge")

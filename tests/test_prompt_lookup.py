@@ -16,7 +16,13 @@ from scipy.stats import chisquare
 
 from tools.decoding import autoregressive, prompt_lookup
 from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
-from tools.decoding.prompt_lookup import PromptLookupParams, accept_sampling_onehot, find_candidate_set, find_candidates
+from tools.decoding.prompt_lookup import (
+    PromptLookupParams,
+    accept_sampling_onehot,
+    find_candidate_set,
+    find_candidates,
+    fit_budget,
+)
 from tools.decoding.sampling import warp_probs
 from tools.decoding.types import GenerationSettings
 from tools.errors import ParameterError
@@ -86,6 +92,8 @@ def test_defaults():
         ({"num_candidate_tokens": 1000}, "num_candidate_tokens"),
         ({"num_candidates": 0}, "num_candidates"),
         ({"num_candidates": 100}, "num_candidates"),
+        ({"max_candidate_tokens": 5}, "max_candidate_tokens"),
+        ({"max_draft_tokens": 0}, "max_draft_tokens"),
         ({"ngram": 3}, "ngram"),
     ],
 )
@@ -157,6 +165,27 @@ def test_candidate_set_takes_different_continuations_of_the_same_ngram():
     assert _drafts(tokens, num_candidate_tokens=2) == [[7, 9], [5, 6], [7, 8]]
     assert _drafts([0, 3, 1, 2, 4, 3, 1, 2, 9, 1, 3, 1, 2], num_candidate_tokens=2) == [[9, 1], [4, 3]]
     assert _drafts([1, 2, 3]) == [] and _drafts([1, 2, 1], limit=0) == []
+
+
+def test_drafts_are_cut_to_the_token_budget():
+    assert fit_budget([[1, 2, 3], [4, 5, 6], [7, 8]], 5) == [[1, 2, 3], [4, 5]]
+    assert fit_budget([[1, 2, 3], [4, 5, 6]], 3) == [[1, 2, 3]]
+    assert fit_budget([[1, 2, 3]], 2) == [[1, 2]] and fit_budget([], 4) == []
+
+
+def test_drafts_grow_while_they_are_fully_accepted():
+    model = bigram_model()
+    cycle = _baseline(model, [5], 60).output_ids[-12:]
+    prompt = [1, 2, 3] + cycle * 6
+    expected = _baseline(model, prompt, 64).output_ids
+    fixed = _lookup(model, prompt, 64, num_candidate_tokens=4, max_candidate_tokens=4)
+    growing = _lookup(model, prompt, 64, num_candidate_tokens=4, max_candidate_tokens=16)
+    assert fixed.output_ids == growing.output_ids == expected
+    assert max(growing.accepted_per_step) > 4 >= max(fixed.accepted_per_step)
+    assert growing.steps < fixed.steps
+    _check_counters(growing, 64)
+    small = _lookup(model, prompt, 64, num_candidate_tokens=4, max_candidate_tokens=16, max_draft_tokens=6)
+    assert small.output_ids == expected and max(small.accepted_per_step) <= 6
 
 
 def test_draft_tree_merges_shared_prefixes():

@@ -6,7 +6,9 @@ Our format is a folder with
   ``base_model_name_or_path``, ``dtype`` and optional ``training`` details;
 - ``medusa_heads.safetensors``: the MedusaHeads state (``blocks.{head}.{layer}.linear.weight|bias``
   and, unless the projection is shared with the target's lm_head, ``projections.{head}.weight``).
-  Shared (compact) checkpoints hold only the ResBlocks: a few tens of MB for a 1.5B target.
+  Shared (compact) checkpoints hold only the ResBlocks: a few tens of MB for a 1.5B target;
+- optionally ``medusa_tree.json``: ``{"choices": [...], ...}``, a tree fitted to these heads
+  (tools.medusa_tree_fit); ``tree="auto"`` uses it on a CPU. Any folder format may carry one.
 
 Upstream's format (FasterDecoding/Medusa, e.g. FasterDecoding/medusa-vicuna-7b-v1.3) is a folder or
 hub id with ``config.json`` (``base_model_name_or_path``, ``medusa_num_heads``,
@@ -29,6 +31,7 @@ from pathlib import Path
 import torch
 
 from tools.decoding.medusa import MedusaHeads
+from tools.decoding.medusa_trees import load_choices, validate_choices
 from tools.errors import ModelIntegrityError, ModelNotFoundError, ParameterError
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,7 @@ FORMAT = "specpilot-medusa"
 FORMAT_VERSION = 1
 CONFIG_NAME = "medusa_config.json"
 WEIGHTS_NAME = "medusa_heads.safetensors"
+TREE_NAME = "medusa_tree.json"
 UPSTREAM_CONFIG = "config.json"
 UPSTREAM_WEIGHTS = ("medusa_lm_head.pt", "medusa_lm_head.safetensors")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -85,6 +89,7 @@ def save_heads(heads: MedusaHeads, folder: str | Path, base_model: str | None = 
     }
     if training:
         config["training"] = training
+    (out / TREE_NAME).unlink(missing_ok=True)  # a tree fitted to earlier weights no longer applies
     tmp = out / (WEIGHTS_NAME + ".tmp")
     save_file(state, str(tmp), metadata={"format": FORMAT})
     os.replace(tmp, out / WEIGHTS_NAME)  # an interrupted save never leaves a half-written checkpoint
@@ -130,6 +135,7 @@ def load_checkpoint(ref: str | Path, model=None, dtype: torch.dtype | None = Non
             hint=f"expected {CONFIG_NAME} + {WEIGHTS_NAME}, or upstream's config.json + medusa_lm_head.pt",
         )
     heads = ckpt.heads
+    heads.tree_choices = load_tree(folder)
     if model is not None:
         heads.to(device=model.device, dtype=dtype or model.dtype)
         heads.attach(model)
@@ -138,6 +144,25 @@ def load_checkpoint(ref: str | Path, model=None, dtype: torch.dtype | None = Non
         heads.to(dtype=dtype)
     heads.eval().requires_grad_(False)
     return ckpt
+
+
+def load_tree(folder: Path) -> list[list[int]] | None:
+    """The tree fitted to the heads in ``folder`` (``medusa_tree.json``), or None when there is none."""
+    path = folder / TREE_NAME
+    if not path.exists():
+        return None
+    try:
+        return load_choices(path)
+    except ParameterError as exc:
+        raise ModelIntegrityError(f"{path} is not a valid Medusa tree: {exc}",
+                                  hint=f"delete {TREE_NAME} or fit the tree again") from None
+
+
+def save_tree(folder: str | Path, choices: list[list[int]], info: dict | None = None) -> Path:
+    """Write a tree fitted to the heads in ``folder``; ``info`` records how it was fitted."""
+    path = Path(folder).expanduser() / TREE_NAME
+    path.write_text(json.dumps({"choices": validate_choices(choices), **(info or {})}, indent=1) + "\n")
+    return path
 
 
 def load_heads(ref: str | Path, model=None, dtype: torch.dtype | None = None) -> MedusaHeads:

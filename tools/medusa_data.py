@@ -76,10 +76,143 @@ def _math_prompts(rng: random.Random, n: int) -> list[str]:
                                               d=rng.randint(2, 12)) for _ in range(n)]
 
 
-def build_prompts(n: int = 240, seed: int = 0) -> list[str]:
-    """About ``n`` prompts: half coding (stdlib functions and their docstrings), a third Python concepts
-    (the language reference's topics), the rest small math word problems."""
+# --------------------------------------------------------------------------- the "wide" variety
+LANGUAGES = ("Python", "Python", "Python", "C++", "JavaScript", "Java", "Go", "Rust")
+WIDE_CODE_TEMPLATES = (
+    "Write a {lang} function `{name}` that {doc}",
+    "Implement `{name}` in {lang}: {doc} Explain the approach briefly.",
+    "Write a {lang} program that {doc} Include a short usage example.",
+    "How would you {verb} in {lang}? The function `{name}` {doc} Show the code.",
+    "Write {lang} code for `{name}`, which {doc} Then describe its time complexity.",
+)
+WIDE_MATH_TEMPLATES = (
+    "A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter? Show your steps.",
+    "The points ({x1}, {y1}), ({x2}, {y2}) and ({x3}, {y3}) form a triangle. Find its area step by step.",
+    "If {a}% of a number is {b}, what is the number? Explain.",
+    "Solve the system: {a}x + {c}y = {b}, {d}x - y = {e}. Show each step.",
+    "A bag holds {c} red and {d} blue marbles. Two are drawn without replacement. What is the probability "
+    "that both are red? Show the calculation.",
+    "What is the sum of the first {a} positive integers that are multiples of {c}? Explain how you get it.",
+    "An account earns {c}% interest a year, compounded yearly. How much do {a}00 dollars grow to in {d} years?",
+    "Find all real x with {quad} = 0. Show your work.",
+    "A car uses {c} liters of fuel per 100 km. How much fuel does a {a}{b} km trip need? Explain.",
+    "What is the remainder when {a}{b} is divided by {c}? Show the reasoning.",
+    "Two workers finish a job in {c} and {d} hours alone. How long do they take together? Explain.",
+    "A sequence starts {a}, {a2}, {a3}, ... (adding {c} each time). What is term number {d}{c}? Show steps.",
+)
+WIDE_PROSE_TEMPLATES = (
+    "Summarize the following documentation in a few sentences:\n\n{doc}",
+    "Explain the following text to a beginner, with an example:\n\n{doc}",
+    "Write a short, friendly email to a colleague about {subject}.",
+    "Give five practical tips for {activity}, one sentence each.",
+    "Write a short blog paragraph about {subject}.",
+    "Compare {thing1} and {thing2} in a short answer with pros and cons.",
+)
+SUBJECTS = ("a code review next week", "moving the team meeting", "a new build pipeline", "a bug in the release",
+            "learning a new programming language", "writing good documentation", "a hiking trip", "a book club",
+            "remote work habits", "a conference talk", "cleaning up old files", "a recipe swap",
+            "an office plant rota", "a charity bike ride", "switching to a new editor", "a database migration",
+            "a team lunch", "an outage post-mortem", "onboarding a new colleague", "a budget review",
+            "a city museum visit", "a volunteering day", "the history of the printing press", "solar panels at home")
+ACTIVITIES = ("debugging a program", "learning math", "writing unit tests", "giving a presentation",
+              "saving money", "studying for an exam", "keeping a garden", "running a small project")
+THINGS = ("lists and tuples", "SQL and NoSQL databases", "recursion and iteration", "tabs and spaces",
+          "unit tests and integration tests", "threads and processes", "arrays and linked lists",
+          "compiled and interpreted languages", "trains and planes for travel", "paper and e-books")
+
+
+def _stdlib_functions(limit_files: int = 400) -> list[tuple[str, str]]:
+    """(name, first docstring line) of public functions across the standard library's modules."""
+    root = _stdlib()
+    skip = ("test", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages", "ensurepip", "__phello__")
+    found = []
+    files = sorted(p for p in root.rglob("*.py") if not any(part.startswith(skip) for part in p.relative_to(root).parts))
+    for path in files[:limit_files]:
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                doc = (ast.get_docstring(node) or "").strip().split("\n")[0].strip()
+                if 20 <= len(doc) <= 160 and doc[0].isalpha():
+                    doc = doc[0].lower() + doc[1:]
+                    found.append((node.name, doc if doc.endswith(".") else doc + "."))
+    return found
+
+
+def _module_docs() -> list[str]:
+    """First paragraphs (100-700 characters) of standard-library module docstrings."""
+    docs = []
+    for path in sorted(_stdlib().glob("*.py")):
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(errors="replace"))) or ""
+        except (SyntaxError, ValueError):
+            continue
+        para = doc.strip().split("\n\n")[0].strip()
+        if 100 <= len(para) <= 700:
+            docs.append(para)
+    return docs
+
+
+def _wide_math(rng: random.Random) -> str:
+    a, b, c, d = rng.randint(3, 60), rng.randint(2, 40), rng.randint(2, 9), rng.randint(2, 9)
+    r1, r2 = rng.randint(-6, 9), rng.randint(-6, 9)
+    pts = [rng.randint(-5, 8) for _ in range(6)]
+    s, p = -(r1 + r2), r1 * r2  # x^2 + s x + p = (x - r1)(x - r2)
+    quad = "x^2" + (f" {'+' if s > 0 else '-'} {abs(s)}x" if s else "") + (f" {'+' if p > 0 else '-'} {abs(p)}" if p else "")
+    return rng.choice(WIDE_MATH_TEMPLATES).format(
+        a=a, b=b, c=c, d=d, e=rng.randint(1, 30), quad=quad, a2=a + c, a3=a + 2 * c,
+        x1=pts[0], y1=pts[1], x2=pts[2], y2=pts[3], x3=pts[4], y3=pts[5])
+
+
+def _wide_prompts(n: int, rng: random.Random) -> list[str]:
+    """40% code in several languages from stdlib function docs, 30% varied math, 30% prose."""
+    funcs = _stdlib_functions()
+    rng.shuffle(funcs)
+    docs = _module_docs()
+    verbs = ("do this", "solve this", "write this", "build this")
+    n_code, n_math = (4 * n) // 10, (3 * n) // 10
+    out: list[str] = []
+    for name, doc in funcs[:n_code]:
+        out.append(rng.choice(WIDE_CODE_TEMPLATES).format(lang=rng.choice(LANGUAGES), name=name, doc=doc,
+                                                          verb=rng.choice(verbs)))
+    seen = set(out)
+    while len(out) < n_code + n_math:
+        p = _wide_math(rng)
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    tries = 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        p = rng.choice(WIDE_PROSE_TEMPLATES).format(
+            doc=rng.choice(docs) if docs else "Python is a programming language.", subject=rng.choice(SUBJECTS),
+            activity=rng.choice(ACTIVITIES), thing1=(t := rng.choice(THINGS)).split(" and ")[0],
+            thing2=t.split(" and ")[1])
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    rng.shuffle(out)
+    return out
+
+
+VARIETIES = ("basic", "wide")
+
+
+def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[str]:
+    """About ``n`` prompts. ``basic``: half coding (stdlib functions and their docstrings), a third
+    Python concepts (the language reference's topics), the rest small math word problems.
+    ``wide``: code tasks in several languages from functions across the whole standard library,
+    twelve kinds of templated math problems, and prose (summaries of module docs, emails, tips,
+    comparisons)."""
+    if variety not in VARIETIES:
+        from tools.errors import ParameterError
+
+        raise ParameterError(f"unknown prompt variety {variety!r}", hint=f"use one of {', '.join(VARIETIES)}")
     rng = random.Random(seed)
+    if variety == "wide":
+        return _wide_prompts(n, rng)
     code, topics = _function_prompts(rng), _topic_prompts(rng)
     rng.shuffle(code)
     rng.shuffle(topics)
@@ -113,9 +246,9 @@ def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, b
 
 
 def write_distill_data(generator, out: str | Path, n_prompts: int = 240, max_new_tokens: int = 192,
-                       batch_size: int = 16, seed: int = 0, progress=None) -> Path:
+                       batch_size: int = 16, seed: int = 0, progress=None, variety: str = "basic") -> Path:
     """Build prompts, generate answers and write them to ``out`` (one conversation after another)."""
-    prompts = build_prompts(n_prompts, seed)
+    prompts = build_prompts(n_prompts, seed, variety)
     texts = generate_answers(generator, prompts, max_new_tokens, batch_size, progress)
     path = Path(out).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)

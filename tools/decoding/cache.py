@@ -39,14 +39,21 @@ def crop(cache: DynamicCache, length: int) -> None:
 def keep_positions(cache: DynamicCache, start: int, keep: torch.Tensor) -> None:
     """Keep positions [0, start) and then ``start + keep`` (ascending offsets), dropping the rest.
 
-    Used after tree or multi-branch verification, where the accepted path is scattered.
+    Used after tree or multi-branch verification, where the accepted path is scattered. The kept
+    entries are moved down in place (``keep[i] >= i``), so the cost is that of the few kept
+    positions, not a copy of the whole cache.
     """
+    n = keep.numel()
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
             continue
         idx = keep.to(layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, idx)], dim=-2)
-        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, idx)], dim=-2)
+        kept_k = layer.keys.index_select(-2, idx)  # gathered first: the writes below may overlap the sources
+        kept_v = layer.values.index_select(-2, idx)
+        layer.keys[..., start: start + n, :] = kept_k
+        layer.values[..., start: start + n, :] = kept_v
+        layer.keys = layer.keys[..., : start + n, :]
+        layer.values = layer.values[..., : start + n, :]
 
 
 def forward(

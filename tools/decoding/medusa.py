@@ -115,6 +115,7 @@ class MedusaHeads(nn.Module):
             nn.Linear(hidden_size, vocab_size, bias=False) for _ in range(num_heads)
         )
         self._base: tuple = ()  # (the target's lm_head,) once attached; a tuple keeps it out of state_dict
+        self.tree_choices: list[list[int]] | None = None  # a tree fitted to these heads, if the checkpoint has one
 
     def attach(self, model) -> "MedusaHeads":
         """Check the heads fit ``model`` (hidden size, vocabulary) and bind its lm_head; return self."""
@@ -346,7 +347,7 @@ def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings
     device = model.device
     if heads.shared_projection:
         heads.attach(model)
-    name, choices = resolve_tree(params.tree, heads.num_heads, device.type)
+    name, choices = resolve_tree(params.tree, heads.num_heads, device.type, getattr(heads, "tree_choices", None))
     full = build_tree_buffers(choices).to(device)
     trees = {full.depth: full}
     generator = make_generator(settings, device)

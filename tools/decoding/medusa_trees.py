@@ -39,7 +39,7 @@ TREES: dict[str, list[list[int]]] = {
 
 DEFAULT_TREE_CPU = "cpu8"
 DEFAULT_TREE_GPU = "mc_sim_7b_63"
-AUTO = "auto"  # cpu8 on a CPU, mc_sim_7b_63 on a GPU, cut to the number of heads
+AUTO = "auto"  # the heads' fitted tree or cpu8 on a CPU, mc_sim_7b_63 on a GPU, cut to the number of heads
 
 
 def validate_choices(choices) -> list[list[int]]:
@@ -94,14 +94,19 @@ def cut_to_depth(choices: list[list[int]], depth: int) -> list[list[int]]:
     return [c for c in choices if len(c) <= depth]
 
 
-def resolve_tree(tree: str | list, num_heads: int, device: str = "cpu") -> tuple[str, list[list[int]]]:
+def resolve_tree(tree: str | list, num_heads: int, device: str = "cpu",
+                 heads_tree: list[list[int]] | None = None) -> tuple[str, list[list[int]]]:
     """Return (name, choices) for a tree name, ``"auto"``, a JSON file path, or a list of choices.
 
-    ``"auto"`` picks the CPU or GPU default for ``device`` and cuts it to ``num_heads`` levels;
-    a named, listed or file tree deeper than ``num_heads`` is an error.
+    ``"auto"`` takes ``heads_tree`` (a tree fitted to the heads, stored with them) on a CPU when
+    there is one, else the CPU or GPU default for ``device``, cut to ``num_heads`` levels; a named,
+    listed or file tree deeper than ``num_heads`` is an error.
     """
     if isinstance(tree, (list, tuple)):
         name, choices = "custom", validate_choices(tree)
+    elif tree == AUTO and heads_tree and not str(device).startswith("cuda"):
+        choices = cut_to_depth(validate_choices(heads_tree), num_heads)
+        name = f"fitted to the heads ({len(choices)} nodes)"
     elif tree == AUTO:
         name = DEFAULT_TREE_GPU if str(device).startswith("cuda") else DEFAULT_TREE_CPU
         choices = cut_to_depth(TREES[name], num_heads)

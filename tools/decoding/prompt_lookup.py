@@ -16,7 +16,9 @@ continuations (RAG documents, repeated names), and on a CPU a forward over ~30 t
 1.2x a one-token forward, so trying 3 continuations at once is nearly free. transformers'
 ``PromptLookupCandidateGenerator`` takes one draft, the earliest match, with
 ``max_matching_ngram_size=2`` by default. Defaults here: 3-gram matches (a stronger signal),
-10-token drafts, 3 drafts per step.
+10-token drafts, 3 drafts per step, at most 31 draft tokens per pass (the flat part of a CPU's
+cost curve; later drafts are cut to fit). After a fully accepted draft the next draft is twice as
+long, up to ``max_candidate_tokens`` (20): when the output is copying a passage, longer drafts pay.
 
 Acceptance keeps the output exact:
 
@@ -61,6 +63,10 @@ class PromptLookupParams(BaseModel):
     min_ngram_size: int = Field(1, description="shortest suffix n-gram tried before giving up on a draft")
     num_candidate_tokens: int = Field(10, description="tokens copied after the match as a draft")
     num_candidates: int = Field(3, description="different drafts (from different matches) verified per step")
+    max_candidate_tokens: int = Field(20, description="a fully accepted draft doubles the next one's length, "
+                                                      "up to this (copying runs on)")
+    max_draft_tokens: int = Field(31, description="draft tokens verified per step at most (later drafts are "
+                                                  "cut to fit; ~32 tokens per pass is nearly free on a CPU)")
 
     def check(self) -> PromptLookupParams:
         """Return self, or raise ParameterError naming the parameter to change."""
@@ -75,6 +81,14 @@ class PromptLookupParams(BaseModel):
             raise ParameterError(
                 f"num_candidate_tokens must be from 1 to {MAX_CANDIDATE_TOKENS}, got {self.num_candidate_tokens}",
                 hint="try num_candidate_tokens=10")
+        if not self.num_candidate_tokens <= self.max_candidate_tokens <= MAX_CANDIDATE_TOKENS:
+            raise ParameterError(
+                f"max_candidate_tokens must be from num_candidate_tokens ({self.num_candidate_tokens}) to "
+                f"{MAX_CANDIDATE_TOKENS}, got {self.max_candidate_tokens}",
+                hint="set it equal to num_candidate_tokens for a fixed draft length")
+        if self.max_draft_tokens < 1:
+            raise ParameterError(f"max_draft_tokens must be at least 1, got {self.max_draft_tokens}",
+                                 hint="try max_draft_tokens=31")
         if not 1 <= self.num_candidates <= MAX_CANDIDATES:
             raise ParameterError(
                 f"num_candidates must be from 1 to {MAX_CANDIDATES}, got {self.num_candidates}",
@@ -111,6 +125,18 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
     return []
 
 
+def fit_budget(drafts: list[list[int]], budget: int) -> list[list[int]]:
+    """Cut drafts (best first) so their tokens add up to at most ``budget``; drop the ones left empty."""
+    out = []
+    for draft in drafts:
+        draft = draft[:budget]
+        if not draft:
+            break
+        out.append(draft)
+        budget -= len(draft)
+    return out
+
+
 def find_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> torch.Tensor:
     """The best single draft for ``tokens`` [L] (LongTensor, maybe empty); see find_candidate_set."""
     drafts = find_candidate_set(tokens, params.model_copy(update={"num_candidates": 1}), limit)
@@ -143,7 +169,7 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     generator = make_generator(settings, device)
     cache = kv.new_cache(model)
     # the whole text (prompt + output) in one buffer, searched with tensor ops each step
-    text = torch.empty(prompt_len + settings.max_new_tokens + params.num_candidate_tokens + 1,
+    text = torch.empty(prompt_len + settings.max_new_tokens + params.max_candidate_tokens + 1,
                        dtype=torch.long, device=device)
     text[:prompt_len] = input_ids[0]
 
@@ -158,11 +184,13 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     stopped = "eos" if first in eos else "length"
     steps = drafted = accepted = draft_steps = multi_steps = 0
     accepted_per_step: list[int] = []
-    drafted_by_position = [0] * params.num_candidate_tokens
-    accepted_by_position = [0] * params.num_candidate_tokens
+    drafted_by_position = [0] * params.max_candidate_tokens
+    accepted_by_position = [0] * params.max_candidate_tokens
+    k = params.num_candidate_tokens  # this step's draft length: doubles after a fully accepted draft
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
-        drafts = find_candidate_set(text[:length], params, limit=remaining - 1)
+        drafts = fit_budget(find_candidate_set(text[:length], params.model_copy(update={"num_candidate_tokens": k}),
+                                               limit=remaining - 1), params.max_draft_tokens)
         tree = build_draft_tree(out[-1], drafts)
         prefix = length - 1
         ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
@@ -175,6 +203,8 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
             node, nxt = accept_sampling_tree(tree, lambda i, rows=logits: warp_probs(rows[i], settings), generator)
         path = tree.path_to(node)
         n = len(path) - 1
+        k = (min(2 * k, params.max_candidate_tokens) if drafts and n >= k
+             else params.num_candidate_tokens)
         new = [tree.tokens[i] for i in path[1:]] + [nxt]
         for i, t in enumerate(new):
             if t in eos:
@@ -218,6 +248,8 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
             "min_ngram_size": params.min_ngram_size,
             "num_candidate_tokens": params.num_candidate_tokens,
             "num_candidates": params.num_candidates,
+            "max_candidate_tokens": params.max_candidate_tokens,
+            "max_draft_tokens": params.max_draft_tokens,
             "draft_steps": draft_steps,
             "multi_draft_steps": multi_steps,
             "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,

@@ -1,0 +1,140 @@
+"""Fit a Medusa tree to a set of heads on this machine (tools.medusa_tree_fit) and store it with them.
+
+1. Answers: the target's own greedy answers to prompts of a JSONL file (Spec-Bench style), written
+   by specpilot's draft-model decoder (greedy, so the target's output) and cached in ``--answers``;
+   categories in ``--exclude`` are left out (keep out what you evaluate Medusa on).
+2. The target reads each prompt + answer once; the heads' top-k at every answer position are
+   compared with the tokens that followed (rank_hits).
+3. A tree is grown greedily over those positions (fit_tree) and cut to the size that maximises
+   tokens per unit of forward time on this machine's cost curve for tree-masked passes.
+
+    .venv/bin/python benchmarks/fit_medusa_tree.py --answers /tmp/answers.jsonl --write
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import DEFAULT_PROMPTS, REPO
+
+CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 48)
+
+
+def measure_tree_curve(model, sizes=CURVE_SIZES, cache_len: int = 800, repeats: int = 4) -> dict[int, float]:
+    """Seconds of one forward over n tree-masked tokens (a chain) after ``cache_len`` cached tokens."""
+    import torch
+
+    from tools.decoding import cache as kv
+
+    curve = {}
+    g = torch.Generator().manual_seed(0)
+    cache = kv.new_cache(model)
+    kv.forward(model, torch.randint(0, 1000, (1, cache_len), generator=g), cache, logits_to_keep=1)
+    for n in sizes:
+        times = []
+        for r in range(repeats + 1):
+            ids = torch.randint(0, 1000, (1, n), generator=g)
+            mask = kv.tree_mask(cache_len, torch.tril(torch.ones(n, n, dtype=torch.bool)), model.dtype)
+            t = time.perf_counter()
+            with torch.inference_mode():
+                kv.forward(model, ids, cache, position_ids=torch.arange(cache_len, cache_len + n)[None],
+                           attention_mask=mask)
+            if r:
+                times.append(time.perf_counter() - t)
+            kv.crop(cache, cache_len)
+        curve[n] = statistics.median(times)
+    return curve
+
+
+def main() -> None:
+    import argparse
+
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    p.add_argument("--heads", default=str(REPO / "tools/data/medusa/qwen2.5-coder-1.5b-instruct"))
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
+    p.add_argument("--exclude", default="coding,math", help="categories left out of the fit")
+    p.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
+    p.add_argument("--answers", required=True, help="JSONL cache of the target's answers (made when missing)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-nodes", type=int, default=40)
+    p.add_argument("--write", action="store_true", help="store the fitted tree with the heads")
+    args = p.parse_args()
+
+    from tools import models
+    from tools.decoding import cache as kv
+    from tools.decoding.speculative import SpeculativeDecoder
+    from tools.decoding.types import GenerationSettings
+    from tools.medusa_checkpoint import load_heads, save_tree
+    from tools.medusa_tree_fit import best_size, curve_cost, fit_tree, rank_hits
+    from tools.run_method import eos_ids_for, prompt_ids_for
+
+    target = models.load(args.target, dtype="bfloat16")
+    heads = load_heads(args.heads, target.model)
+    excluded = set(filter(None, args.exclude.split(",")))
+    rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+    per_cat: dict[str, int] = {}
+    wanted = []
+    for row in rows:
+        if row["category"] in excluded or per_cat.get(row["category"], 0) >= (args.limit or 10 ** 9):
+            continue
+        per_cat[row["category"]] = per_cat.get(row["category"], 0) + 1
+        wanted.append(row)
+
+    cache_file = Path(args.answers)
+    answers = {}
+    if cache_file.is_file():
+        for line in cache_file.read_text().splitlines():
+            rec = json.loads(line)
+            answers[rec["question_id"]] = rec
+    todo = [r for r in wanted if r["question_id"] not in answers]
+    if todo:
+        draft = models.load("qwen2.5-coder-0.5b-instruct", dtype="bfloat16")
+        eos = eos_ids_for(target)
+        dec = SpeculativeDecoder(inference=target, draft=draft, k=8, adaptive_k=True, k_max=16, draft_confidence=0.4,
+                                 draft_quant="auto", eos_token_ids=eos)
+        with cache_file.open("a") as fh:
+            for i, row in enumerate(todo):
+                ids = prompt_ids_for(target.tokenizer, row["prompt"], True)
+                res = dec.run(ids, GenerationSettings(max_new_tokens=args.max_new_tokens, eos_token_ids=eos))
+                rec = {"question_id": row["question_id"], "category": row["category"], "prompt_ids": ids,
+                       "output_ids": res.output_ids}
+                answers[row["question_id"]] = rec
+                fh.write(json.dumps(rec) + "\n")
+                fh.flush()
+                print(f"answer {i + 1}/{len(todo)}: {row['category']} q{row['question_id']}", file=sys.stderr)
+
+    hits = []
+    k = 10
+    with torch.inference_mode():
+        for row in wanted:
+            rec = answers[row["question_id"]]
+            P, out = len(rec["prompt_ids"]), rec["output_ids"]
+            seq = torch.tensor([rec["prompt_ids"] + out])
+            hidden = kv.hidden_forward(target.model, seq, kv.new_cache(target.model),
+                                       position_ids=torch.arange(seq.shape[1])[None])
+            topk = torch.topk(heads(hidden[P - 1: P - 1 + len(out)]), k, dim=-1).indices.permute(1, 0, 2)
+            hits.append(rank_hits(topk.contiguous(), out))
+    hits = torch.cat(hits)
+    choices, means = fit_tree(hits, args.max_nodes)
+    curve = measure_tree_curve(target.model)
+    n = best_size(means, curve_cost(curve))
+    tree = choices[:n]
+    top1 = [round(float(hits[:, d, 0].float().mean()), 3) for d in range(hits.shape[1])]
+    info = {"nodes": n, "fit_mean_accepted": round(means[n - 1], 4), "positions": int(hits.shape[0]),
+            "fit_categories": sorted(per_cat), "excluded": sorted(excluded), "head_top1": top1,
+            "curve_ms": {str(t): round(s * 1000, 1) for t, s in curve.items()},
+            "command": "benchmarks/fit_medusa_tree.py " + " ".join(sys.argv[1:])}
+    print(json.dumps({"choices": tree, **info}, indent=1))
+    if args.write:
+        print("wrote", save_tree(args.heads, tree, info))
+
+
+if __name__ == "__main__":
+    main()
