@@ -48,7 +48,7 @@ def load_prompts(path: str, categories: str, limit: int | None) -> list[dict]:
     return picked
 
 
-def run_benchmark(method: str, args, draft: str | None = None, extra_runners=None) -> list[dict]:
+def run_benchmark(method: str, args, draft: str | None = None, extra_runners=None, medusa_heads: str | None = None) -> list[dict]:
     """Measure ``method`` with baseline and peers on every prompt; print a table; return the records."""
     import torch
 
@@ -60,7 +60,7 @@ def run_benchmark(method: str, args, draft: str | None = None, extra_runners=Non
     records = []
     ctx = None
     for i, row in enumerate(prompts):
-        inp = RunInput(method=method, prompt=row["prompt"], target=args.target, draft=draft,
+        inp = RunInput(method=method, prompt=row["prompt"], target=args.target, draft=draft, medusa_heads=medusa_heads,
                        params=json.loads(args.params), max_new_tokens=args.max_new_tokens, dtype=args.dtype,
                        temperature=args.temperature,
                        repeats=args.repeats, peers=not args.no_peers)

@@ -50,6 +50,19 @@ def measure_tree_curve(model, sizes=CURVE_SIZES, cache_len: int = 800, repeats: 
     return curve
 
 
+def simulate_tokens_per_step(tables, tree) -> float:
+    """Greedy Medusa along each answer with ``tree``: new tokens per decoding step (prefill excluded)."""
+    tokens = steps = 0
+    for hits in tables:
+        length, j = hits.shape[0] + 1, 0
+        while j < length - 1:
+            accepted = max((len(c) for c in tree if all(hits[j, d, r] for d, r in enumerate(c))), default=0)
+            j += min(accepted, length - 2 - j) + 1
+            steps += 1
+        tokens += length - 1
+    return tokens / max(1, steps)
+
+
 def main() -> None:
     import argparse
 
@@ -112,24 +125,32 @@ def main() -> None:
 
     hits = []
     k = 10
+    held_out = {}  # evaluation categories: simulated tokens per step with the fitted tree, for information
+    eval_rows = [r for r in rows if r["category"] in excluded and r["question_id"] in answers]
     with torch.inference_mode():
-        for row in wanted:
+        for row in wanted + eval_rows:
             rec = answers[row["question_id"]]
             P, out = len(rec["prompt_ids"]), rec["output_ids"]
             seq = torch.tensor([rec["prompt_ids"] + out])
             hidden = kv.hidden_forward(target.model, seq, kv.new_cache(target.model),
                                        position_ids=torch.arange(seq.shape[1])[None])
             topk = torch.topk(heads(hidden[P - 1: P - 1 + len(out)]), k, dim=-1).indices.permute(1, 0, 2)
-            hits.append(rank_hits(topk.contiguous(), out))
+            table = rank_hits(topk.contiguous(), out)
+            if row["category"] in excluded:
+                held_out.setdefault(row["category"], []).append(table)
+            else:
+                hits.append(table)
     hits = torch.cat(hits)
     choices, means = fit_tree(hits, args.max_nodes)
     curve = measure_tree_curve(target.model)
     n = best_size(means, curve_cost(curve))
     tree = choices[:n]
     top1 = [round(float(hits[:, d, 0].float().mean()), 3) for d in range(hits.shape[1])]
+    simulated = {cat: round(simulate_tokens_per_step(tables, tree), 3) for cat, tables in held_out.items()}
     info = {"nodes": n, "fit_mean_accepted": round(means[n - 1], 4), "positions": int(hits.shape[0]),
             "fit_categories": sorted(per_cat), "excluded": sorted(excluded), "head_top1": top1,
             "curve_ms": {str(t): round(s * 1000, 1) for t, s in curve.items()},
+            "simulated_tokens_per_step_excluded": simulated,
             "command": "benchmarks/fit_medusa_tree.py " + " ".join(sys.argv[1:])}
     print(json.dumps({"choices": tree, **info}, indent=1))
     if args.write:
