@@ -109,9 +109,11 @@ def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypat
     inp = registry.parse_input(tool, {"target": "tiny", "repeats": 1})
     result = registry.execute(tool, inp, ToolContext(store=store))
     assert not result.is_error, result.content
-    assert sorted(result.content["curve_ms"]) == [1, 2, 4, 8, 16, 32, 64]
+    from tools.cost_curve import DEFAULT_SIZES
+
+    assert sorted(result.content["curve_ms"]) == list(DEFAULT_SIZES)
     saved = store.get_answer(guidance.COST_CURVE_KEY)[f"tiny|{CPU['name']}"]
-    assert saved["dtype"] == "float32" and set(saved["curve"]) == {"1", "2", "4", "8", "16", "32", "64"}
+    assert saved["dtype"] == "float32" and set(saved["curve"]) == {str(n) for n in DEFAULT_SIZES}
     out = advise(store, monkeypatch, method="lookahead", target="tiny")
     assert out["source"].startswith("sized to the cost curve") and out["suggested_params"] == \
         result.content["suggested_lookahead"]

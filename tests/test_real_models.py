@@ -61,11 +61,15 @@ def test_draft_model_greedy_equals_the_target_in_float32(pair, cases, options):
 def test_lookahead_and_prompt_lookup_greedy_equal_the_target_in_float32(pair, cases):
     target, _ = pair
     settings, rows = cases
+    # the benchmark's CPU-sized lookahead (W=5, N=4, G=2, one prompt-lookup draft) and pure lookahead
+    shapes = [dict(window=5, ngram=4, guess=2, prompt_lookup=1), dict(window=3, ngram=3, guess=3, prompt_lookup=0)]
     for ids, expected in rows:
-        la = lookahead.generate(target.model, ids, settings, lookahead.LookaheadParams(window=3, ngram=3, guess=3))
-        assert la.output_ids == expected
-        pl = prompt_lookup.generate(target.model, ids, settings, prompt_lookup.PromptLookupParams())
-        assert pl.output_ids == expected
+        for shape in shapes:
+            la = lookahead.generate(target.model, ids, settings, lookahead.LookaheadParams(**shape))
+            assert la.output_ids == expected, shape
+        for options in (dict(), dict(num_candidates=1)):
+            pl = prompt_lookup.generate(target.model, ids, settings, prompt_lookup.PromptLookupParams(**options))
+            assert pl.output_ids == expected, options
 
 
 def test_medusa_greedy_equals_the_target_in_float32(pair, cases):
