@@ -96,11 +96,13 @@ class PromptLookupParams(BaseModel):
         return self
 
 
-def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None) -> list[list[int]]:
+def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None,
+                       length: int | None = None) -> list[list[int]]:
     """Return up to ``num_candidates`` drafts for the text ``tokens`` [L] (LongTensor): what followed
-    earlier occurrences of its longest repeated suffix n-gram, each at most ``limit`` (default
-    ``num_candidate_tokens``) tokens, best first. Empty when nothing repeats."""
-    k = params.num_candidate_tokens if limit is None else min(limit, params.num_candidate_tokens)
+    earlier occurrences of its longest repeated suffix n-gram, each at most ``length`` (default
+    ``num_candidate_tokens``) and ``limit`` tokens, best first. Empty when nothing repeats."""
+    k = params.num_candidate_tokens if length is None else length
+    k = k if limit is None else min(limit, k)
     length = tokens.shape[0]
     if k <= 0:
         return []
@@ -189,8 +191,8 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     k = params.num_candidate_tokens  # this step's draft length: doubles after a fully accepted draft
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
-        drafts = fit_budget(find_candidate_set(text[:length], params.model_copy(update={"num_candidate_tokens": k}),
-                                               limit=remaining - 1), params.max_draft_tokens)
+        drafts = fit_budget(find_candidate_set(text[:length], params, limit=remaining - 1, length=k),
+                            params.max_draft_tokens)
         tree = build_draft_tree(out[-1], drafts)
         prefix = length - 1
         ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
@@ -224,9 +226,10 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
         if drafts:
             draft_steps += 1
             multi_steps += int(len(drafts) > 1)
-            for j in range(max(tree.depths)):
-                drafted_by_position[j] += sum(1 for d in tree.depths if d == j + 1)
-                accepted_by_position[j] += int(j < len(new) - 1)
+            for d in tree.depths[1:]:
+                drafted_by_position[d - 1] += 1
+            for j in range(len(new) - 1):
+                accepted_by_position[j] += 1
     sync(device)
     t2 = time.perf_counter()
     used = max((j + 1 for j, d in enumerate(drafted_by_position) if d), default=0)
