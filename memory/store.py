@@ -15,6 +15,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,6 +121,26 @@ def _require_str_list(name: str, value: Any) -> list[str]:
     return list(value)
 
 
+def _enable_wal(db: Database) -> None:
+    """Switch ``db`` to WAL mode, retrying while another process holds a lock.
+
+    Changing the journal mode of a new database needs an exclusive lock, and SQLite answers
+    "database is locked" at once (without waiting out the busy timeout) when two processes
+    race for it from a shared lock; so retry with a short backoff up to the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            db.enable_wal()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 class Store:
     """The specpilot memory. ``Store()`` opens (and migrates) ``$SPECPILOT_HOME/specpilot.db``.
 
@@ -134,7 +155,7 @@ class Store:
         self.db = Database(conn, execute_plugins=False)
         self._lock = threading.RLock()  # one connection may be shared by threads (e.g. the MCP server)
         try:
-            self.db.enable_wal()
+            _enable_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")  # safe in WAL mode: durable up to the last checkpoint
             self.applied_migrations = migrate(self.db)
         except BaseException:

@@ -87,3 +87,16 @@ def test_two_processes_migrate_a_new_database_once(tmp_path, specpilot_home):
     with Store() as store:
         assert [r["name"] for r in store.db["_migrations"].rows] == names
         assert store.db["runs"].count == 40
+
+
+def test_four_processes_open_one_new_database_at_once(tmp_path, monkeypatch):
+    # Switching a new database to WAL races for an exclusive lock; SQLite answers "locked" at
+    # once to the loser (no busy wait), so every opener must retry rather than fail.
+    for trial in range(5):
+        home = tmp_path / f"home-{trial}"
+        home.mkdir()
+        monkeypatch.setenv("SPECPILOT_HOME", str(home))
+        reports = run_writers(home, n=1, names=("a", "b", "c", "d"))
+        assert sorted(name for r in reports for name in r["applied"]) == sorted(
+            fn.__name__ for fn in migrations.MIGRATIONS
+        )
