@@ -63,6 +63,12 @@ def simulate_tokens_per_step(tables, tree) -> float:
     return tokens / max(1, steps)
 
 
+def _portable(arg: str) -> str:
+    """A command-line argument as recorded in the tree file: absolute paths shortened to the file's
+    name (the file travels with the repo; the machine's folders do not)."""
+    return Path(arg).name if Path(arg).is_absolute() else arg
+
+
 def main() -> None:
     import argparse
 
@@ -151,7 +157,7 @@ def main() -> None:
             "fit_categories": sorted(per_cat), "excluded": sorted(excluded), "head_top1": top1,
             "curve_ms": {str(t): round(s * 1000, 1) for t, s in curve.items()},
             "simulated_tokens_per_step_excluded": simulated,
-            "command": "benchmarks/fit_medusa_tree.py " + " ".join(sys.argv[1:])}
+            "command": "benchmarks/fit_medusa_tree.py " + " ".join(_portable(a) for a in sys.argv[1:])}
     print(json.dumps({"choices": tree, **info}, indent=1))
     if args.write:
         print("wrote", save_tree(args.heads, tree, info))

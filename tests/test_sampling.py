@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.decoding.sampling import make_generator, residual, sample, uniform, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, residual, sample, uniform, warp_probs
 from tools.decoding.types import GenerationSettings
 
 
@@ -249,3 +249,17 @@ def test_uniform_draws_from_the_generator():
     b = uniform(5, torch.Generator().manual_seed(3), "cpu")
     assert a.shape == (5,) and torch.equal(a, b)
     assert ((a >= 0) & (a < 1)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_greedy_tokens_is_argmax_with_first_of_ties(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 1000, generator=g).to(dtype)
+    logits[1, [5, 500, 999]] = 50.0  # a three-way tie: the first index wins, as with argmax
+    logits[2] = 0.0  # every token tied
+    logits[3, -1] = 60.0
+    got = greedy_tokens(logits)
+    assert got.dtype == torch.long and got.shape == (7,)
+    assert torch.equal(got, logits.argmax(dim=-1))
+    assert got[1] == 5 and got[2] == 0 and got[3] == 999
+    assert int(greedy_tokens(logits[4])) == int(logits[4].argmax())  # one row

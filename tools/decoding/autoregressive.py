@@ -11,7 +11,7 @@ import time
 import torch
 
 from tools.decoding import cache as kv
-from tools.decoding.sampling import make_generator, sample, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ParameterError
 
@@ -27,7 +27,7 @@ def as_input_ids(prompt_ids, device) -> torch.Tensor:
 def next_token(logits: torch.Tensor, settings: GenerationSettings, generator) -> int:
     """Pick the next token from one row of logits: argmax when greedy, else a warped sample."""
     if settings.greedy:
-        return int(logits.argmax())
+        return int(greedy_tokens(logits))
     return int(sample(warp_probs(logits, settings), generator))
 
 

@@ -65,7 +65,7 @@ from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
 from tools.decoding.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
 from tools.decoding.prompt_lookup import MAX_CANDIDATES, PromptLookupParams, find_candidate_set
-from tools.decoding.sampling import make_generator, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ParameterError
 
@@ -290,7 +290,7 @@ class _LookaheadState:
         newest = list(range(1 + (self.filled - 1) * W, 1 + self.filled * W)) if use_window else []
         rows = torch.tensor([0, *newest, *range(n_look, n)], dtype=torch.long, device=self.device)
         logits = forward_rows(self.model, ids, cache, positions, mask, rows)  # [rows, vocab]
-        choice = logits.argmax(dim=-1)
+        choice = greedy_tokens(logits)
         node_row = [0, *range(1 + len(newest), logits.shape[0])]  # logits row of each tree node
 
         if self.settings.greedy:

@@ -54,7 +54,7 @@ from torch import nn
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, sync
 from tools.decoding.medusa_trees import AUTO, resolve_tree, validate_choices
-from tools.decoding.sampling import make_generator, sample, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
 
@@ -277,7 +277,7 @@ def pick_token(logits: torch.Tensor, settings: GenerationSettings, params: Medus
     """The target's own next token from one row of logits: argmax when greedy, else a sample from
     the warped distribution cut to the typical set (the tokens typical acceptance would accept)."""
     if settings.greedy:
-        return int(logits.argmax())
+        return int(greedy_tokens(logits))
     p = warp_probs(logits, settings)
     thr = typical_thresholds(p[None], params.posterior_threshold, params.posterior_alpha)[0]
     typical = torch.where(p > thr, p, torch.zeros_like(p))
@@ -321,7 +321,7 @@ def medusa_step(model, heads: MedusaHeads, tree: TreeBuffers, root: int, hidden_
     prefix = kv.cache_length(cache)
     hidden, logits = verify_tree(model, tree, tree_tokens, cache)
     if settings.greedy:
-        best, accepted = accept_greedy_tree(tree_tokens, logits.argmax(dim=-1), tree.retrieve_indices)
+        best, accepted = accept_greedy_tree(tree_tokens, greedy_tokens(logits), tree.retrieve_indices)
     else:
         probs = warp_probs(logits, settings)
         best, accepted = accept_typical_tree(tree_tokens, probs, tree.retrieve_indices,

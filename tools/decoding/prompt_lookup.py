@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
 from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
-from tools.decoding.sampling import make_generator, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from tools.errors import ParameterError
 
@@ -200,7 +200,7 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
         mask = None if tree.is_chain else kv.tree_mask(prefix, tree.visible().to(device), dtype)
         logits = kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask)
         if settings.greedy:
-            node, nxt = accept_greedy_tree(tree, logits.argmax(dim=-1).tolist())
+            node, nxt = accept_greedy_tree(tree, greedy_tokens(logits).tolist())
         else:
             node, nxt = accept_sampling_tree(tree, lambda i, rows=logits: warp_probs(rows[i], settings), generator)
         path = tree.path_to(node)

@@ -31,6 +31,17 @@ def warp_probs(logits: torch.Tensor, settings: GenerationSettings) -> torch.Tens
     return scores.softmax(dim=-1)
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax of every row of ``logits`` (LongTensor of shape logits.shape[:-1]).
+
+    ``max(dim=-1).indices`` keeps argmax's rule (the first of tied maxima) and on a CPU runs about
+    4x faster than ``argmax`` on bfloat16 logits (31 rows x 152k vocabulary: 1.7 ms vs 7.8 ms),
+    which is a few percent of every verification step. Every decoder and the baseline pick greedy
+    tokens through this one function, so their ties break alike.
+    """
+    return logits.max(dim=-1).indices
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Draw one token id per row of ``probs``; returns a LongTensor of shape probs.shape[:-1]."""
     flat = probs.reshape(-1, probs.shape[-1])

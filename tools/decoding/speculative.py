@@ -33,7 +33,7 @@ import torch
 from tools.decoding import cache as kv
 from tools.decoding import quantize
 from tools.decoding.autoregressive import as_input_ids, sync
-from tools.decoding.sampling import make_generator, residual, sample, warp_probs
+from tools.decoding.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.decoding.types import DecodeResult, GenerationSettings
 from pydantic import ValidationError
 
@@ -141,7 +141,7 @@ class _Drafter:
         for i in range(k):
             logits = self._forward(feed)
             if settings.greedy:
-                j = int(logits.argmax())
+                j = int(greedy_tokens(logits))
                 if confidence is not None and i > 0 and float(logits.softmax(-1)[j]) < confidence:
                     break
             else:
@@ -175,7 +175,7 @@ def accept_greedy(target_logits: torch.Tensor, drafts: list[int]) -> tuple[int, 
     ``target_logits`` [m + 1, vocab] are the target's logits after the last committed token and
     after each draft token.
     """
-    choice = target_logits.argmax(dim=-1).tolist()
+    choice = greedy_tokens(target_logits).tolist()
     n = 0
     while n < len(drafts) and drafts[n] == choice[n]:
         n += 1
@@ -299,7 +299,7 @@ class SpeculativeDecoder:
         self._current_k = self._k
         n = ids.shape[1]
         logits = self._real(kv.forward(self.target, ids, self._cache, torch.arange(n, device=ids.device)[None], logits_to_keep=1)[-1])
-        first = int(logits.argmax()) if self.settings.greedy else int(sample(warp_probs(logits, self.settings), self._generator))
+        first = int(greedy_tokens(logits)) if self.settings.greedy else int(sample(warp_probs(logits, self.settings), self._generator))
         self._drafter.set_vocab(self.draft_vocab, ids[0].tolist() + self.settings.eos_token_ids)
         self._drafter.reset(ids.to(self.draft_model.device))
         self._seq = ids[0].tolist() + [first]
