@@ -24,30 +24,30 @@ from common import DEFAULT_PROMPTS, REPO
 CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 48)
 
 
-def measure_tree_curve(model, sizes=CURVE_SIZES, cache_len: int = 800, repeats: int = 4) -> dict[int, float]:
-    """Seconds of one forward over n tree-masked tokens (a chain) after ``cache_len`` cached tokens."""
+def measure_tree_curve(model, sizes=CURVE_SIZES, cache_len: int = 800, repeats: int = 8) -> dict[int, float]:
+    """Seconds of one forward over n tree-masked tokens (a chain) after ``cache_len`` cached tokens:
+    the median of ``repeats`` rounds, each round timing every size once (so drift in the machine's
+    speed touches all sizes alike)."""
     import torch
 
     from tools.decoding import cache as kv
 
-    curve = {}
+    times: dict[int, list[float]] = {n: [] for n in sizes}
     g = torch.Generator().manual_seed(0)
     cache = kv.new_cache(model)
     kv.forward(model, torch.randint(0, 1000, (1, cache_len), generator=g), cache, logits_to_keep=1)
-    for n in sizes:
-        times = []
-        for r in range(repeats + 1):
+    for r in range(repeats + 1):
+        for n in sizes:
             ids = torch.randint(0, 1000, (1, n), generator=g)
             mask = kv.tree_mask(cache_len, torch.tril(torch.ones(n, n, dtype=torch.bool)), model.dtype)
             t = time.perf_counter()
             with torch.inference_mode():
                 kv.forward(model, ids, cache, position_ids=torch.arange(cache_len, cache_len + n)[None],
                            attention_mask=mask)
-            if r:
-                times.append(time.perf_counter() - t)
+            if r:  # round 0 warms up
+                times[n].append(time.perf_counter() - t)
             kv.crop(cache, cache_len)
-        curve[n] = statistics.median(times)
-    return curve
+    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
 def simulate_tokens_per_step(tables, tree) -> float:
@@ -83,6 +83,8 @@ def main() -> None:
     p.add_argument("--answers", required=True, help="JSONL cache of the target's answers (made when missing)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--max-nodes", type=int, default=40)
+    p.add_argument("--nodes", type=int, default=None, help="keep this many nodes (default: the most tokens "
+                                                             "per unit of forward time)")
     p.add_argument("--write", action="store_true", help="store the fitted tree with the heads")
     args = p.parse_args()
 
@@ -149,7 +151,12 @@ def main() -> None:
     hits = torch.cat(hits)
     choices, means = fit_tree(hits, args.max_nodes)
     curve = measure_tree_curve(target.model)
-    n = best_size(means, curve_cost(curve))
+    cost = curve_cost(curve)
+    n = args.nodes or best_size(means, cost)
+    for size in range(1, len(means) + 1):  # the fit's own table: what each size buys on this machine
+        print(f"nodes {size:3d}: accepted {means[size - 1]:.3f}/step, forward {cost(size + 1):.3f}x, "
+              f"tokens per unit time {(1 + means[size - 1]) / cost(size + 1):.3f}"
+              + (" <- chosen" if size == n else ""), file=sys.stderr)
     tree = choices[:n]
     top1 = [round(float(hits[:, d, 0].float().mean()), 3) for d in range(hits.shape[1])]
     simulated = {cat: round(simulate_tokens_per_step(tables, tree), 3) for cat, tables in held_out.items()}
