@@ -135,7 +135,8 @@ def _enable_wal(db: Database) -> None:
             db.enable_wal()
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+            lock_error = "locked" in str(exc) or "busy" in str(exc)
+            if not lock_error or time.monotonic() > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
