@@ -103,21 +103,21 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
     ``num_candidate_tokens``) and ``limit`` tokens, best first. Empty when nothing repeats."""
     k = params.num_candidate_tokens if length is None else length
     k = k if limit is None else min(limit, k)
-    length = tokens.shape[0]
+    size = tokens.shape[0]  # tokens in the text
     if k <= 0:
         return []
-    for n in range(min(params.max_ngram_size, length - 1), params.min_ngram_size - 1, -1):
+    for n in range(min(params.max_ngram_size, size - 1), params.min_ngram_size - 1, -1):
         # occurrences that start before the suffix itself: windows of tokens[:-1]
-        windows = tokens[:-1].unfold(0, n, 1)  # [L - n, n]
-        hits = (windows == tokens[length - n:]).all(dim=1).nonzero().flatten()
+        windows = tokens[:-1].unfold(0, n, 1)  # [size - 1 - n + 1, n]
+        hits = (windows == tokens[size - n:]).all(dim=1).nonzero().flatten()
         if hits.numel() == 0:
             continue
-        starts = (hits + n).tolist()  # where each continuation starts (< L)
-        full = [s for s in reversed(starts) if s + k <= length]  # most recent first
-        order = full + [s for s in starts if s + k > length]  # then the earliest partial ones
+        starts = (hits + n).tolist()  # where each continuation starts (< size)
+        full = [s for s in reversed(starts) if s + k <= size]  # most recent first
+        order = full + [s for s in starts if s + k > size]  # then the earliest partial ones
         drafts: list[list[int]] = []
         for start in order[: 8 * params.num_candidates]:
-            draft = tokens[start: min(start + k, length)].tolist()
+            draft = tokens[start: min(start + k, size)].tolist()
             if any(d[: len(draft)] == draft for d in drafts):
                 continue  # a repeat, or a prefix of a draft already taken
             drafts.append(draft)
