@@ -108,7 +108,7 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
         return []
     for n in range(min(params.max_ngram_size, size - 1), params.min_ngram_size - 1, -1):
         # occurrences that start before the suffix itself: windows of tokens[:-1]
-        windows = tokens[:-1].unfold(0, n, 1)  # [size - 1 - n + 1, n]
+        windows = tokens[:-1].unfold(0, n, 1)  # [size - n, n]
         hits = (windows == tokens[size - n:]).all(dim=1).nonzero().flatten()
         if hits.numel() == 0:
             continue
