@@ -14,40 +14,12 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from common import DEFAULT_PROMPTS, REPO
 
 CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 48)
-
-
-def measure_tree_curve(model, sizes=CURVE_SIZES, cache_len: int = 800, repeats: int = 8) -> dict[int, float]:
-    """Seconds of one forward over n tree-masked tokens (a chain) after ``cache_len`` cached tokens:
-    the median of ``repeats`` rounds, each round timing every size once (so drift in the machine's
-    speed touches all sizes alike)."""
-    import torch
-
-    from tools.decoding import cache as kv
-
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    g = torch.Generator().manual_seed(0)
-    cache = kv.new_cache(model)
-    kv.forward(model, torch.randint(0, 1000, (1, cache_len), generator=g), cache, logits_to_keep=1)
-    for r in range(repeats + 1):
-        for n in sizes:
-            ids = torch.randint(0, 1000, (1, n), generator=g)
-            mask = kv.tree_mask(cache_len, torch.tril(torch.ones(n, n, dtype=torch.bool)), model.dtype)
-            t = time.perf_counter()
-            with torch.inference_mode():
-                kv.forward(model, ids, cache, position_ids=torch.arange(cache_len, cache_len + n)[None],
-                           attention_mask=mask)
-            if r:  # round 0 warms up
-                times[n].append(time.perf_counter() - t)
-            kv.crop(cache, cache_len)
-    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
 def simulate_tokens_per_step(tables, tree) -> float:
@@ -89,6 +61,7 @@ def main() -> None:
     args = p.parse_args()
 
     from tools import models
+    from tools.cost_curve import forward_cost_curve
     from tools.decoding import cache as kv
     from tools.decoding.speculative import SpeculativeDecoder
     from tools.decoding.types import GenerationSettings
@@ -150,7 +123,8 @@ def main() -> None:
                 hits.append(table)
     hits = torch.cat(hits)
     choices, means = fit_tree(hits, args.max_nodes)
-    curve = measure_tree_curve(target.model)
+    # tree-masked passes after 800 cached tokens, timed in 8 interleaved rounds
+    curve = forward_cost_curve(target.model, CURVE_SIZES, cache_len=800, repeats=8, masked=True)
     cost = curve_cost(curve)
     n = args.nodes or best_size(means, cost)
     for size in range(1, len(means) + 1):  # the fit's own table: what each size buys on this machine

@@ -9,7 +9,7 @@ import torch
 
 from tools.decoding.medusa_trees import resolve_tree, validate_choices
 from tools.errors import ModelIntegrityError, ParameterError
-from tools.medusa_tree_fit import best_size, curve_cost, fit_tree, isotonic, rank_hits
+from tools.medusa_tree_fit import best_size, curve_cost, fit_tree, rank_hits
 
 
 def test_rank_hits_compares_each_heads_guess_with_the_token_it_predicts():
@@ -82,13 +82,6 @@ def test_a_tree_stored_with_the_heads_is_what_auto_uses_on_a_cpu(tmp_path, tiny_
     (tmp_path / "h" / TREE_NAME).write_text('{"choices": [[0, 1]]}')
     with pytest.raises(ModelIntegrityError, match="medusa_tree.json"):
         load_heads(tmp_path / "h")
-
-
-def test_isotonic_pools_dips_and_keeps_monotone_curves():
-    assert isotonic([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
-    assert isotonic([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
-    assert isotonic([3.0, 2.0, 1.0]) == [2.0, 2.0, 2.0]
-    assert isotonic([]) == []
 
 
 def test_curve_cost_never_falls_with_more_tokens():

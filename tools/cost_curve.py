@@ -29,11 +29,14 @@ MAX_SUGGESTED_NGRAM = 5
 
 @torch.inference_mode()
 def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats: int = 5,
-                       seed: int = 0) -> dict[int, float]:
+                       seed: int = 0, masked: bool = False) -> dict[int, float]:
     """Return {n: median seconds of one forward over n new tokens with ``cache_len`` cached tokens}.
 
-    Each size gets one untimed warm-up pass, then ``repeats`` timed ones; the cache is cropped
-    back to ``cache_len`` before every pass. Logits are computed for all n rows (as verification does).
+    Timed in rounds: each round times every size once, so a drift in the machine's speed (a GPU's
+    clocks ramping up, a neighbour's load) touches all sizes alike; round 0 is an untimed warm-up,
+    then ``repeats`` timed rounds. The cache is cropped back to ``cache_len`` before every pass and
+    logits are computed for all n rows (as verification does). With ``masked`` the n tokens go
+    through an explicit 4-D mask (a chain), as tree verification does, rather than the causal path.
     """
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 1:
@@ -46,30 +49,50 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
     tokens = torch.randint(0, vocab, (1, cache_len + max(sizes)), generator=g).to(device)
     cache = kv.new_cache(model)
     kv.forward(model, tokens[:, :cache_len], cache, torch.arange(cache_len, device=device)[None], logits_to_keep=1)
-    curve: dict[int, float] = {}
+    passes = {}
     for n in sizes:
-        ids = tokens[:, cache_len: cache_len + n]
-        positions = torch.arange(cache_len, cache_len + n, device=device)[None]
-        times = []
-        for r in range(repeats + 1):
+        chain = torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))
+        passes[n] = (tokens[:, cache_len: cache_len + n], torch.arange(cache_len, cache_len + n, device=device)[None],
+                     kv.tree_mask(cache_len, chain, model.dtype) if masked else None)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for r in range(repeats + 1):
+        for n, (ids, positions, mask) in passes.items():
             kv.crop(cache, cache_len)
             sync(device)
             t0 = time.perf_counter()
-            kv.forward(model, ids, cache, positions)
+            kv.forward(model, ids, cache, positions, attention_mask=mask)
             sync(device)
-            if r:  # the first pass is a warm-up
-                times.append(time.perf_counter() - t0)
-        curve[n] = statistics.median(times)
+            if r:  # round 0 warms up
+                times[n].append(time.perf_counter() - t0)
     kv.crop(cache, cache_len)
-    return curve
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def isotonic(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators):
+    a measured forward-time curve with the noise dips taken out, since more tokens never cost less."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return [m for m, c in blocks for _ in range(int(c))]
+
+
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """``curve`` ({tokens: seconds}) sorted by size and made non-decreasing (``isotonic``)."""
+    points = sorted((int(n), float(t)) for n, t in curve.items())
+    return dict(zip([n for n, _ in points], isotonic([t for _, t in points])))
 
 
 def flat_tokens(curve: dict[int, float], budget: float = FLAT_BUDGET) -> int:
     """Most tokens per forward whose time stays within ``budget`` x the one-token time, linearly
-    interpolated between measured sizes (never past the largest size measured)."""
-    points = sorted((int(n), float(t)) for n, t in curve.items())
-    if not points or points[0][0] != 1:
+    interpolated between measured sizes (never past the largest size measured), on the curve made
+    non-decreasing (``monotone``: a noisy one-token time must not make larger passes look cheaper)."""
+    if 1 not in {int(n) for n in curve}:
         raise ParameterError("the cost curve needs a measurement for 1 token", hint="measure sizes starting at 1")
+    points = list(monotone(curve).items())
     limit = budget * points[0][1]
     best = 1
     for (n0, t0), (n1, t1) in zip(points, points[1:]):
@@ -99,9 +122,11 @@ def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGE
     then the largest N (up to 5, the paper's choice) whose window W >= N-1 fits with a pool guess
     set G = W // 2 (at least 1: on most steps few pool n-grams start with the current token, the
     window is what finds new ones); failing that N=2 with the widest W. Returns the parameters and
-    a sentence of reasoning with the measured numbers.
+    a sentence of reasoning with the measured numbers (of the curve made non-decreasing).
     """
     tokens = min(flat_tokens(curve, budget), MAX_STEP_TOKENS)
+    measured_t1 = float(curve[min(curve)])
+    curve = monotone(curve)
     t1 = curve[min(curve)]
     lookup = 2 if tokens >= 61 else 1 if tokens >= 21 else 0
     room = tokens - lookup * PromptLookupParams().num_candidate_tokens
@@ -114,8 +139,10 @@ def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGE
     params = LookaheadParams(window=width, ngram=ngram, guess=max(1, width // 2), prompt_lookup=lookup).check()
     cost = _interpolate(curve, params.tokens_per_step) / t1
     drafts = f" and {lookup} prompt-lookup draft{'s' if lookup > 1 else ''}" if lookup else ""
+    pooled = (f" (measured {measured_t1 * 1000:.1f} ms, pooled with larger passes that timed faster)"
+              if abs(measured_t1 - t1) > 1e-12 else "")
     reasoning = (
-        f"one forward pass costs {t1 * 1000:.1f} ms for 1 token; up to about {tokens} tokens it stays "
+        f"one forward pass costs {t1 * 1000:.1f} ms for 1 token{pooled}; up to about {tokens} tokens it stays "
         f"within {budget:.2f}x of that. W={width}, N={ngram}, G={params.guess}{drafts} put at most "
         f"{params.tokens_per_step} tokens in each step (about {cost:.2f}x a one-token pass), so each step must "
         f"accept about {max(0.0, cost - 1):.2f} extra tokens to pay off."

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from tools.cost_curve import monotone
 from tools.errors import ParameterError
 
 
@@ -84,26 +85,13 @@ def best_size(means: list[float], cost: Callable[[int], float]) -> int:
     return max(range(1, len(means) + 1), key=lambda n: (1 + means[n - 1]) / cost(n + 1))
 
 
-def isotonic(values: list[float]) -> list[float]:
-    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators):
-    a measured forward-time curve with the noise dips taken out, since more tokens never cost less."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in values:
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
-    return [m for m, c in blocks for _ in range(int(c))]
-
-
 def curve_cost(curve: dict[int, float]) -> Callable[[int], float]:
     """A cost function relative to one token, linearly interpolated in a measured cost curve
-    ({tokens: seconds}, see tools.cost_curve) made non-decreasing first (``isotonic``: a noisy
+    ({tokens: seconds}, see tools.cost_curve) made non-decreasing first (``monotone``: a noisy
     dip must not make a size look cheap), extrapolated proportionally past its end."""
-    points = sorted((int(t), float(s)) for t, s in curve.items())
-    if not points or points[0][0] != 1:
+    if 1 not in {int(t) for t in curve}:
         raise ParameterError("the cost curve needs a measurement for 1 token")
-    points = list(zip([t for t, _ in points], isotonic([s for _, s in points])))
+    points = list(monotone(curve).items())
     t1 = points[0][1]
 
     def cost(tokens: int) -> float:
