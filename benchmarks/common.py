@@ -188,8 +188,9 @@ def print_summary(method: str, records: list[dict]) -> None:
         sp = statistics.mean(r["speedup"] for r in rows)
         tps = statistics.mean(r["mean_accepted_per_step"] for r in rows)
         accs = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
-        same = sum(1 for r in rows if r["matches_baseline"])
-        line = f"| {cat} | {len(rows)} | {sp:.2f}x | {tps:.2f} | {_pct(statistics.mean(accs)) if accs else '—'} | {same}/{len(rows)} |"
+        compared = [r for r in rows if r["matches_baseline"] is not None]  # None: sampled, no single right output
+        same = f"{sum(1 for r in compared if r['matches_baseline'])}/{len(compared)}" if compared else "n/a (sampled)"
+        line = f"| {cat} | {len(rows)} | {sp:.2f}x | {tps:.2f} | {_pct(statistics.mean(accs)) if accs else '—'} | {same} |"
         for p in peer_names:
             line += f" {statistics.mean(r['peers'][p]['speedup'] for r in rows):.2f}x |"
         for p in peer_names:
