@@ -114,3 +114,22 @@ def test_the_sweeps_cover_the_documented_settings():
     assert 2 <= len(grid) <= 6 and len({json.dumps(g, sort_keys=True) for g in grid}) == len(grid)
     for g in grid:
         LookaheadParams(**g).check()
+
+
+def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
+    from types import SimpleNamespace
+
+    from tools.guidance import COST_CURVE_KEY, detect_hardware
+    from tools.tune import sized_lookahead_params
+
+    # flat to 32 tokens, a step past it: the suggestion reserves one prompt-lookup draft (not the default 2)
+    curve = {1: 0.184, 8: 0.203, 16: 0.205, 32: 0.236, 36: 0.302, 48: 0.309}
+    store = Store()
+    hw = detect_hardware("cpu")["name"]
+    store.save_answer(COST_CURVE_KEY, {f"tiny|{hw}": {"curve": {str(n): t for n, t in curve.items()},
+                                                      "dtype": "float32", "measured_at": "2026-01-01T00:00:00"}})
+    params, reasoning = sized_lookahead_params(store, SimpleNamespace(ref="tiny", device="cpu"))
+    suggested, _ = suggest_lookahead_params(curve)
+    assert params == {"window": suggested.window, "ngram": suggested.ngram, "guess": suggested.guess,
+                      "prompt_lookup": 1}
+    assert "1 prompt-lookup draft" in reasoning and "stored on 2026-01-01" in reasoning

@@ -126,7 +126,8 @@ def sized_lookahead_params(store, target, progress=None) -> tuple[dict, str]:
 
     curve, where = cost_curve_for(store, target, progress)
     params, reasoning = suggest_lookahead_params(curve)
-    return {"window": params.window, "ngram": params.ngram, "guess": params.guess}, f"{where}: {reasoning}"
+    return ({"window": params.window, "ngram": params.ngram, "guess": params.guess,
+             "prompt_lookup": params.prompt_lookup}, f"{where}: {reasoning}")
 
 
 def pick_prompts(path: str | None, category: str | None, limit: int) -> list[dict]:
