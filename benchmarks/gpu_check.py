@@ -23,7 +23,6 @@ runs on a bare GPU machine:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import sys
@@ -42,29 +41,18 @@ from tools.decoding.lookahead import LookaheadParams  # noqa: E402
 from tools.decoding.medusa import MedusaHeads, MedusaParams  # noqa: E402
 from tools.decoding.prompt_lookup import PromptLookupParams  # noqa: E402
 from tools.decoding.types import GenerationSettings  # noqa: E402
+from tools.tiny_models import make_tiny_model, perturbed_copy  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB = 512
 
 
-def tiny_model(kind: str, seed: int = 0, layers: int = 2, hidden: int = 64):
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
-    common = dict(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                  tie_word_embeddings=False, initializer_range=0.3)
-    config = Qwen2Config(**common) if kind == "qwen2" else LlamaConfig(**common)
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).eval()
+def tiny_model(kind: str, seed: int = 0):
+    return make_tiny_model(kind, layers=2, seed=seed, vocab=VOCAB, hidden=64, max_positions=2048)
 
 
 def perturbed(model, noise: float = 0.05, seed: int = 1):
-    torch.manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn_like(p) * p.std().clamp_min(1e-3))
-    return draft.eval()
+    return perturbed_copy(model, noise, seed)
 
 
 def random_heads(model, seed: int = 2, num_heads: int = 4) -> MedusaHeads:

@@ -2,57 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from tools.tiny_models import make_tiny_model, perturbed_copy  # noqa: F401  (tests import them from here)
+
 torch.set_num_threads(1)
 
-VOCAB = 64
+VOCAB = 64  # make_tiny_model's default vocabulary
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-
-
-def _tiny_config(kind: str, layers: int, vocab: int = VOCAB, hidden: int = 32):
-    common = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        initializer_range=0.3,  # peaked logits: fewer floating-point near-ties in greedy tests
-    )
-    if kind == "qwen2":
-        from transformers import Qwen2Config
-
-        return Qwen2Config(**common)
-    from transformers import LlamaConfig
-
-    return LlamaConfig(**common)
-
-
-def make_tiny_model(kind: str = "qwen2", layers: int = 2, seed: int = 0, vocab: int = VOCAB, dtype=torch.float32):
-    """A tiny random causal LM (eval mode) built from a config; deterministic for a seed."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(_tiny_config(kind, layers, vocab))
-    return model.to(dtype).eval()
-
-
-def perturbed_copy(model, noise: float, seed: int = 1):
-    """A draft that mostly agrees with ``model``: its weights plus Gaussian noise."""
-    torch.manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn_like(p) * p.std().clamp_min(1e-3))
-    return draft.eval()
 
 
 @pytest.fixture(scope="session")
