@@ -66,7 +66,7 @@ from tools.decoding.autoregressive import as_input_ids, next_token, prefill, syn
 from tools.decoding.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
 from tools.decoding.prompt_lookup import MAX_CANDIDATES, PromptLookupParams, find_candidate_set
 from tools.decoding.sampling import greedy_tokens, make_generator, warp_probs
-from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.decoding.types import DecodeResult, GenerationSettings, StepTally
 from tools.errors import ParameterError
 
 MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
@@ -360,10 +360,7 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
     text = torch.empty(len(seq) + settings.max_new_tokens + 1, dtype=torch.long, device=device)
     text[: len(seq)] = torch.tensor(seq, dtype=torch.long, device=device)
     stopped = "eos" if first in eos else "length"
-    steps = drafted = accepted = verify_steps = 0
-    accepted_per_step: list[int] = []
-    drafted_by_position: list[int] = []
-    accepted_by_position: list[int] = []
+    tally, verify_steps = StepTally(), 0
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
         new, _, depths = state.step(out[-1], cache, len(seq) - 1, remaining, text[: len(seq)])
@@ -373,22 +370,8 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
                 new, stopped = new[: i + 1], "eos"
                 break
         # tokens past the limit or an EOS are dropped; the last kept token counts as the target's own
-        m = len(new) - 1
-        steps += 1
-        drafted += len(depths)
-        accepted += m
-        accepted_per_step.append(m)
-        if depths:
-            verify_steps += 1
-            deepest = max(depths)
-            if len(drafted_by_position) < deepest:
-                grow = deepest - len(drafted_by_position)
-                drafted_by_position += [0] * grow
-                accepted_by_position += [0] * grow
-            for d in depths:
-                drafted_by_position[d - 1] += 1
-            for j in range(m):
-                accepted_by_position[j] += 1
+        tally.record(len(new) - 1, depths)
+        verify_steps += bool(depths)
         text[len(seq): len(seq) + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
         out.extend(new)
         seq.extend(new)
@@ -396,32 +379,19 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
             state.pool.add_sequence(seq, start=len(seq) - len(new))
     sync(device)
     t2 = time.perf_counter()
-    return DecodeResult(
-        method="lookahead",
-        output_ids=out,
-        prefill_s=t1 - t0,
-        decode_s=t2 - t1,
-        steps=steps,
-        target_forwards=steps + 1,
-        tokens_drafted=drafted,
-        tokens_accepted=accepted,
-        accepted_per_step=accepted_per_step,
-        drafted_by_position=drafted_by_position,
-        accepted_by_position=accepted_by_position,
-        stopped_by=stopped,
-        extra={
-            "window": params.window,
-            "ngram": params.ngram,
-            "guess": params.guess,
-            "pool_from_prompt": params.pool_from_prompt,
-            "prompt_lookup": params.prompt_lookup,
-            "tokens_per_step": params.tokens_per_step,
-            "warmup_steps": min(steps, params.ngram - 2),
-            "verify_steps": verify_steps,
-            "pool_ngrams": len(state.pool),
-            "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
-        },
-    )
+    steps = tally.steps
+    return tally.result("lookahead", out, (t0, t1, t2), stopped, extra={
+        "window": params.window,
+        "ngram": params.ngram,
+        "guess": params.guess,
+        "pool_from_prompt": params.pool_from_prompt,
+        "prompt_lookup": params.prompt_lookup,
+        "tokens_per_step": params.tokens_per_step,
+        "warmup_steps": min(steps, params.ngram - 2),
+        "verify_steps": verify_steps,
+        "pool_ngrams": len(state.pool),
+        "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
+    })
 
 
 # ---------------------------------------------------------------------------------------- lade check

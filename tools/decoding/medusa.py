@@ -55,7 +55,7 @@ from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, sync
 from tools.decoding.medusa_trees import AUTO, resolve_tree, validate_choices
 from tools.decoding.sampling import greedy_tokens, make_generator, sample, warp_probs
-from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.decoding.types import DecodeResult, GenerationSettings, StepTally
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
 
 TYPICAL_NOTE = (
@@ -362,23 +362,14 @@ def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings
 
     out = [root]
     stopped = "eos" if root in eos else "length"
-    steps = drafted = accepted_total = 0
-    accepted_per_step: list[int] = []
-    drafted_by_position = [0] * full.depth
-    accepted_by_position = [0] * full.depth
+    tally = StepTally(positions=full.depth)
     while stopped == "length" and len(out) < settings.max_new_tokens:
         depth = min(full.depth, settings.max_new_tokens - len(out) - 1)  # never propose past the budget
         if depth not in trees:
             trees[depth] = build_tree_buffers([c for c in choices if len(c) <= depth]).to(device)
         tree = trees[depth]
         new, accepted, hidden = medusa_step(model, heads, tree, out[-1], hidden, cache, settings, params, generator)
-        steps += 1
-        drafted += tree.depth
-        accepted_total += accepted
-        accepted_per_step.append(accepted)
-        for i in range(tree.depth):
-            drafted_by_position[i] += 1
-            accepted_by_position[i] += int(i < accepted)
+        tally.record(accepted, range(1, tree.depth + 1))  # the proposed path: one guess per depth
         for token in new:
             out.append(token)
             if token in eos:
@@ -395,12 +386,7 @@ def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings
     }
     if lossy:
         extra["note"] = TYPICAL_NOTE
-    return DecodeResult(
-        method="medusa", output_ids=out, prefill_s=t1 - t0, decode_s=t2 - t1, steps=steps, target_forwards=steps + 1,
-        tokens_drafted=drafted, tokens_accepted=accepted_total, accepted_per_step=accepted_per_step,
-        drafted_by_position=drafted_by_position, accepted_by_position=accepted_by_position, stopped_by=stopped,
-        extra=extra,
-    )
+    return tally.result("medusa", out, (t0, t1, t2), stopped, extra)
 
 
 # ---------------------------------------------------------------------------------------- upstream backend

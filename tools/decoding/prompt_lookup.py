@@ -47,7 +47,7 @@ from tools.decoding import cache as kv
 from tools.decoding.autoregressive import as_input_ids, next_token, prefill, sync
 from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
 from tools.decoding.sampling import greedy_tokens, make_generator, warp_probs
-from tools.decoding.types import DecodeResult, GenerationSettings
+from tools.decoding.types import DecodeResult, GenerationSettings, StepTally
 from tools.errors import ParameterError
 
 MAX_CANDIDATE_TOKENS = 64
@@ -184,10 +184,7 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
     text[prompt_len] = first
     length = prompt_len + 1  # tokens in ``text``; the cache holds all but the last
     stopped = "eos" if first in eos else "length"
-    steps = drafted = accepted = draft_steps = multi_steps = 0
-    accepted_per_step: list[int] = []
-    drafted_by_position = [0] * params.max_candidate_tokens
-    accepted_by_position = [0] * params.max_candidate_tokens
+    tally, draft_steps, multi_steps = StepTally(), 0, 0
     k = params.num_candidate_tokens  # this step's draft length: doubles after a fully accepted draft
     while stopped == "length" and len(out) < settings.max_new_tokens:
         remaining = settings.max_new_tokens - len(out)
@@ -219,42 +216,19 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLook
         text[length: length + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
         length += len(new)
         out.extend(new)
-        steps += 1
-        drafted += tree.size - 1
-        accepted += len(new) - 1
-        accepted_per_step.append(len(new) - 1)
-        if drafts:
-            draft_steps += 1
-            multi_steps += int(len(drafts) > 1)
-            for d in tree.depths[1:]:
-                drafted_by_position[d - 1] += 1
-            for j in range(len(new) - 1):
-                accepted_by_position[j] += 1
+        tally.record(len(new) - 1, tree.depths[1:])
+        draft_steps += bool(drafts)
+        multi_steps += len(drafts) > 1
     sync(device)
     t2 = time.perf_counter()
-    used = max((j + 1 for j, d in enumerate(drafted_by_position) if d), default=0)
-    return DecodeResult(
-        method="ngram",
-        output_ids=out,
-        prefill_s=t1 - t0,
-        decode_s=t2 - t1,
-        steps=steps,
-        target_forwards=steps + 1,
-        tokens_drafted=drafted,
-        tokens_accepted=accepted,
-        accepted_per_step=accepted_per_step,
-        drafted_by_position=drafted_by_position[:used],
-        accepted_by_position=accepted_by_position[:used],
-        stopped_by=stopped,
-        extra={
-            "max_ngram_size": params.max_ngram_size,
-            "min_ngram_size": params.min_ngram_size,
-            "num_candidate_tokens": params.num_candidate_tokens,
-            "num_candidates": params.num_candidates,
-            "max_candidate_tokens": params.max_candidate_tokens,
-            "max_draft_tokens": params.max_draft_tokens,
-            "draft_steps": draft_steps,
-            "multi_draft_steps": multi_steps,
-            "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
-        },
-    )
+    return tally.result("ngram", out, (t0, t1, t2), stopped, extra={
+        "max_ngram_size": params.max_ngram_size,
+        "min_ngram_size": params.min_ngram_size,
+        "num_candidate_tokens": params.num_candidate_tokens,
+        "num_candidates": params.num_candidates,
+        "max_candidate_tokens": params.max_candidate_tokens,
+        "max_draft_tokens": params.max_draft_tokens,
+        "draft_steps": draft_steps,
+        "multi_draft_steps": multi_steps,
+        "tokens_per_decode_step": (len(out) - 1) / tally.steps if tally.steps else 0.0,
+    })

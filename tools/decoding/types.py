@@ -69,3 +69,55 @@ class DecodeResult:
     @property
     def mean_accepted_per_step(self) -> float:
         return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+
+@dataclass
+class StepTally:
+    """The per-step bookkeeping the drafting decoders share, turned into their DecodeResult.
+
+    ``record(accepted, depths)`` counts one decoding step (one target forward): ``depths`` are the depths
+    of the tokens it verified as guesses (1 = the next token; a tree has several at one depth),
+    ``accepted`` how many guessed tokens it kept. The by-position lists grow to the deepest guess seen,
+    or start at ``positions`` zeros.
+    """
+
+    positions: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_step: list[int] = field(default_factory=list)
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.drafted_by_position = [0] * self.positions
+        self.accepted_by_position = [0] * self.positions
+
+    def record(self, accepted: int, depths=()) -> None:
+        depths = list(depths)
+        self.steps += 1
+        self.drafted += len(depths)
+        self.accepted += accepted
+        self.accepted_per_step.append(accepted)
+        if not depths:
+            return
+        grow = max(max(depths), accepted) - len(self.drafted_by_position)
+        if grow > 0:
+            self.drafted_by_position += [0] * grow
+            self.accepted_by_position += [0] * grow
+        for d in depths:
+            self.drafted_by_position[d - 1] += 1
+        for j in range(accepted):
+            self.accepted_by_position[j] += 1
+
+    def result(self, method: str, output_ids: list[int], times: tuple[float, float, float], stopped_by: str,
+               extra: dict) -> DecodeResult:
+        """The DecodeResult of a run that started at times[0], ended its prefill at times[1] and its decoding
+        at times[2] (perf_counter seconds)."""
+        t0, t1, t2 = times
+        return DecodeResult(
+            method=method, output_ids=output_ids, prefill_s=t1 - t0, decode_s=t2 - t1, steps=self.steps,
+            target_forwards=self.steps + 1, tokens_drafted=self.drafted, tokens_accepted=self.accepted,
+            accepted_per_step=self.accepted_per_step, drafted_by_position=self.drafted_by_position,
+            accepted_by_position=self.accepted_by_position, stopped_by=stopped_by, extra=extra,
+        )
