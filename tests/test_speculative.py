@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import make_tiny_model, perturbed_copy
+from conftest import assert_greedy_equal, make_tiny_model, perturbed_copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +72,7 @@ def _check_counters(result, max_new_tokens):
 def test_greedy_output_equals_the_baseline(tiny_qwen, drafts, prompt, k, max_new_tokens, quality):
     expected = _baseline(tiny_qwen, prompt, max_new_tokens).output_ids
     result = _spec(tiny_qwen, drafts[quality], prompt, max_new_tokens, k=k)
-    assert result.output_ids == expected
+    assert_greedy_equal(tiny_qwen, prompt, expected, result.output_ids)
     _check_counters(result, max_new_tokens)
 
 
@@ -515,3 +515,14 @@ def test_the_target_as_its_own_draft_accepts_every_sampled_token(tiny_qwen, opti
         result = speculative.generate(tiny_qwen, tiny_qwen, PROMPT, settings, k=4)
         assert result.acceptance_rate == 1.0
         assert result.steps == 5
+
+
+def test_an_exact_float32_tie_is_the_only_difference_tolerated(tiny_qwen):
+    # found by the property test above: at token 37 the target's top two logits tie (2.9974 both) and
+    # the verification pass over two tokens rounds the other way than the one-token baseline step
+    prompt = [43, 27, 30, 44, 13, 31, 62, 3, 39, 43, 15, 63, 51, 52, 38, 29, 44, 10, 47]
+    expected = _baseline(tiny_qwen, prompt, 38).output_ids
+    got = _spec(tiny_qwen, tiny_qwen, prompt, 38, k=1).output_ids
+    assert_greedy_equal(tiny_qwen, prompt, expected, got)
+    with pytest.raises(AssertionError, match="without a float32 tie"):
+        assert_greedy_equal(tiny_qwen, prompt, expected, expected[:5] + [(expected[5] + 1) % VOCAB] + expected[6:])
