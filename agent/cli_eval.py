@@ -116,31 +116,44 @@ def _print_params(rows: list[dict]) -> None:
             out.print(f"{row['method']} params ({row.get('params_source')}): {params}")
 
 
+def _run_and_show(args, name: str, run, table, details=None) -> int:
+    """Run a compare or bench task under a status line, write its report when asked, then print its
+    JSON, or its table, the methods not run, ``details(result)`` and where the report is."""
+    from agent.render import err, out
+
+    with err.status(f"{name}: starting…") as status:
+        result = run(_progress(status))
+    if args.report:
+        result["report"] = _write_task_report(result["task_id"], result["run_ids"])
+    if args.json:
+        _print_json(result)
+        return 0
+    out.print(table(result))
+    for method, reason in result["not_run"].items():
+        out.print(f"{method}: not run: {reason}")
+    if details:
+        details(result)
+    _print_report_paths(result.get("report"), result["task_id"])
+    return 0
+
+
 def cmd_compare(args) -> int:
     from agent.cli import _prompt_text
-    from agent.render import err, out
+    from agent.render import out
     from tools.compare import CompareInput, compare
     from tools.methods import METHOD_NAMES
 
     methods = _methods(args.methods, list(METHOD_NAMES))
     inp = CompareInput(prompt=_prompt_text(args), methods=methods, medusa_heads=args.medusa_heads,
                        params=_given_params(args, methods), peers=args.peers, **_generation(args))
-    with err.status("compare: starting…") as status:
-        result = compare(inp, progress=_progress(status))
-    if args.report:
-        result["report"] = _write_task_report(result["task_id"], result["run_ids"])
-    if args.json:
-        _print_json(result)
-        return 0
-    out.print(compare_table(result))
-    _print_params(result["rows"])
-    for method, reason in result["not_run"].items():
-        out.print(f"{method}: not run: {reason}")
-    if result.get("medusa_heads") and "medusa" in result["run_ids_by_method"]:
-        out.print(f"medusa heads: {result['medusa_heads']}")
-    out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
-    _print_report_paths(result.get("report"), result["task_id"])
-    return 0
+
+    def details(result: dict) -> None:
+        _print_params(result["rows"])
+        if result.get("medusa_heads") and "medusa" in result["run_ids_by_method"]:
+            out.print(f"medusa heads: {result['medusa_heads']}")
+        out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
+
+    return _run_and_show(args, "compare", lambda progress: compare(inp, progress=progress), compare_table, details)
 
 
 def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
@@ -219,28 +232,15 @@ def bench_table(result: dict) -> Table:
 
 
 def cmd_bench(args) -> int:
-    from agent.render import err, out
     from tools.bench import BENCH_METHODS, BenchInput, bench
 
     methods = _methods(args.methods, BENCH_METHODS)
     inp = BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
                      **_generation(args))
-    with err.status("bench: starting…") as status:
-        result = bench(inp, progress=_progress(status))
-    if args.report:
-        result["report"] = _write_task_report(result["task_id"], result["run_ids"])
-    if args.json:
-        _print_json(result)
-        return 0
-    out.print(bench_table(result))
-    for method, reason in result["not_run"].items():
-        out.print(f"{method}: not run: {reason}")
-    _print_report_paths(result.get("report"), result["task_id"])
-    return 0
+    return _run_and_show(args, "bench", lambda progress: bench(inp, progress=progress), bench_table)
 
 
-# ---------------------------------------------------------------------------- report
 def cmd_report(args) -> int:
     from agent.render import out
     from memory import Store

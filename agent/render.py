@@ -8,20 +8,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from tools.report import fmt
+from tools.report import fmt, versus_baseline
 
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
-
-
-def match_text(record: dict) -> str:
-    if record.get("matches_baseline") is None:
-        return "n/a (sampling)"
-    if record["matches_baseline"]:
-        return "identical"
-    div = record.get("first_divergence") or {}
-    kind = {"near_tie": "near-tie", "mismatch": "MISMATCH", "length": "length"}.get(div.get("kind"), "differs")
-    return f"{kind} at token {div.get('position')}"
 
 
 def run_table(record: dict) -> Table:
@@ -41,7 +31,7 @@ def run_table(record: dict) -> Table:
             record["method"], fmt(record["wall_time_s"], 2, " s"), fmt(record["tokens_per_s"]),
             fmt(record["speedup"], 2, "x"),
             fmt(record["acceptance_rate"] * 100, 1, "%") if record.get("acceptance_rate") is not None else "—",
-            fmt(record["mean_accepted_per_step"]), match_text(record),
+            fmt(record["mean_accepted_per_step"]), versus_baseline(record),
         )
     for name, peer in (record.get("peers") or {}).items():
         from tools.peers import PEER_LABELS
@@ -80,6 +70,6 @@ def runs_table(rows: list[dict]) -> Table:
             str(r.get("run_id")), str(r.get("created_at", ""))[:19], str(r.get("method")), str(r.get("target")),
             fmt(r.get("speedup"), 2, "x"), fmt(r.get("tokens_per_s")),
             fmt(r["acceptance_rate"] * 100, 1, "%") if r.get("acceptance_rate") is not None else "—",
-            match_text(r), prompt[:40] + ("…" if len(prompt) > 40 else ""),
+            versus_baseline(r), prompt[:40] + ("…" if len(prompt) > 40 else ""),
         )
     return table

@@ -224,7 +224,7 @@ def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(st
     assert lines["draft"].split()[:6] == ["draft", "1.55x", "32.00", "72.0%", "2.84", "identical"]
     assert "22222222" in lines["draft"] and "yes: tiny-draft" in lines["draft"]
     assert lines["lookahead"].split()[:5] == ["lookahead", "1.21x", "24.99", "31.0%", "1.42"]
-    assert "differs at token 17 (near-tie)" in lines["lookahead"] and "33333333" in lines["lookahead"]
+    assert "near-tie at token 17" in lines["lookahead"] and "33333333" in lines["lookahead"]
     assert "11111111" in lines["baseline"] and "not run: no Medusa heads for this target" in lines["medusa"]
     assert "- medusa: no Medusa heads for this target: train them first (medusa)" in text  # not run, with the reason
     assert "- draft (memory): k=5" in text

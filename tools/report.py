@@ -288,6 +288,17 @@ def fmt(value, digits: int = 2, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
+def versus_baseline(record: dict) -> str:
+    """Whether a run's output matched the baseline, or where and how it first differs."""
+    if record.get("matches_baseline") is None:
+        return "n/a (sampling)"
+    if record["matches_baseline"]:
+        return "identical"
+    div = record.get("first_divergence") or {}
+    kind = {"near_tie": "near-tie", "mismatch": "MISMATCH", "length": "length"}.get(div.get("kind"), "differs")
+    return f"{kind} at token {div.get('position')}"
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tools.registry import ToolResult
-from tools.report import fmt
+from tools.report import fmt, versus_baseline
 
 
 def format_result(result: ToolResult) -> str:
@@ -122,17 +122,6 @@ def _curve(c: dict) -> str:
             f"{c['reasoning']} Suggested lookahead: {c['suggested_lookahead']}.")
 
 
-def _versus_baseline(row: dict) -> str:
-    """Whether a compared method's output matched the baseline, or where it first differs."""
-    if row.get("matches_baseline") is None:
-        return "not compared (sampling)"
-    if row["matches_baseline"]:
-        return "identical"
-    div = row.get("first_divergence") or {}
-    kind = {"near_tie": " (near-tie)", "length": " (length)", "mismatch": " (mismatch)"}.get(div.get("kind"), "")
-    return f"differs at token {div.get('position')}{kind}"
-
-
 def text_table(header: list[str], rows: list[list[str]]) -> str:
     """Rows of cells as aligned plain-text columns under ``header``."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -159,7 +148,7 @@ def _compare(c: dict) -> str:
         accept = row.get("acceptance_rate")
         rows.append([row["method"], fmt(row.get("speedup"), 2, "x"), fmt(row.get("tokens_per_s")),
                      "—" if accept is None else fmt(accept * 100, 1, "%"), fmt(row.get("mean_accepted_per_step")),
-                     _versus_baseline(row), row.get("training_required"), row.get("draft_required"), row.get("run_id")])
+                     versus_baseline(row), row.get("training_required"), row.get("draft_required"), row.get("run_id")])
     for name, peer in (c.get("peers") or {}).items():
         same = "—" if peer.get("matches_baseline") is None else "identical" if peer["matches_baseline"] else "differs"
         rows.append([name, fmt(peer.get("speedup"), 2, "x"), fmt(peer.get("tokens_per_s")), "—", "—", same,
