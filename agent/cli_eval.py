@@ -241,6 +241,7 @@ def cmd_bench(args) -> int:
     return _run_and_show(args, "bench", lambda progress: bench(inp, progress=progress), bench_table)
 
 
+# ---------------------------------------------------------------------------- report
 def cmd_report(args) -> int:
     from agent.render import out
     from memory import Store
