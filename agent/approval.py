@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TextIO
 
-from tools import registry
+from tools.agent_tools import registry
 from tools.errors import ApprovalError, SpecpilotError
-from tools.registry import APPROVAL_FIELD, Tool, ToolContext, ToolResult
+from tools.agent_tools.registry import APPROVAL_FIELD, Tool, ToolContext, ToolResult
 
 log = logging.getLogger(__name__)
 

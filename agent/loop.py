@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, ContextManager, Protocol
 
 from agent.approval import Confirm, Gate, request_deploy_planning
-from tools.lookup import statement, task_line
-from tools.registry import ToolContext, ToolResult
+from tools.agent_tools.lookup import statement, task_line
+from tools.agent_tools.registry import ToolContext, ToolResult
 
 log = logging.getLogger(__name__)
 

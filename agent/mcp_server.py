@@ -21,9 +21,9 @@ from mcp_types.version import is_version_at_least
 
 from agent.approval import approval_prompt
 from agent.loop import host_call
-from tools import registry
+from tools.agent_tools import registry
 from tools.errors import SpecpilotError
-from tools.registry import APPROVAL_FIELD, ToolResult
+from tools.agent_tools.registry import APPROVAL_FIELD, ToolResult
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.loop import Reply, Session
 from tools.errors import ParameterError
-from tools.methods import parse_params
+from tools.engine.methods import parse_params
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 METHODS = {"draft": "draft model (speculative decoding)", "medusa": "Medusa heads", "lookahead": "lookahead decoding"}

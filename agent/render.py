@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from tools.report import fmt, versus_baseline
+from tools.report.markdown import fmt, versus_baseline
 
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
@@ -34,7 +34,7 @@ def run_table(record: dict) -> Table:
             fmt(record["mean_accepted_per_step"]), versus_baseline(record),
         )
     for name, peer in (record.get("peers") or {}).items():
-        from tools.peers import PEER_LABELS
+        from tools.bench.peers import PEER_LABELS
 
         label = PEER_LABELS.get(name, name)
         same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")

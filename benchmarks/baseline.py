@@ -22,10 +22,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
 
-    from tools import measure, peers
-    from tools.decoding import autoregressive
-    from tools.run_method import eos_ids_for, load_cached, prompt_ids_for
-    from tools.decoding.types import GenerationSettings
+    from tools.bench import peers
+    from tools.bench import protocol as measure
+    from tools.engine import autoregressive
+    from tools.bench.run import eos_ids_for, load_cached, prompt_ids_for
+    from tools.engine.types import GenerationSettings
 
     target = load_cached(args.target, args.dtype, None)
     ids = prompt_ids_for(target.tokenizer, "Write a Python class for a binary search tree with insert, "

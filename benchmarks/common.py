@@ -52,8 +52,8 @@ def run_benchmark(method: str, args, draft: str | None = None, extra_runners=Non
     """Measure ``method`` with baseline and peers on every prompt; print a table; return the records."""
     import torch
 
-    from tools import measure
-    from tools.run_method import RunInput, build_context, measure_method, prompt_ids_for, settings_for
+    from tools.bench import protocol as measure
+    from tools.bench.run import RunInput, build_context, measure_method, prompt_ids_for, settings_for
 
     torch.manual_seed(0)
     prompts = load_prompts(args.prompts, args.categories, args.limit)
@@ -93,9 +93,10 @@ def run_benchmark_methods(methods: list[str], args, params: dict[str, dict]) -> 
     """
     import torch
 
-    from tools import measure, peers
-    from tools.methods import parse_params, run
-    from tools.run_method import RunInput, build_context, prompt_ids_for, record_from, settings_for
+    from tools.bench import peers
+    from tools.bench import protocol as measure
+    from tools.engine.methods import parse_params, run
+    from tools.bench.run import RunInput, build_context, prompt_ids_for, record_from, settings_for
 
     torch.manual_seed(0)
     prompts = load_prompts(args.prompts, args.categories, args.limit)

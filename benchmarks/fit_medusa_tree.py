@@ -1,4 +1,4 @@
-"""Fit a Medusa tree to a set of heads on this machine (tools.medusa_tree_fit) and store it with them.
+"""Fit a Medusa tree to a set of heads on this machine (tools.medusa.tree_fit) and store it with them.
 
 1. Answers: the target's own greedy answers to prompts of a JSONL file (Spec-Bench style), written
    by specpilot's draft-model decoder (greedy, so the target's output) and cached in ``--answers``;
@@ -61,13 +61,13 @@ def main() -> None:
     args = p.parse_args()
 
     from tools import models
-    from tools.cost_curve import forward_cost_curve
-    from tools.decoding import cache as kv
-    from tools.decoding.speculative import SpeculativeDecoder
-    from tools.decoding.types import GenerationSettings
-    from tools.medusa_checkpoint import load_heads, save_tree
-    from tools.medusa_tree_fit import best_size, curve_cost, fit_tree, rank_hits
-    from tools.run_method import eos_ids_for, prompt_ids_for
+    from tools.engine.cost_curve import forward_cost_curve
+    from tools.engine import kv
+    from tools.engine.speculative import SpeculativeDecoder
+    from tools.engine.types import GenerationSettings
+    from tools.medusa.checkpoint import load_heads, save_tree
+    from tools.medusa.tree_fit import best_size, curve_cost, fit_tree, rank_hits
+    from tools.bench.run import eos_ids_for, prompt_ids_for
 
     target = models.load(args.target, dtype="bfloat16")
     heads = load_heads(args.heads, target.model)

@@ -36,12 +36,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from tools.decoding import autoregressive, lookahead, medusa, prompt_lookup, speculative  # noqa: E402
-from tools.decoding.lookahead import LookaheadParams  # noqa: E402
-from tools.decoding.medusa import MedusaHeads, MedusaParams  # noqa: E402
-from tools.decoding.prompt_lookup import PromptLookupParams  # noqa: E402
-from tools.decoding.types import GenerationSettings  # noqa: E402
-from tools.tiny_models import make_tiny_model, perturbed_copy  # noqa: E402
+from tools.engine import autoregressive, lookahead, medusa, prompt_lookup, speculative  # noqa: E402
+from tools.engine.lookahead import LookaheadParams  # noqa: E402
+from tools.engine.medusa import MedusaHeads, MedusaParams  # noqa: E402
+from tools.engine.prompt_lookup import PromptLookupParams  # noqa: E402
+from tools.engine.types import GenerationSettings  # noqa: E402
+from tiny_models import make_tiny_model, perturbed_copy  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VOCAB = 512
@@ -218,8 +218,8 @@ def timing(shape_from: Path, device: str, max_new: int) -> dict:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from tools import models
-    from tools.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
-    from tools.peers import hf_plain
+    from tools.engine.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
+    from tools.bench.peers import hf_plain
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "shaped"

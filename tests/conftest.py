@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools.tiny_models import make_tiny_model, perturbed_copy  # noqa: F401  (tests import them from here)
+from tiny_models import make_tiny_model, perturbed_copy  # noqa: F401  (tests import them from here)
 
 torch.set_num_threads(1)
 

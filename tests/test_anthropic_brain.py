@@ -10,11 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import anthropic
 import pytest
 
-import tools.install as install
+import tools.agent_tools.install as install
 from agent.brains.anthropic_brain import DEFAULT_MODEL, AnthropicBrain
 from agent.loop import Session
 from memory import Store
-from tools import registry
+from tools.agent_tools import registry
 
 
 def text_turn(text: str) -> dict:

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-import tools.install as install
+import tools.agent_tools.install as install
 from agent.approval import Gate, decide_at_terminal, request_deploy_planning
 from agent.brains.offline import OfflineBrain
 from agent.loop import Session, host_call
 from memory import Store
 from tools.errors import ApprovalError, ParameterError
-from tools.registry import ToolContext
+from tools.agent_tools.registry import ToolContext
 
 
 class Done:
@@ -247,7 +247,7 @@ def test_approved_training_runs_once_and_later_medusa_runs_use_the_heads(store, 
     from types import SimpleNamespace
 
     import tools.models
-    import tools.run_tool as run_tool
+    import tools.agent_tools.run_tool as run_tool
 
     class ByteTokenizer:
         def encode(self, text, add_special_tokens=False):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tools.decoding.autoregressive import as_input_ids, generate
-from tools.decoding.types import GenerationSettings
+from tools.engine.autoregressive import as_input_ids, generate
+from tools.engine.types import GenerationSettings
 
 PROMPTS = [[3, 17, 5, 9, 22], [1], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51], [7, 7, 7, 2]]
 

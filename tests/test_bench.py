@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memory import Store
-from tools.bench import BenchInput, bench, default_prompts_path, load_prompt_set, method_stats, summarise
+from tools.bench.suite import BenchInput, bench, default_prompts_path, load_prompt_set, method_stats, summarise
 from tools.errors import ParameterError
 
 PROMPTS = [

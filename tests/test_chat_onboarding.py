@@ -32,7 +32,7 @@ def chat_env(home: Path) -> dict:
 
 
 def spawn_chat(home: Path) -> pexpect.spawn:
-    child = pexpect.spawn(sys.executable, ["-m", "agent.cli", "chat", "--brain", "offline"], cwd=str(ROOT),
+    child = pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "chat", "--brain", "offline"], cwd=str(ROOT),
                           env=chat_env(home), encoding="utf-8", timeout=90, dimensions=(50, 200))
     return child
 
@@ -94,7 +94,7 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
 
 def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, specpilot_home):
     def piped(lines: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--brain", "offline"], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "offline"], cwd=ROOT,
                               input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
                               env=chat_env(specpilot_home))
 

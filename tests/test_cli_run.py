@@ -25,7 +25,7 @@ def specpilot(*args: str, home: Path, models_dir: Path | None = None) -> subproc
     env = dict(os.environ, SPECPILOT_HOME=str(home), HF_HUB_OFFLINE="1")
     if models_dir is not None:
         env["SPECPILOT_MODELS"] = str(models_dir)
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agent.cli.main", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from conftest import VOCAB
 from memory import Store
-from tools.compare import CompareInput, compare
+from tools.bench.compare import CompareInput, compare
 from tools.errors import ParameterError
 
 LOOKAHEAD = {"window": 2, "ngram": 3, "guess": 2}
@@ -20,8 +20,8 @@ LOOKAHEAD = {"window": 2, "ngram": 3, "guess": 2}
 @pytest.fixture(scope="session")
 def tiny_heads_dir(tmp_path_factory):
     """Tiny Medusa heads for the tiny model folder (hidden 32, the conftest vocabulary)."""
-    from tools.decoding.medusa import MedusaHeads
-    from tools.medusa_checkpoint import save_heads
+    from tools.engine.medusa import MedusaHeads
+    from tools.medusa.checkpoint import save_heads
 
     torch.manual_seed(0)
     heads = MedusaHeads(32, VOCAB, 3, 1, shared_projection=True)
@@ -113,7 +113,7 @@ def test_bad_given_parameters_are_refused_before_anything_runs(tiny_model_dir):
 
 
 def eval_parser() -> argparse.ArgumentParser:
-    from agent.cli_eval import add_eval_commands
+    from agent.cli.eval import add_eval_commands
 
     parser = argparse.ArgumentParser(prog="specpilot")
     add_eval_commands(parser.add_subparsers(dest="command", required=True))
@@ -143,7 +143,7 @@ def test_the_compare_table_states_requirements_and_quality(tiny_model_dir, capsy
 
 
 def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir):
-    from tools.compare import demo
+    from tools.bench.compare import demo
 
     store = Store()
     result = demo(store=store, max_new_tokens=8, dtype="float32", target=str(tiny_model_dir),
@@ -160,7 +160,7 @@ def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir
 
 
 def test_the_agent_compare_fills_unset_settings_from_saved_params(tmp_path):
-    from tools.compare import CompareInput, with_saved_settings
+    from tools.bench.compare import CompareInput, with_saved_settings
 
     store = Store()
     store.save_params("draft", {"target": "my-target", "max_new_tokens": 32, "k": 3})

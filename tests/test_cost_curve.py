@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.cost_curve import flat_tokens, forward_cost_curve, isotonic, monotone, suggest_lookahead_params
+from tools.engine.cost_curve import flat_tokens, forward_cost_curve, isotonic, monotone, suggest_lookahead_params
 from tools.errors import ParameterError
 
 # measured on 2 CPU cores, Qwen2.5-Coder-1.5B bfloat16, 100 cached tokens (DESIGN.md), in seconds

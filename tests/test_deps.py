@@ -9,10 +9,10 @@ from importlib import metadata
 
 import pytest
 
-import tools.deps as deps
+import tools.agent_tools.deps as deps
 from memory import Store
-from tools import registry
-from tools.registry import ToolContext
+from tools.agent_tools import registry
+from tools.agent_tools.registry import ToolContext
 
 
 @pytest.fixture

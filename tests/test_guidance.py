@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import tools.guidance as guidance
+import tools.agent_tools.guidance as guidance
 from memory import Store
-from tools import registry
-from tools.registry import ToolContext
+from tools.agent_tools import registry
+from tools.agent_tools.registry import ToolContext
 
 DESIGN_CPU_CURVE = {1: 0.112, 2: 0.108, 4: 0.111, 8: 0.126, 16: 0.149, 32: 0.203, 64: 0.306}
 CPU = {"kind": "cpu", "name": "Test CPU (2 cores)"}
@@ -42,7 +42,7 @@ def test_draft_guidance_is_5_to_10x_smaller_and_marked_as_advice(store, monkeypa
     out = advise(store, monkeypatch, method="draft", target="meta-llama/Llama-3.1-70B")
     assert out["target_size_b"] == 70.0
     assert any("about 7B-14B parameters" in r for r in out["reasons"])
-    from tools.methods import DraftParams
+    from tools.engine.methods import DraftParams
 
     assert out["suggested_params"]["k"] == DraftParams().k
     assert out["advice"].startswith("advice to be measured")
@@ -109,7 +109,7 @@ def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypat
     inp = registry.parse_input(tool, {"target": "tiny", "repeats": 1})
     result = registry.execute(tool, inp, ToolContext(store=store))
     assert not result.is_error, result.content
-    from tools.cost_curve import DEFAULT_SIZES
+    from tools.engine.cost_curve import DEFAULT_SIZES
 
     assert sorted(result.content["curve_ms"]) == list(DEFAULT_SIZES)
     saved = store.get_answer(guidance.COST_CURVE_KEY)[f"tiny|{CPU['name']}"]

@@ -14,14 +14,14 @@ import pytest
 
 from agent.skill_install import parse_frontmatter
 from memory import Store
-from tools import registry
+from tools.agent_tools import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def specpilot(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run the ``specpilot`` entry point (agent.cli) as a separate process."""
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    """Run the ``specpilot`` entry point (agent.cli.main) as a separate process."""
+    return subprocess.run([sys.executable, "-m", "agent.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           input=stdin, timeout=120, env=dict(os.environ))
 
 
@@ -80,7 +80,7 @@ def test_the_person_approves_at_a_terminal_and_the_call_runs_once(tmp_path):
     asked = only_json(specpilot("tool", "share_results", "--input", json.dumps(share)))
     approval_id = asked["approval_id"]
 
-    person = pexpect.spawn(sys.executable, ["-m", "agent.cli", "tool", "approve", "--id", approval_id], cwd=str(ROOT),
+    person = pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "tool", "approve", "--id", approval_id], cwd=str(ROOT),
                            env=dict(os.environ, TERM="dumb"), encoding="utf-8", timeout=60)
     person.expect("copy into")  # the exact action is shown before the question
     person.expect("Type yes to approve it")

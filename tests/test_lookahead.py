@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from tools.decoding import autoregressive, lookahead
-from tools.decoding import cache as kv
-from tools.decoding.draft_tree import accept_sampling_tree, build_draft_tree
-from tools.decoding.lookahead import LookaheadParams, NgramPool, build_layout, lade_status, step_pattern
-from tools.decoding.sampling import warp_probs
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive, lookahead
+from tools.engine import kv
+from tools.engine.draft_tree import accept_sampling_tree, build_draft_tree
+from tools.engine.lookahead import LookaheadParams, NgramPool, build_layout, lade_status, step_pattern
+from tools.engine.sampling import warp_probs
+from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
-from tools.methods import parse_params
+from tools.engine.methods import parse_params
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 9, 22]

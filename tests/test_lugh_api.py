@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import make_tiny_model, perturbed_copy
 
-from tools.decoding import autoregressive
-from tools.decoding.speculative import SpeculativeDecoder
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive
+from tools.engine.speculative import SpeculativeDecoder
+from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError, SpecpilotError, VocabularyMismatchError
 from tools.models import LoadedModel
 

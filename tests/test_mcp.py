@@ -13,7 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from memory import Store
-from tools import registry
+from tools.agent_tools import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def run(coro_fn):
     return anyio.run(coro_fn)
 
 
-@pytest.mark.parametrize("entry", [["-m", "agent.mcp_server"], ["-m", "agent.cli", "mcp"]])  # `specpilot mcp`
+@pytest.mark.parametrize("entry", [["-m", "agent.mcp_server"], ["-m", "agent.cli.main", "mcp"]])  # `specpilot mcp`
 def test_tools_are_listed_with_the_registry_schemas_and_errors_are_results(specpilot_home, one_run, entry):
     server = server_params(specpilot_home, entry)
 

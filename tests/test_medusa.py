@@ -8,11 +8,11 @@ import torch
 from pydantic import ValidationError
 
 from conftest import VOCAB, make_tiny_model
-from tools.decoding import autoregressive
-from tools.decoding import cache as kv
-from tools.decoding import medusa
-from tools.decoding.medusa import MedusaHeads, MedusaParams, ResBlock, build_tree_buffers, generate
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive
+from tools.engine import kv
+from tools.engine import medusa
+from tools.engine.medusa import MedusaHeads, MedusaParams, ResBlock, build_tree_buffers, generate
+from tools.engine.types import GenerationSettings
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 33, 7], [60, 12, 5, 40, 41, 2, 18, 3]]

@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from conftest import VOCAB
-from tools.decoding import autoregressive
-from tools.decoding.medusa import MedusaHeads, MedusaParams, generate
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive
+from tools.engine.medusa import MedusaHeads, MedusaParams, generate
+from tools.engine.types import GenerationSettings
 from tools.errors import ModelIntegrityError, ModelNotFoundError
-from tools.medusa_checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_checkpoint, load_heads, save_heads
+from tools.medusa.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_checkpoint, load_heads, save_heads
 
 HIDDEN = 32
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tools.medusa_data import build_prompts, write_distill_data
+from tools.medusa.data import build_prompts, write_distill_data
 
 
 def test_prompts_are_deterministic_varied_and_not_from_spec_bench(spec_bench_path):

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import make_tiny_model
-from tools.decoding.medusa import MedusaParams, generate
-from tools.decoding.types import GenerationSettings
+from tools.engine.medusa import MedusaParams, generate
+from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
-from tools.medusa_checkpoint import load_checkpoint
-from tools import medusa_train
-from tools.medusa_train import (
+from tools.medusa.checkpoint import load_checkpoint
+from tools.medusa import train as medusa_train
+from tools.medusa.train import (
     STATE_NAME,
     TrainConfig,
     TrainingDeclined,

@@ -10,13 +10,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.decoding.medusa import (
+from tools.engine.medusa import (
     accept_greedy_tree,
     accept_typical_tree,
     build_tree_buffers,
     typical_thresholds,
 )
-from tools.decoding.medusa_trees import MC_SIM_7B_63, TREES, load_choices, resolve_tree, validate_choices
+from tools.engine.medusa_trees import MC_SIM_7B_63, TREES, load_choices, resolve_tree, validate_choices
 from tools.errors import ParameterError
 
 T, F = True, False

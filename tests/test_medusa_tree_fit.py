@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from tools.decoding.medusa_trees import resolve_tree, validate_choices
+from tools.engine.medusa_trees import resolve_tree, validate_choices
 from tools.errors import ModelIntegrityError, ParameterError
-from tools.medusa_tree_fit import best_size, curve_cost, fit_tree, rank_hits
+from tools.medusa.tree_fit import best_size, curve_cost, fit_tree, rank_hits
 
 
 def test_rank_hits_compares_each_heads_guess_with_the_token_it_predicts():
@@ -63,7 +63,7 @@ def test_best_size_trades_accepted_tokens_for_forward_cost():
 
 
 def test_a_tree_stored_with_the_heads_is_what_auto_uses_on_a_cpu(tmp_path, tiny_qwen):
-    from tools.medusa_checkpoint import TREE_NAME, load_heads, save_heads, save_tree
+    from tools.medusa.checkpoint import TREE_NAME, load_heads, save_heads, save_tree
     from test_medusa_checkpoint import random_heads
 
     save_heads(random_heads(), tmp_path / "h")

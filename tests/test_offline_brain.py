@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import tools.run_tool as run_tool
+import tools.agent_tools.run_tool as run_tool
 from agent.brains.offline import (OfflineBrain, compare_list, find_method, find_methods, find_packages, find_prompt,
                                   find_topic)
 from agent.loop import Session
@@ -166,9 +166,9 @@ def test_explain_guidance_and_deps_by_words(store):
 
 @pytest.fixture
 def compares(monkeypatch):
-    """Replace the comparison engine: returns a result shaped like tools.compare.compare's, with fixed
+    """Replace the comparison engine: returns a result shaped like tools.bench.compare.compare's, with fixed
     figures, a real task and two not-run reasons; returns the inputs it got."""
-    import tools.compare as compare_module
+    import tools.bench.compare as compare_module
 
     seen = []
 

@@ -14,19 +14,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from tools.decoding import autoregressive, prompt_lookup
-from tools.decoding.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
-from tools.decoding.prompt_lookup import (
+from tools.engine import autoregressive, prompt_lookup
+from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.engine.prompt_lookup import (
     PromptLookupParams,
     accept_sampling_onehot,
     find_candidate_set,
     find_candidates,
     fit_budget,
 )
-from tools.decoding.sampling import warp_probs
-from tools.decoding.types import GenerationSettings
+from tools.engine.sampling import warp_probs
+from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
-from tools.methods import parse_params
+from tools.engine.methods import parse_params
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 9, 22]

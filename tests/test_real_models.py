@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tools import models
-from tools.decoding import autoregressive, lookahead, prompt_lookup, speculative
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive, lookahead, prompt_lookup, speculative
+from tools.engine.types import GenerationSettings
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def cases(pair):
-    from tools.run_method import eos_ids_for, prompt_ids_for
+    from tools.bench.run import eos_ids_for, prompt_ids_for
 
     target, _ = pair
     settings = GenerationSettings(max_new_tokens=24, eos_token_ids=eos_ids_for(target))
@@ -73,8 +73,8 @@ def test_lookahead_and_prompt_lookup_greedy_equal_the_target_in_float32(pair, ca
 
 
 def test_medusa_greedy_equals_the_target_in_float32(pair, cases):
-    from tools.decoding import medusa
-    from tools.methods import default_medusa_heads_path, load_medusa_heads
+    from tools.engine import medusa
+    from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
 
     target, _ = pair
     if default_medusa_heads_path(target.ref) is None:

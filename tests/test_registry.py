@@ -8,9 +8,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from memory import Store
-from tools import registry
+from tools.agent_tools import registry
 from tools.errors import ParameterError
-from tools.registry import ToolContext
+from tools.agent_tools.registry import ToolContext
 
 PAPERS = {"2211.17192", "2302.01318", "2401.10774", "2402.02057", "2401.07851"}
 
@@ -92,7 +92,7 @@ def test_tool_errors_become_results_never_exceptions(store):
 
 
 def test_a_gated_tool_refuses_to_run_without_a_consumed_approval(store, monkeypatch):
-    import tools.install as install
+    import tools.agent_tools.install as install
 
     calls = []
     monkeypatch.setattr(install, "run_pip", lambda argv: calls.append(argv))
@@ -128,7 +128,7 @@ def test_lookup_restates_stored_figures_with_their_source(store):
 
 
 def test_run_tool_fills_what_the_caller_left_out_from_saved_params(store, monkeypatch):
-    import tools.run_tool as run_tool
+    import tools.agent_tools.run_tool as run_tool
 
     seen = []
 

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from memory import Store
-from tools.compare import CompareInput, compare
+from tools.bench.compare import CompareInput, compare
 from tools.errors import ParameterError
-from tools.report import acceptance_by_position, select_runs, speedup_rows, write_report
+from tools.report.markdown import acceptance_by_position, select_runs, speedup_rows, write_report
 
 
 def fake_run(method, category=None, base=(2.0, 2.2), times=(1.0, 1.1), drafted=(10, 8, 5), accepted=(8, 5, 2),
@@ -91,7 +91,7 @@ def test_json_report_keeps_every_digit_and_png_only_writes_charts(tmp_path):
 
 
 def test_last_reports_the_newest_task_in_the_order_it_was_asked(tiny_model_dir, capsys):
-    from agent.cli_eval import add_eval_commands
+    from agent.cli.eval import add_eval_commands
 
     with pytest.raises(ParameterError, match="no stored runs"):
         select_runs(Store(), last=True)

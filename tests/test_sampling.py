@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.decoding.sampling import greedy_tokens, make_generator, residual, sample, uniform, warp_probs
-from tools.decoding.types import GenerationSettings
+from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, uniform, warp_probs
+from tools.engine.types import GenerationSettings
 
 
 def _settings(**kw) -> GenerationSettings:

@@ -11,10 +11,10 @@ from conftest import assert_greedy_equal, make_tiny_model, perturbed_copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tools.decoding import autoregressive, speculative
-from tools.decoding import cache as kv
-from tools.decoding.speculative import SpeculativeDecoder, accept_greedy, accept_sampling
-from tools.decoding.types import GenerationSettings
+from tools.engine import autoregressive, speculative
+from tools.engine import kv
+from tools.engine.speculative import SpeculativeDecoder, accept_greedy, accept_sampling
+from tools.engine.types import GenerationSettings
 
 PROMPT = [3, 17, 5, 9, 22]
 VOCAB = 64
@@ -145,7 +145,7 @@ def test_result_extra_names_the_options(tiny_qwen, drafts):
 
 @pytest.mark.parametrize("k", [2, 5])
 def test_an_int8_draft_keeps_the_greedy_output_exact(tiny_qwen, drafts, k):
-    from tools.decoding import quantize
+    from tools.engine import quantize
 
     if not quantize.int8_available():
         pytest.skip("no CPU int8 engine in this torch build")
@@ -158,7 +158,7 @@ def test_an_int8_draft_keeps_the_greedy_output_exact(tiny_qwen, drafts, k):
 
 
 def test_draft_quant_auto_resolves_by_device_and_rejects_unknown_modes():
-    from tools.decoding import quantize
+    from tools.engine import quantize
     from tools.errors import ParameterError
 
     assert quantize.resolve("auto", "cpu") == ("int8" if quantize.int8_available() else "none")

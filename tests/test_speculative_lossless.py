@@ -15,10 +15,10 @@ import torch
 from conftest import make_tiny_model
 from scipy.stats import chisquare
 
-from tools.decoding import speculative
-from tools.decoding.sampling import sample, warp_probs
-from tools.decoding.speculative import SpeculativeDecoder
-from tools.decoding.types import GenerationSettings
+from tools.engine import speculative
+from tools.engine.sampling import sample, warp_probs
+from tools.engine.speculative import SpeculativeDecoder
+from tools.engine.types import GenerationSettings
 
 V = 8
 PROMPT = [1, 2, 3]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.decoding.types import StepTally
+from tools.engine.types import StepTally
 
 
 def test_counts_steps_guesses_and_positions():

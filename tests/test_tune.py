@@ -9,10 +9,10 @@ import json
 import pytest
 
 from memory import Store
-from tools import measure
-from tools.cost_curve import suggest_lookahead_params
-from tools.decoding.lookahead import LookaheadParams
-from tools.tune import SWEEP_KIND, TuneInput, best_measured_params, draft_grid, lookahead_grid, tune
+from tools.bench import protocol as measure
+from tools.engine.cost_curve import suggest_lookahead_params
+from tools.engine.lookahead import LookaheadParams
+from tools.bench.tune import SWEEP_KIND, TuneInput, best_measured_params, draft_grid, lookahead_grid, tune
 
 GRID = [{"k": 1, "adaptive_k": False}, {"k": 2, "adaptive_k": False}]
 
@@ -68,7 +68,7 @@ def test_no_question_means_nothing_saved(tiny_model_dir):
 
 
 def eval_parser() -> argparse.ArgumentParser:
-    from agent.cli_eval import add_eval_commands
+    from agent.cli.eval import add_eval_commands
 
     parser = argparse.ArgumentParser(prog="specpilot")
     add_eval_commands(parser.add_subparsers(dest="command", required=True))
@@ -119,8 +119,8 @@ def test_the_sweeps_cover_the_documented_settings():
 def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
     from types import SimpleNamespace
 
-    from tools.guidance import COST_CURVE_KEY, detect_hardware
-    from tools.tune import sized_lookahead_params
+    from tools.agent_tools.guidance import COST_CURVE_KEY, detect_hardware
+    from tools.bench.tune import sized_lookahead_params
 
     # flat to 32 tokens, a step past it: the suggestion reserves one prompt-lookup draft (not the default 2)
     curve = {1: 0.184, 8: 0.203, 16: 0.205, 32: 0.236, 36: 0.302, 48: 0.309}

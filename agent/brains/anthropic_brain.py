@@ -15,9 +15,9 @@ import os
 from typing import Any
 
 from agent.loop import Reply, Session
-from tools import registry
+from tools.agent_tools import registry
 from tools.errors import DependencyError
-from tools.explain import prompt_text
+from tools.agent_tools.explain import prompt_text
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tools.registry import ToolResult
-from tools.report import fmt, versus_baseline
+from tools.agent_tools.registry import ToolResult
+from tools.report.markdown import fmt, versus_baseline
 
 
 def format_result(result: ToolResult) -> str:

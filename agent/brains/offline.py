@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.brains.format import format_result
 from agent.loop import RUN_WORDS, Reply, Session
-from tools.install import PACKAGE_PATTERN
+from tools.agent_tools.install import PACKAGE_PATTERN
 
 METHOD_WORDS = {
     "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
@@ -83,7 +83,7 @@ def find_methods(text: str) -> list[str]:
 
 def compare_list(named: list[str]) -> list[str]:
     """The methods to compare: the baseline first, then those named (all of them when none is)."""
-    from tools.methods import METHOD_NAMES
+    from tools.engine.methods import METHOD_NAMES
 
     named = [m for m in named if m != "baseline"]
     return [m for m in METHOD_NAMES if m == "baseline" or not named or m in named]
@@ -240,7 +240,7 @@ class OfflineBrain:
         """A plan in words only (called after the person approved planning); nothing is run."""
         best = [r for r in session.store.find_runs(limit=200) if r.get("speedup") is not None]
         best.sort(key=lambda r: r["speedup"], reverse=True)
-        from tools.lookup import statement
+        from tools.agent_tools.lookup import statement
 
         start = (f"start from your best measured configuration: {statement(best[0])}" if best else
                  "measure the methods on your own prompts first (nothing is measured yet)")
@@ -317,7 +317,7 @@ class OfflineBrain:
         saved = session.store.get_params(method) or {}
         for run in session.store.find_runs(method=method, prompt=prompt, limit=5):
             if saved.get("target", run.get("target")) == run.get("target"):
-                from tools.lookup import statement
+                from tools.agent_tools.lookup import statement
 
                 return statement(run)
         return None

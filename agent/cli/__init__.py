@@ -1,0 +1,1 @@
+"""The ``specpilot`` command line: one package, one module per group of commands."""

@@ -1,0 +1,416 @@
+"""The evaluation commands: ``specpilot compare``, ``bench``, ``report`` and ``tune``.
+
+Tables go to stdout, progress to stderr; ``--json`` prints one JSON object with all digits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.table import Table
+
+METHOD_CHOICES = ["baseline", "draft", "medusa", "lookahead", "ngram"]
+
+
+# ---------------------------------------------------------------------------- shared
+def _methods(values: list[str] | None, default: list[str]) -> list[str]:
+    """Methods from ``--methods a b`` or ``--methods a,b``; unknown names are a clear error."""
+    from tools.errors import ParameterError
+
+    if not values:
+        return list(default)
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in METHOD_CHOICES]
+    if unknown:
+        raise ParameterError(f"unknown method(s): {', '.join(unknown)}", hint=f"choose from: {', '.join(METHOD_CHOICES)}")
+    return names
+
+
+def _given_params(args, methods: list[str]) -> dict[str, dict]:
+    """Each method's own options given on the command line (unset ones left to memory or defaults)."""
+    from agent.cli.main import _method_params
+
+    out = {}
+    for method in methods:
+        given = {k: v for k, v in _method_params(argparse.Namespace(**{**vars(args), "method": method})).items()
+                 if v is not None}
+        if given:
+            out[method] = given
+    return out
+
+
+def _generation(args) -> dict:
+    from tools import models
+
+    return {"target": args.target or models.DEFAULT_TARGET, "draft": args.draft,
+            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+            "top_k": args.top_k, "seed": args.seed, "chat": args.chat, "dtype": args.dtype,
+            "device_map": args.device_map, "threads": args.threads, "repeats": args.repeats}
+
+
+def _progress(status):
+    """A progress callback: a spinner line, and lasting lines for stored runs and methods not run."""
+    from agent.render import err
+
+    def show(text: str) -> None:
+        if "stored as run" in text or "not run:" in text:
+            err.print(f"[dim]{text}[/dim]")
+        status.update(text)
+
+    return show
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, default=str))
+
+
+def _fmt(value, digits: int = 2, suffix: str = "") -> str:
+    from agent.render import fmt
+
+    return fmt(value, digits, suffix)
+
+
+def _pct(value) -> str:
+    return _fmt(value * 100, 1, "%") if value is not None else "—"
+
+
+# ---------------------------------------------------------------------------- compare
+def compare_table(result: dict) -> Table:
+    """The comparison: one row per method with figures, requirements and measured quality."""
+    hw = result.get("hardware") or {}
+    table = Table(title=f"compare — task {result['task_id']}",
+                  caption=f"{hw.get('name', '?')} · {result.get('dtype')} · {result['settings']['max_new_tokens']} "
+                          f"new tokens max · median of {result.get('repeats')} (after warm-up) · baseline "
+                          f"{_fmt(result.get('baseline_tokens_per_s'))} tok/s")
+    right = ("time", "tok/s", "speedup", "accept", "tok/step")
+    for col in ("method", "time", "tok/s", "speedup", "accept", "tok/step", "output vs baseline", "training",
+                "draft model", "run id"):
+        table.add_column(col, justify="right" if col in right else "left", no_wrap=col in ("method", "run id"),
+                         min_width=24 if col == "output vs baseline" else None)
+    for row in result["rows"]:
+        if row["status"] != "measured":
+            table.add_row(row["method"], "—", "—", "—", "—", "—", f"not run: {row['short_reason']}",
+                          row["training_required"], row["draft_required"], "—")
+            continue
+        table.add_row(row["method"], _fmt(row["wall_time_s"], 2, " s"), _fmt(row["tokens_per_s"]),
+                      _fmt(row["speedup"], 2, "x"), _pct(row["acceptance_rate"]), _fmt(row["mean_accepted_per_step"]),
+                      row["quality"], row["training_required"], row["draft_required"], row["run_id"])
+    from tools.bench.peers import PEER_LABELS
+
+    for name, peer in (result.get("peers") or {}).items():
+        same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
+        table.add_row(PEER_LABELS.get(name, name), _fmt(peer["wall_time_s"], 2, " s"), _fmt(peer["tokens_per_s"]),
+                      _fmt(peer["speedup"], 2, "x"), "—", "—", same, "none",
+                      "yes" if name.startswith("hf_assisted") else "no", "(in each run)")
+    return table
+
+
+def _print_params(rows: list[dict]) -> None:
+    from agent.render import out
+
+    for row in rows:
+        if row.get("status") == "measured" and row.get("params"):
+            params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+            out.print(f"{row['method']} params ({row.get('params_source')}): {params}")
+
+
+def _run_and_show(args, name: str, run, table, details=None) -> int:
+    """Run a compare or bench task under a status line, write its report when asked, then print its
+    JSON, or its table, the methods not run, ``details(result)`` and where the report is."""
+    from agent.render import err, out
+
+    with err.status(f"{name}: starting…") as status:
+        result = run(_progress(status))
+    if args.report:
+        result["report"] = _write_task_report(result["task_id"], result["run_ids"])
+    if args.json:
+        _print_json(result)
+        return 0
+    out.print(table(result))
+    for method, reason in result["not_run"].items():
+        out.print(f"{method}: not run: {reason}")
+    if details:
+        details(result)
+    _print_report_paths(result.get("report"), result["task_id"])
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from agent.cli.main import _prompt_text
+    from agent.render import out
+    from tools.bench.compare import CompareInput, compare
+    from tools.engine.methods import METHOD_NAMES
+
+    methods = _methods(args.methods, list(METHOD_NAMES))
+    inp = CompareInput(prompt=_prompt_text(args), methods=methods, medusa_heads=args.medusa_heads,
+                       params=_given_params(args, methods), peers=args.peers, **_generation(args))
+
+    def details(result: dict) -> None:
+        _print_params(result["rows"])
+        if result.get("medusa_heads") and "medusa" in result["run_ids_by_method"]:
+            out.print(f"medusa heads: {result['medusa_heads']}")
+        out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
+
+    return _run_and_show(args, "compare", lambda progress: compare(inp, progress=progress), compare_table, details)
+
+
+def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
+    from memory import Store
+    from tools.report.markdown import write_report
+
+    store = Store()
+    if not run_ids:
+        return {}
+    return write_report([store.get_run(r) for r in run_ids], fmt="md", task=store.get_task(task_id))
+
+
+def _print_report_paths(report: dict | None, task_id: int) -> None:
+    from agent.render import out
+
+    if report and report.get("markdown"):
+        out.print(f"report: {report['markdown']}")
+        for path in report.get("charts", {}).values():
+            out.print(f"chart: {path}")
+    else:
+        out.print(f"write a report with: specpilot report --task {task_id}")
+
+
+def cmd_demo(args) -> int:
+    """``specpilot demo``: every method on a coding prompt with the default models, then the report."""
+    from agent.render import err, out
+    from tools.bench.compare import demo
+
+    with err.status("demo: starting…") as status:
+        result = demo(progress=_progress(status), max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                      dtype=args.dtype)
+    if args.json:
+        _print_json(result)
+        return 0
+    comparison = result["compare"]
+    out.print(compare_table(comparison))
+    _print_params(comparison["rows"])
+    for method, reason in comparison["not_run"].items():
+        out.print(f"{method}: not run: {reason}")
+    out.print(f"stored in memory as task {comparison['task_id']} (runs {', '.join(comparison['run_ids'])})")
+    _print_report_paths(result["report"], comparison["task_id"])
+    return 0
+
+
+# ---------------------------------------------------------------------------- bench
+def bench_table(result: dict) -> Table:
+    """Per-category and overall speedup and tokens per step for each method (and peers)."""
+    summary = result["summary"]
+    methods = [m for m in result["methods"] if m in summary["overall"]]
+    peer_names = sorted(summary["peers"]["overall"])
+    hw = result.get("hardware") or {}
+    table = Table(title=f"bench — task {result['task_id']} ({result['prompts']} prompts: {result['measured']} "
+                        f"measured now, {result['reused']} from memory)",
+                  caption=f"{hw.get('name', '?')} · {result.get('dtype')} · speedup = total baseline time / total "
+                          "method time; tok/step = new tokens / target forwards")
+    table.add_column("category")
+    table.add_column("n", justify="right")
+    for m in methods:
+        table.add_column(f"{m} speedup", justify="right")
+        table.add_column(f"{m} tok/step", justify="right")
+    for p in peer_names:
+        from tools.bench.peers import PEER_LABELS
+
+        table.add_column(f"{PEER_LABELS.get(p, p)} speedup", justify="right")
+    cats = [*sorted(summary["categories"].items()), ("overall", summary["overall"])]
+    for cat, by in cats:
+        peers = summary["peers"]["overall"] if cat == "overall" else summary["peers"]["categories"].get(cat, {})
+        n = max((s["prompts"] for s in by.values()), default=0)
+        cells = [cat, str(n)]
+        for m in methods:
+            s = by.get(m)
+            cells += [_fmt(s["speedup"], 2, "x") if s else "—", _fmt(s["mean_accepted_per_step"]) if s else "—"]
+        cells += [_fmt(peers[p]["speedup"], 2, "x") if p in peers else "—" for p in peer_names]
+        table.add_row(*cells, style="bold" if cat == "overall" else None)
+    return table
+
+
+def cmd_bench(args) -> int:
+    from tools.bench.suite import BENCH_METHODS, BenchInput, bench
+
+    methods = _methods(args.methods, BENCH_METHODS)
+    inp = BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
+                     medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
+                     **_generation(args))
+    return _run_and_show(args, "bench", lambda progress: bench(inp, progress=progress), bench_table)
+
+
+# ---------------------------------------------------------------------------- report
+def cmd_report(args) -> int:
+    from agent.render import out
+    from memory import Store
+    from tools.report.markdown import select_runs, write_report
+
+    store = Store()
+    runs, task = select_runs(store, run_ids=args.run_ids, last=args.last, task_id=args.task)
+    result = write_report(runs, fmt=args.format, out=args.out, task=task)
+    if args.json:
+        _print_json(result)
+        return 0
+    for key in ("markdown", "json"):
+        if result.get(key):
+            out.print(f"report: {result[key]}")
+    for path in result["charts"].values():
+        out.print(f"chart: {path}")
+    out.print(f"runs: {', '.join(result['run_ids'])}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- tune
+def tune_table(result: dict) -> Table:
+    """The sweep: one row per setting, best measured speedup first."""
+    hw = result.get("hardware") or {}
+    table = Table(title=f"tune {result['method']} — task {result['task_id']} ({result['prompts']} prompts)",
+                  caption=f"{hw.get('name', '?')} · {result.get('dtype')} · {result.get('max_new_tokens')} new tokens "
+                          "max · speedup = total baseline time / total method time")
+    for col in ("setting", "speedup", "per-prompt min–max", "tokens/step", "acceptance", "identical", "runs"):
+        table.add_column(col, justify="left" if col in ("setting", "runs") else "right")
+    for row in result["rows"]:
+        if row["status"] != "measured":
+            table.add_row(row["label"], "—", "—", "—", "—", "—", f"not run: {row.get('reason')}")
+            continue
+        table.add_row(row["label"], _fmt(row["speedup"], 2, "x"), f"{_fmt(row['speedup_min'])}–{_fmt(row['speedup_max'])}",
+                      _fmt(row["mean_accepted_per_step"]), _pct(row["acceptance_rate"]),
+                      f"{row['identical']}/{row['compared']}", ", ".join(row["run_ids"][:3]))
+    return table
+
+
+def _confirm(args):
+    """y/n on a terminal, yes with --yes, and no question at all otherwise (nothing saved)."""
+    if args.yes:
+        return lambda question: True
+    if sys.stdin.isatty():
+        return lambda question: input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    return None
+
+
+def cmd_tune(args) -> int:
+    from agent.render import err, out
+    from tools.bench.tune import TuneInput, tune
+
+    gen = _generation(args)
+    grid = json.loads(args.grid) if args.grid else None
+    limit = {"limit": args.limit} if args.limit is not None else {}
+    inp = TuneInput(method=args.method, prompts=args.prompts, category=args.category, medusa_heads=args.medusa_heads,
+                    grid=grid, **limit, **gen)
+    confirm = _confirm(args)
+    if args.json and confirm is not None and not args.yes:
+        confirm = None  # JSON output is for scripts: no question on stdout
+    with err.status("tune: starting…") as status:
+        result = tune(inp, progress=_progress(status), confirm=None)
+    # ask after the spinner has stopped, so the question is readable
+    if result["best"] is not None and confirm is not None:
+        from memory import Store
+
+        question = f"save {result['best']['label']} as your {args.method} parameters?"
+        if not args.json:
+            out.print(tune_table(result))
+            out.print(result["recommendation"])
+        if confirm(question):
+            Store().save_params(args.method, result["would_save"])
+            result["saved"] = True
+        if args.json:
+            _print_json(result)
+        else:
+            out.print("saved to memory" if result["saved"] else "not saved")
+        return 0
+    if args.json:
+        _print_json(result)
+        return 0
+    out.print(tune_table(result))
+    out.print(result["recommendation"])
+    if result["best"] is not None:
+        out.print(f"not saved: no terminal to ask on. To save it, rerun with --yes (the sweep is stored as task "
+                  f"{result['task_id']}; `specpilot tune --method {args.method} --from-last-sweep --yes` saves its "
+                  "best setting without measuring again)")
+    return 0
+
+
+def cmd_tune_from_last_sweep(args) -> int:
+    """Save the best setting of the newest stored sweep (no measuring), after the same question."""
+    import torch
+
+    from agent.render import out
+    from memory import Store
+    from tools import models
+    from tools.bench import protocol as measure
+    from tools.bench.compare import own_params
+    from tools.bench.tune import best_measured_params
+
+    store = Store()
+    target = args.target or models.DEFAULT_TARGET
+    hardware = measure.hardware_info("cuda" if torch.cuda.is_available() else "cpu")["name"]
+    best = best_measured_params(store, args.method, target, hardware)
+    if best is None:
+        out.print(f"no stored {args.method} sweep on {target} on {hardware}: run `specpilot tune --method {args.method}`")
+        return 2
+    out.print(best["source"])
+    confirm = _confirm(args)
+    if confirm is None:
+        out.print("not saved: no terminal to ask on; add --yes to save")
+        return 0
+    if confirm(f"save {best['label']} as your {args.method} parameters?"):
+        saved = store.get_params(args.method) or {}
+        store.save_params(args.method, {**saved, **own_params(args.method, best["params"])})
+        out.print("saved to memory")
+    else:
+        out.print("not saved")
+    return 0
+
+
+def _dispatch_tune(args) -> int:
+    return cmd_tune_from_last_sweep(args) if args.from_last_sweep else cmd_tune(args)
+
+
+# ---------------------------------------------------------------------------- parser
+def add_eval_commands(sub) -> None:
+    """Register ``compare``, ``bench``, ``report`` and ``tune`` on the top-level subparsers."""
+    from agent.cli.main import add_generation_options, add_method_options
+
+    p = sub.add_parser("compare", help="run every method on one prompt with identical settings, side by side")
+    p.add_argument("--prompt", default=None)
+    p.add_argument("--prompt-file", default=None)
+    p.add_argument("--methods", nargs="+", default=None, help="methods to compare (default: all five)")
+    p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
+    p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
+    add_generation_options(p)
+    add_method_options(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("bench", help="evaluate methods over a prompt set (Spec-Bench style JSONL), resumable")
+    p.add_argument("--prompts", default=None, help="JSONL with question_id, category, prompt (default: shipped set)")
+    p.add_argument("--category", default=None)
+    p.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
+    p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram)")
+    p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
+    p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
+    add_generation_options(p)
+    add_method_options(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="write a Markdown/JSON/PNG report of stored runs (in your specpilot folder)")
+    p.add_argument("run_ids", nargs="*", help="run ids (default: the newest run's task)")
+    p.add_argument("--last", action="store_true", help="the newest run's task, or the newest run (default)")
+    p.add_argument("--task", type=int, default=None, help="every run of this task")
+    p.add_argument("--format", choices=["md", "json", "png"], default="md")
+    p.add_argument("--out", default=None, help="folder, or file path whose name is used (default: SPECPILOT_HOME/reports)")
+    p.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("tune", help="sweep a method's parameters on a few prompts and recommend the best")
+    p.add_argument("--method", required=True, choices=["draft", "medusa", "lookahead"])
+    p.add_argument("--prompts", default=None, help="JSONL prompt set (default: shipped set)")
+    p.add_argument("--category", default=None)
+    p.add_argument("--limit", type=int, default=None, help="prompts to sweep on (default 3, spread over categories)")
+    p.add_argument("--grid", default=None, help='JSON list of settings to measure, e.g. \'[{"k": 3}, {"k": 5}]\'')
+    p.add_argument("--medusa-heads", default=None)
+    p.add_argument("--yes", action="store_true", help="save the recommendation without asking")
+    p.add_argument("--from-last-sweep", action="store_true", help="save the newest stored sweep's best (no measuring)")
+    add_generation_options(p)
+    p.set_defaults(func=_dispatch_tune)

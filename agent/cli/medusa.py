@@ -1,0 +1,85 @@
+"""``specpilot medusa train``: train Medusa heads on a frozen target (asks for approval first)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def ask_yes_no(plan: str) -> bool:
+    """Show exactly what will run and ask y/n on the terminal; no terminal means no."""
+    print(plan, file=sys.stderr)
+    if not sys.stdin.isatty():
+        print("no terminal to confirm on: rerun with --yes to approve", file=sys.stderr)
+        return False
+    answer = input("Start training? [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def cmd_medusa_train(args) -> int:
+    from tools import models
+    from tools.medusa.train import TrainConfig, default_training_files, train_heads
+
+    files = [Path(f) for f in args.data] if args.data else default_training_files()
+    overrides = {"num_heads": args.heads, "num_layers": args.layers, "steps": args.steps,
+                 "max_tokens": args.max_tokens, "batch_size": args.batch_size,
+                 "learning_rate": args.learning_rate, "labels": "text" if args.data and not args.self_distill else "self"}
+    config = TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    target = models.load(args.target, dtype=args.dtype, device_map=args.device_map)
+    report = train_heads(target, files, args.out, config,
+                         confirm=(lambda plan: True) if args.yes else ask_yes_no, resume=not args.restart)
+    summary = report.as_dict()
+    summary.pop("loss_history", None)
+    print(json.dumps(summary, default=str, indent=None if args.json else 1))
+    return 0
+
+
+def cmd_medusa_make_data(args) -> int:
+    from agent.render import err
+    from tools import models
+    from tools.medusa.data import write_distill_data
+
+    generator = models.load(args.generator, dtype=args.dtype)
+    path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                              batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),
+                              variety=args.variety)
+    print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "generator": args.generator,
+                      "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                      "variety": args.variety}))
+    return 0
+
+
+def add_medusa_commands(sub) -> None:
+    p = sub.add_parser("medusa", help="Medusa heads: train them for a target")
+    msub = p.add_subparsers(dest="medusa_command", required=True)
+    t = msub.add_parser("train", help="train Medusa-1 heads on a frozen target (asks for approval)")
+    t.add_argument("--target", required=True)
+    t.add_argument("--out", required=True, help="folder for the heads (compact format) and checkpoints")
+    t.add_argument("--heads", type=int, default=None)
+    t.add_argument("--layers", type=int, default=None)
+    t.add_argument("--data", nargs="*", default=None, help="text files (default: Python standard-library code and docs)")
+    t.add_argument("--self-distill", action="store_true", help="train on the target's own predictions (default)")
+    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--max-tokens", type=int, default=None, help="training text used, in tokens")
+    t.add_argument("--batch-size", type=int, default=None)
+    t.add_argument("--learning-rate", type=float, default=None)
+    t.add_argument("--dtype", default="bfloat16")
+    t.add_argument("--device-map", default=None)
+    t.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in --out")
+    t.add_argument("--yes", action="store_true", help="approve without asking")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_medusa_train)
+    d = msub.add_parser("make-data", help="write self-distillation text: chat answers to prompts built from "
+                                          "Python's own library and docs")
+    d.add_argument("--out", required=True)
+    d.add_argument("--generator", default="qwen2.5-coder-0.5b-instruct",
+                   help="model that writes the answers (same tokenizer as the target)")
+    d.add_argument("--prompts", type=int, default=240)
+    d.add_argument("--max-new-tokens", type=int, default=192)
+    d.add_argument("--batch-size", type=int, default=16)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--variety", choices=["basic", "wide"], default="basic",
+                   help="basic: Python functions, topics, simple math; wide: several languages, more math, prose")
+    d.add_argument("--dtype", default="bfloat16")
+    d.set_defaults(func=cmd_medusa_make_data)

@@ -1,0 +1,231 @@
+"""Parameter guidance for each method, tailored to the model size and the hardware, and always
+marked as advice to be measured.
+
+Starting values are the parameter models' defaults (tools.engine.methods.PARAM_MODELS), which follow the
+sources: draft 5-10x smaller than the target; Medusa posterior threshold 0.09 and alpha 0.3;
+lookahead W=15, N=5, G=5. When the store holds measured runs of the method on the same target
+(a sweep), the best measured settings are reported with their run ids; when a cost curve was
+measured on this machine, lookahead W/N/G are sized to it (tools.engine.cost_curve).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.migrations import utc_now
+from tools.engine.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
+from tools.engine.lookahead import LookaheadParams
+from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
+from tools.errors import ParameterError
+from tools.engine.methods import PARAM_MODELS
+from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from tools.agent_tools.registry import ToolContext, tool
+
+ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
+               "prompts and compare the stored speedups before relying on them")
+DRAFT_RATIO = (5, 10)  # draft 5-10x smaller than the target
+COST_CURVE_KEY = "cost_curve"
+SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.IGNORECASE)
+
+
+class GuidanceInput(BaseModel):
+    """The method, the model and the hardware to tailor advice to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["draft", "medusa", "lookahead", "ngram"]
+    target: str = Field(DEFAULT_TARGET, description="the target model reference")
+    target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
+                                                                 "(read from the model name when not given)")
+    hardware: Literal["auto", "cpu", "gpu"] = Field("auto", description="auto detects a CUDA GPU")
+
+
+def size_from_name(ref: str) -> float | None:
+    """Billions of parameters named in a model reference ('...-1.5b-...' -> 1.5, '135m' -> 0.135), or None."""
+    found = SIZE_IN_NAME.findall(ref.rsplit("/", 1)[-1])
+    if not found:
+        return None
+    number, unit = found[-1]
+    return float(number) / (1000.0 if unit.lower() == "m" else 1.0)
+
+
+def detect_hardware(choice: str) -> dict:
+    """The hardware to advise for: {'kind': cpu|gpu, 'name', 'gpu_memory_gb'?}."""
+    import torch
+
+    from tools.bench.protocol import hardware_info
+
+    has_gpu = torch.cuda.is_available()
+    if choice == "gpu" or (choice == "auto" and has_gpu):
+        if not has_gpu:
+            return {"kind": "gpu", "name": "a GPU (none detected on this machine)"}
+        props = torch.cuda.get_device_properties(0)
+        return {"kind": "gpu", "name": props.name, "gpu_memory_gb": round(props.total_memory / 2**30, 1),
+                "gpu_count": torch.cuda.device_count()}
+    return {"kind": "cpu", "name": hardware_info("cpu")["name"]}
+
+
+def measured_sweep(store, method: str, target: str) -> list[dict]:
+    """Stored runs of ``method`` on ``target`` grouped by parameters, best median speedup first."""
+    groups: dict[str, list[dict]] = {}
+    for run in store.find_runs(method=method, target=target):
+        if run.get("speedup") is None:
+            continue
+        groups.setdefault(json.dumps(run.get("params") or {}, sort_keys=True), []).append(run)
+    rows = []
+    for key, runs in groups.items():
+        rows.append({"params": json.loads(key), "median_speedup": statistics.median(r["speedup"] for r in runs),
+                     "runs": len(runs), "run_ids": [r["run_id"] for r in runs[:5]],
+                     "hardware": sorted({str((r.get("hardware") or {}).get("name")) for r in runs})})
+    return sorted(rows, key=lambda r: r["median_speedup"], reverse=True)
+
+
+def stored_cost_curve(store, target: str, hardware_name: str) -> dict | None:
+    """The cost curve measured on this hardware for ``target`` (saved by measure_cost_curve), or None."""
+    saved = store.get_answer(COST_CURVE_KEY) or {}
+    entry = saved.get(f"{target}|{hardware_name}") if isinstance(saved, dict) else None
+    if not entry:
+        return None
+    return {**entry, "curve": {int(n): float(t) for n, t in entry["curve"].items()}}
+
+
+def _defaults(method: str) -> dict:
+    return PARAM_MODELS[method]().model_dump()
+
+
+def draft_advice(size_b: float | None, hw: dict, target: str) -> tuple[dict, list[str], str]:
+    params = {"draft": DEFAULT_DRAFT, **_defaults("draft")}
+    reasons = []
+    if size_b:
+        low, high = size_b / DRAFT_RATIO[1], size_b / DRAFT_RATIO[0]
+        reasons.append(f"pick a draft 5-10x smaller than the {size_b:g}B target, i.e. about {low:.2g}B-{high:.2g}B "
+                       "parameters, from the same family (the same tokenizer and vocabulary is required)")
+        draft_size = size_from_name(DEFAULT_DRAFT)
+        if target == DEFAULT_TARGET and draft_size:
+            reasons.append(f"the built-in draft {DEFAULT_DRAFT} is {size_b / draft_size:.0f}x smaller: the only "
+                           "offline draft with the same vocabulary; its acceptance and speedup must be measured")
+    else:
+        reasons.append("pick a same-family draft 5-10x smaller than the target (same tokenizer and vocabulary)")
+    reasons.append(f"start at k={params['k']} drafted tokens per step, let it adapt (adaptive_k, up to "
+                   f"{params['k_max']}) and stop a draft early when the draft's top probability is below "
+                   f"{params['draft_confidence']}: long drafts pay when acceptance is high, the early stop limits "
+                   "the waste when it is not")
+    if hw["kind"] == "cpu":
+        reasons.append("on a CPU a target pass over a handful of tokens costs about as much as over one, but the "
+                       "draft's own passes are not free: a cheaper draft matters more than a larger k (the "
+                       "draft runs as an int8 copy by default here; the output is unchanged)")
+    return params, reasons, "source defaults (Leviathan et al. 2022; Chen et al. 2023); k from specpilot's default"
+
+
+def medusa_advice(hw: dict) -> tuple[dict, list[str], str]:
+    params = _defaults("medusa")
+    tree = DEFAULT_TREE_GPU if hw["kind"] == "gpu" else DEFAULT_TREE_CPU
+    params["tree"] = tree
+    reasons = [f"posterior_threshold={params['posterior_threshold']} and posterior_alpha="
+               f"{params['posterior_alpha']} are the Medusa reference defaults; they matter only when sampling "
+               "(temperature > 0), where typical acceptance is lossy",
+               f"tree {tree} ({len(TREES[tree]) + 1} tokens per step): "
+               + ("a large tree suits a GPU, where verifying 64 tokens costs about one pass" if hw["kind"] == "gpu"
+                  else "a small tree, because on a CPU a pass over many more tokens is no longer nearly free"),
+               "Medusa needs heads trained for this exact target: train_medusa does it (asks for approval first)"]
+    return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)"
+
+
+def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str]:
+    defaults = LookaheadParams()
+    curve = stored_cost_curve(store, target, hw["name"])
+    if curve is not None:
+        params, reasoning = suggest_lookahead_params(curve["curve"])
+        return params.model_dump(), [reasoning], (f"sized to the cost curve measured on this machine "
+                                                  f"({curve['measured_at']}, {curve['dtype']})")
+    params = defaults.model_dump()
+    reasons = [f"W={defaults.window}, N={defaults.ngram}, G={defaults.guess} is the usual starting point; each step "
+               f"then holds {defaults.tokens_per_step} tokens"]
+    if hw["kind"] == "cpu":
+        reasons.append("on a CPU a pass over that many tokens costs several one-token passes, so this start is "
+                       "probably too large: measure the cost curve (measure_cost_curve) to size W/N/G to this CPU")
+    return params, reasons, "only the source's default starting point (Lookahead Decoding, arXiv 2402.02057)"
+
+
+def ngram_advice() -> tuple[dict, list[str], str]:
+    params = _defaults("ngram")
+    return params, ["prompt lookup copies continuations of n-grams found in the prompt: it pays off when the "
+                    "output repeats the input (code edits, summaries, extraction) and costs little otherwise",
+                    "num_candidates verifies several continuations of the same n-gram in one pass (a token tree): "
+                    "nearly free where a pass over ~30 tokens costs little more than one; set it to 1 for a single "
+                    "draft as transformers does"], \
+        "specpilot's defaults (3-gram matches, 10-token drafts, 3 drafts per step; transformers uses 2, 10, 1)"
+
+
+@tool("guidance", GuidanceInput)
+def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
+    """Suggest starting parameters for a method, tailored to the target's size and the hardware: draft
+    5-10x smaller than the target; Medusa threshold 0.09, alpha 0.3 and a tree sized to the hardware;
+    lookahead W=15, N=5, G=5 as a start (sized to a measured cost curve when one is stored). Uses
+    measured sweeps from memory when present. This is advice to be measured, never a result."""
+    size_b = inp.target_size_b or size_from_name(inp.target)
+    hw = detect_hardware(inp.hardware)
+    if inp.method == "draft":
+        params, reasons, source = draft_advice(size_b, hw, inp.target)
+    elif inp.method == "medusa":
+        params, reasons, source = medusa_advice(hw)
+    elif inp.method == "lookahead":
+        params, reasons, source = lookahead_advice(ctx.store, inp.target, hw)
+    else:
+        params, reasons, source = ngram_advice()
+    if size_b and hw.get("gpu_memory_gb") and 2 * size_b > 0.8 * hw["gpu_memory_gb"] * hw.get("gpu_count", 1):
+        reasons.append(f"a {size_b:g}B model needs about {2 * size_b:.0f} GB in bfloat16: use device_map='auto' to "
+                       "spread it over the GPUs (and CPU)")
+    out = {"method": inp.method, "target": inp.target, "target_size_b": size_b, "hardware": hw,
+           "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
+    sweep = measured_sweep(ctx.store, inp.method, inp.target)
+    if sweep:
+        best = sweep[0]
+        out["measured"] = sweep[:5]
+        out["measured_best"] = (f"measured here: {json.dumps(best['params'], sort_keys=True)} gave a median speedup "
+                                f"of {best['median_speedup']:.2f}x over {best['runs']} run(s) "
+                                f"(run ids {', '.join(best['run_ids'])})")
+        if len(sweep) == 1:
+            out["measured_best"] += "; only one setting was measured, so this is not a sweep"
+    else:
+        out["measured_best"] = "no stored runs of this method on this target: the suggestion is not measured yet"
+    return out
+
+
+class CostCurveInput(BaseModel):
+    """The model whose forward-pass cost curve to measure on this machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(DEFAULT_TARGET, description="the target model reference")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    repeats: int = Field(5, ge=1, le=20)
+
+
+@tool("measure_cost_curve", CostCurveInput)
+def measure_cost_curve(inp: CostCurveInput, ctx: ToolContext) -> dict:
+    """Measure on this machine how one forward pass of the target costs with 1, 2, 4 ... 64 new tokens,
+    store the curve, and size lookahead W/N/G to it. Loads the target model (can take a while)."""
+    from tools.models import load
+
+    ctx.report(f"loading {inp.target}")
+    loaded = load(inp.target, dtype=inp.dtype)
+    ctx.report("timing forward passes")
+    curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
+    hw_name = detect_hardware("gpu" if loaded.device.startswith("cuda") else "cpu")["name"]
+    saved = ctx.store.get_answer(COST_CURVE_KEY) or {}
+    if not isinstance(saved, dict):
+        raise ParameterError("the stored cost curves are not in the expected form", hint="remove the cost_curve answer")
+    saved[f"{inp.target}|{hw_name}"] = {"curve": {str(n): t for n, t in curve.items()}, "dtype": loaded.dtype,
+                                        "measured_at": utc_now(), "hardware": hw_name}
+    ctx.store.save_answer(COST_CURVE_KEY, saved)
+    params, reasoning = suggest_lookahead_params(curve)
+    return {"target": inp.target, "hardware": hw_name, "dtype": loaded.dtype,
+            "curve_ms": {n: round(t * 1000, 2) for n, t in curve.items()}, "flat_tokens": flat_tokens(curve),
+            "suggested_lookahead": params.model_dump(), "reasoning": reasoning,
+            "source": "measured now on this machine and stored"}

@@ -1,0 +1,171 @@
+"""Tools over the memory: look up stored runs (figures restated, never recomputed), recall what is
+saved (parameters, onboarding answers, unfinished tasks), and save a method's parameters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.errors import RunNotFoundError
+from tools.agent_tools.registry import ToolContext, tool
+
+FIGURES = ("speedup", "tokens_per_s", "baseline_tokens_per_s", "wall_time_s", "baseline_wall_time_s",
+           "acceptance_rate", "mean_accepted_per_step", "new_tokens", "tokens_drafted", "tokens_accepted",
+           "steps", "matches_baseline")
+PROMPT_SHOWN = 200
+SAVEABLE_METHODS = ("draft", "medusa", "lookahead", "ngram", "baseline")
+
+
+class LookupInput(BaseModel):
+    """Which stored runs to restate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str | None = Field(None, description="a run id (or a unique prefix of 4+ characters)")
+    method: Literal["baseline", "draft", "medusa", "lookahead", "ngram"] | None = Field(
+        None, description="only runs of this method")
+    prompt_contains: str | None = Field(None, description="only runs whose prompt contains this text")
+    same_prompt_as_last_run: bool = Field(
+        False, description="only runs on the prompt of the newest stored run ('that prompt')")
+    target: str | None = Field(None, description="only runs on this target model")
+    limit: int = Field(5, ge=1, le=50, description="newest runs to return at most")
+
+
+def hardware_name(run: dict) -> str:
+    """The hardware a run names (its ``name``, else whatever identifies it)."""
+    hw = run.get("hardware") or {}
+    if isinstance(hw, dict):
+        return str(hw.get("name") or hw.get("gpu") or hw.get("cpu") or hw or "unknown hardware")
+    return str(hw)
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def statement(run: dict) -> str:
+    """One sentence restating a stored run's figures with its id, model, prompt and hardware."""
+    prompt = str(run.get("prompt") or "")
+    shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
+    model = run.get("target") or "unknown model"
+    if run.get("draft"):
+        model += f" with draft {run['draft']}"
+    parts = [f"run {run['run_id']} ({run.get('method')}, {model}, prompt {shown!r}, {hardware_name(run)}, "
+             f"{run.get('dtype') or 'dtype not recorded'}, stored {run.get('created_at')})"]
+    if run.get("speedup") is not None:
+        parts.append(f"speedup {_fmt(run['speedup'])}x")
+    if run.get("tokens_per_s") is not None:
+        base = run.get("baseline_tokens_per_s")
+        parts.append(f"{_fmt(run['tokens_per_s'])} tok/s" + (f" vs baseline {_fmt(base)} tok/s" if base else ""))
+    if run.get("acceptance_rate") is not None:
+        parts.append(f"acceptance {_fmt(run['acceptance_rate'], 3)}")
+    if run.get("new_tokens") is not None:
+        parts.append(f"{run['new_tokens']} new tokens")
+    if run.get("matches_baseline") is not None:
+        parts.append("output identical to baseline" if run["matches_baseline"] else "output differs from baseline")
+    return parts[0] + ": " + ", ".join(parts[1:])
+
+
+def summarise_run(run: dict) -> dict:
+    """The stored figures of a run (copied, not recomputed), with its source and a sentence."""
+    prompt = str(run.get("prompt") or "")
+    out = {"run_id": run["run_id"], "method": run.get("method"), "target": run.get("target"),
+           "draft": run.get("draft"), "params": run.get("params"),
+           "prompt": prompt if len(prompt) <= PROMPT_SHOWN else prompt[:PROMPT_SHOWN] + "...",
+           "hardware": hardware_name(run), "dtype": run.get("dtype"), "created_at": run.get("created_at")}
+    out.update({k: run.get(k) for k in FIGURES if run.get(k) is not None})
+    if run.get("first_divergence"):
+        out["first_divergence"] = run["first_divergence"]
+    out["statement"] = statement(run)
+    return out
+
+
+@tool("lookup_runs", LookupInput)
+def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
+    """Look up stored runs and restate their measured figures (speedup, tokens/s, acceptance) with run
+    id, model, prompt and hardware, exactly as stored. Use it to answer questions such as "what was
+    the speedup for the Medusa run on that prompt?" — never recompute or estimate a figure."""
+    store = ctx.store
+    if inp.run_id:
+        runs = [store.get_run(inp.run_id)]
+    else:
+        filters = {k: v for k, v in (("method", inp.method), ("target", inp.target)) if v is not None}
+        prompt = None
+        if inp.same_prompt_as_last_run:
+            last = store.last_run()
+            if last is None:
+                raise RunNotFoundError("there are no stored runs yet, so there is no 'that prompt'",
+                                       hint="run a method first (run_method)")
+            prompt = last.get("prompt")
+        runs = store.find_runs(**filters)
+        if prompt is not None:
+            runs = [r for r in runs if r.get("prompt") == prompt]
+        if inp.prompt_contains:
+            needle = inp.prompt_contains.lower()
+            runs = [r for r in runs if needle in str(r.get("prompt") or "").lower()]
+        runs = runs[: inp.limit]
+    if not runs:
+        asked = ", ".join(f"{k}={v!r}" for k, v in inp.model_dump(exclude_defaults=True).items()) or "any run"
+        raise RunNotFoundError(f"no stored run matches {asked}",
+                               hint="list runs with lookup_runs and no filters, or run the method first")
+    return {"source": "stored runs (memory); figures copied as measured, not recomputed",
+            "runs": [summarise_run(r) for r in runs]}
+
+
+class RecallInput(BaseModel):
+    """What to read back from memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include_done_tasks: bool = Field(False, description="also list finished tasks (newest 10)")
+
+
+def task_line(task: dict) -> str:
+    """A task as 'request — done: … / not done: …'."""
+    done = "; ".join(task.get("done") or []) or "nothing yet"
+    left = "; ".join(task.get("left") or []) or "nothing"
+    return f"task {task['id']} ({task['status']}): {task['request']} — done: {done} / not done: {left}"
+
+
+@tool("recall", RecallInput)
+def recall(inp: RecallInput, ctx: ToolContext) -> dict:
+    """Read what memory holds before acting: saved parameters per method, onboarding answers,
+    unfinished tasks (as "done: … / not done: …") and the newest runs. Never ask the user again for
+    anything listed here."""
+    store = ctx.store
+    unfinished = store.unfinished_tasks()
+    if ctx.task_id is not None:  # the request being handled now is not unfinished work
+        unfinished = [t for t in unfinished if t["id"] != ctx.task_id]
+    out = {"saved_params": store.all_params(), "answers": store.all_answers(),
+           "unfinished_tasks": [task_line(t) for t in unfinished[:10]],
+           "recent_runs": [statement(r) for r in store.list_runs(limit=5)]}
+    if inp.include_done_tasks:
+        out["done_tasks"] = [task_line(t) for t in store.list_tasks(status="done")[:10]]
+    return out
+
+
+class SaveParamsInput(BaseModel):
+    """A method's parameters to remember."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["baseline", "draft", "medusa", "lookahead", "ngram"]
+    params: dict = Field(..., description="e.g. {'target': ..., 'draft': ..., 'k': 4} or "
+                                          "{'window': 15, 'ngram': 5, 'guess': 5}; generation settings may "
+                                          "be included (max_new_tokens, temperature)")
+    make_default: bool = Field(True, description="also make this the method used when none is named")
+
+
+@tool("save_params", SaveParamsInput)
+def save_params(inp: SaveParamsInput, ctx: ToolContext) -> dict:
+    """Save a method's parameters (and optionally make it the default method) so they are not asked
+    for again. The method's own parameters are validated before saving."""
+    from tools.agent_tools.run_tool import split_saved_params
+
+    split_saved_params(inp.method, inp.params)  # raises ParameterError naming a bad field
+    ctx.store.save_params(inp.method, inp.params)
+    if inp.make_default:
+        ctx.store.save_answer("default_method", inp.method)
+    return {"saved": {"method": inp.method, "params": inp.params},
+            "default_method": ctx.store.get_answer("default_method")}

@@ -1,0 +1,72 @@
+"""The run_method tool: run one decoding method on a prompt with a measured speedup against plain
+generation (tools.bench.run does the work and stores the run), filling anything the caller did not
+give from the parameters saved for that method."""
+
+from __future__ import annotations
+
+from tools.bench.compare import CompareInput, compare_tool
+from tools.errors import ParameterError
+from tools.agent_tools.lookup import statement
+from tools.engine.methods import PARAM_MODELS, parse_params
+from tools.agent_tools.registry import ToolContext, tool
+from tools.bench.run import RunInput, run_method
+from tools.agent_tools.train_tool import HEADS_ANSWER_KEY
+
+OUTPUT_SHOWN = 2000
+HIDDEN_KEYS = ("prompt_ids", "output_ids")  # long token lists stay in the store
+
+
+def run_fields() -> set[str]:
+    """RunInput fields that saved parameters may fill (everything but method, prompt and params)."""
+    return set(RunInput.model_fields) - {"method", "prompt", "params"}
+
+
+def split_saved_params(method: str, saved: dict) -> tuple[dict, dict]:
+    """Split saved parameters into RunInput fields (target, draft, generation settings) and the
+    method's own parameters, validating the latter; ParameterError names a bad field."""
+    if method not in PARAM_MODELS:
+        raise ParameterError(f"unknown method {method!r}", hint=f"choose one of: {', '.join(PARAM_MODELS)}")
+    fields = run_fields()
+    top = {k: v for k, v in saved.items() if k in fields}
+    own = {k: v for k, v in saved.items() if k not in fields}
+    parse_params(method, own)
+    return top, own
+
+
+def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
+    """``inp`` with every field the caller left unset taken from ``saved`` (the caller's values win)."""
+    if not saved:
+        return inp
+    top, own = split_saved_params(inp.method, saved)
+    given = inp.model_fields_set
+    merged = inp.model_dump()
+    merged.update({k: v for k, v in top.items() if k not in given})
+    merged["params"] = {**own, **inp.params}
+    return RunInput.model_validate(merged)
+
+
+@tool("run_method", RunInput)
+def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
+    """Run a decoding method (draft = draft-model speculative decoding, medusa, lookahead, ngram =
+    prompt lookup, or baseline) on one prompt on this machine, together with plain generation, and
+    return the measured figures: speedup, tokens/s of both, acceptance rate, whether the output matches
+    the baseline, the hardware, and the stored run id. Parameters not given are taken from those
+    saved for the method. Report the figures exactly as returned, with the run id."""
+    full = with_saved_params(inp, ctx.store.get_params(inp.method))
+    if full.method == "medusa" and not full.medusa_heads:
+        trained = (ctx.store.get_answer(HEADS_ANSWER_KEY) or {}).get(full.target)
+        if trained:
+            full = full.model_copy(update={"medusa_heads": trained})
+    ctx.report(f"running {full.method} on {full.target}")
+    record = run_method(full, store=ctx.store, progress=ctx.progress, task_id=ctx.task_id)
+    out = {k: v for k, v in record.items() if k not in HIDDEN_KEYS}
+    text = str(out.get("output_text") or "")
+    if len(text) > OUTPUT_SHOWN:
+        out["output_text"] = text[:OUTPUT_SHOWN] + f"... ({len(text)} characters in the stored run)"
+    stored = ctx.store.get_run(record["run_id"]) if record.get("run_id") else record
+    out["statement"] = statement(stored)
+    out["source"] = f"measured now on this machine; stored as run {record.get('run_id')}"
+    return out
+
+
+tool("compare_methods", CompareInput)(compare_tool)

@@ -1,0 +1,71 @@
+"""The train_medusa tool (gated): train Medusa heads for a frozen target with tools.medusa.train."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.store import home_dir
+from tools.medusa.train import TrainConfig, default_training_files, train_heads
+from tools.models import DEFAULT_TARGET
+from tools.agent_tools.registry import ToolContext, tool
+
+HEADS_ANSWER_KEY = "medusa_heads"  # {target: folder of the heads trained for it}
+
+
+class TrainInput(BaseModel):
+    """What to train: the target, where the heads go, on which text, and how long."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(DEFAULT_TARGET, description="the target model the heads are trained for")
+    out: str | None = Field(None, description="folder for the heads (default: medusa/<target> in the specpilot folder)")
+    data_files: list[str] | None = Field(None, description="training text files (default: Python standard library "
+                                                           "sources, never the evaluation prompts)")
+    num_heads: int = Field(TrainConfig.model_fields["num_heads"].default, ge=1, le=16)
+    steps: int = Field(TrainConfig.model_fields["steps"].default, ge=1)
+    labels: Literal["self", "text"] = Field("self", description="self-distillation or the text's own tokens")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    approval_id: str | None = Field(None, description="the id of an approval the user gave for exactly this training")
+
+
+def output_folder(inp: TrainInput) -> Path:
+    """Where the heads are written."""
+    if inp.out:
+        return Path(inp.out).expanduser()
+    return home_dir() / "medusa" / inp.target.replace("/", "--")
+
+
+def describe_training(inp: TrainInput) -> str:
+    """What the training will do, shown to the user before approval."""
+    files = inp.data_files or [f"stdlib/{p.name}" for p in default_training_files()]
+    shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+    return (f"train {inp.num_heads} Medusa heads for the frozen target {inp.target} for {inp.steps} steps "
+            f"(labels={inp.labels}) on {shown}; caches hidden states and writes the heads to {output_folder(inp)}. "
+            "This loads the target and can take a long time on a CPU.")
+
+
+@tool("train_medusa", TrainInput, gate="train", describe=describe_training)
+def train_medusa(inp: TrainInput, ctx: ToolContext) -> dict:
+    """Train Medusa heads for a target model (the target stays frozen) and save them, so the medusa
+    method can run. Needs the user's approval: the first call returns approval_required (or asks in the
+    terminal); only the exact approved training runs, once. Returns steps, losses and per-head accuracy."""
+    from tools.models import load
+
+    out = output_folder(inp)
+    files = [Path(f).expanduser() for f in inp.data_files] if inp.data_files else default_training_files()
+    ctx.report(f"loading {inp.target}")
+    loaded = load(inp.target, dtype=inp.dtype)
+    config = TrainConfig(num_heads=inp.num_heads, steps=inp.steps, labels=inp.labels)
+
+    def approved(plan: str) -> bool:  # the user already approved exactly this call through the gate
+        ctx.report(plan)
+        return True
+
+    report = train_heads(loaded, files, out, config, confirm=approved, progress=False, base_model=inp.target)
+    heads = ctx.store.get_answer(HEADS_ANSWER_KEY) or {}
+    heads[inp.target] = str(out)
+    ctx.store.save_answer(HEADS_ANSWER_KEY, heads)
+    return {"status": "trained", "heads_folder": str(out), **report.as_dict()}

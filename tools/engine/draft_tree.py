@@ -1,0 +1,104 @@
+"""Token trees of deterministic drafts (prompt lookup continuations, lookahead's pool n-grams),
+verified in one forward pass: node 0 is the current token, every other node one draft token, drafts
+with a shared prefix share nodes. Greedy and lossless-sampling acceptance over such a tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tools.engine.sampling import sample
+
+
+@dataclass
+class DraftTree:
+    """Drafts merged by shared prefix. Node 0 is the current token (the root); node i > 0 holds
+    ``tokens[i]`` at depth ``depths[i]`` below ``parents[i]``; ``children[i]`` in draft order."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    children: list[list[int]]
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        return all(len(c) <= 1 for c in self.children)
+
+    def visible(self) -> torch.Tensor:
+        """bool [size, size]: node i sees node j when j is i or one of its ancestors."""
+        vis = torch.eye(self.size, dtype=torch.bool)
+        for i in range(1, self.size):
+            vis[i] |= vis[self.parents[i]]
+        return vis
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to ``node``, both included."""
+        path = [node]
+        while path[-1] != 0:
+            path.append(self.parents[path[-1]])
+        return path[::-1]
+
+
+def build_draft_tree(root: int, drafts: list[list[int]]) -> DraftTree:
+    """Merge ``drafts`` (token lists) under ``root`` into a DraftTree (pure)."""
+    tree = DraftTree([root], [-1], [0], [[]])
+    for draft in drafts:
+        node = 0
+        for token in draft:
+            child = next((c for c in tree.children[node] if tree.tokens[c] == token), None)
+            if child is None:
+                child = tree.size
+                tree.tokens.append(token)
+                tree.parents.append(node)
+                tree.depths.append(tree.depths[node] + 1)
+                tree.children.append([])
+                tree.children[node].append(child)
+            node = child
+    return tree
+
+
+def accept_greedy_tree(tree: DraftTree, choice: list[int]) -> tuple[int, int]:
+    """Greedy verification: return (deepest accepted node, next token). ``choice[i]`` is the
+    target's argmax after node i; a node is accepted when its token equals its parent's choice and
+    its parent is accepted."""
+    node = 0
+    while True:
+        nxt = next((c for c in tree.children[node] if tree.tokens[c] == choice[node]), None)
+        if nxt is None:
+            return node, choice[node]
+        node = nxt
+
+
+def accept_sampling_tree(tree: DraftTree, p_at: Callable[[int], torch.Tensor], generator) -> tuple[int, int]:
+    """Lossless verification of deterministic drafts: return (deepest kept node, next token).
+
+    ``p_at(i)`` returns the target's probabilities [vocab] after node i (called along the kept
+    path only). At each node the children's tokens are tried in order, each kept with probability
+    p(x); a rejected x is zeroed out of p and p renormalised; when all are rejected the next token
+    is sampled from what is left of p.
+    """
+    node = 0
+    while True:
+        dist = p_at(node)
+        kept = None
+        for child in tree.children[node]:
+            x = tree.tokens[child]
+            px = float(dist[x])
+            if px <= 0.0:
+                continue
+            if float(torch.rand(1, generator=generator, device=generator.device)) < px:
+                kept = child
+                break
+            dist = dist.clone()
+            dist[x] = 0.0
+            dist = dist / dist.sum()
+        if kept is None:
+            return node, int(sample(dist, generator))
+        node = kept

@@ -1,0 +1,461 @@
+"""Train Medusa heads on a frozen target (Medusa-1), fast enough for a CPU.
+
+1. Tokenise the text files (each cut into ``seq_len`` chunks, files taking turns) and run the target
+   once over them, caching its final hidden states and its greedy next token at every position
+   (``cache_dir``, keyed by model and data, so a resumed or repeated run skips this).
+2. Head k (0-based) at position t learns the token at t + k + 2: with ``labels="self"``
+   (self-distillation, the default) that is the target's own greedy prediction made at position
+   t + k + 1; with ``labels="text"`` it is the text's own token.
+3. Only the ResBlocks train; the projection is the target's frozen lm_head (compact heads). When
+   the vocabulary is larger than ``candidate_tokens``, each step's softmax runs over the batch's
+   label tokens plus uniformly sampled other tokens whose logits get the sampled-softmax
+   correction log((V - P) / m), so no step projects onto the full vocabulary. Head k's loss is
+   weighted by ``head_decay ** k`` (upstream's 0.8).
+4. A rich progress bar shows the loss; checkpoints (heads in our format plus ``train_state.pt``
+   with the optimizer) are written every ``checkpoint_every`` steps and on Ctrl-C, and a later
+   call with the same ``out`` resumes from the last one.
+5. The held-out tail of the data measures each head's top-1 / top-5 accuracy over the full vocabulary.
+
+Training costs time and writes files, so ``train_heads`` never starts without ``confirm(plan)``
+returning True: the CLI asks y/n (or passes ``lambda plan: True`` for ``--yes``), the agent's
+approval gate passes a callback that returns its stored decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.engine.medusa import MedusaHeads
+from tools.errors import ParameterError, SpecpilotError
+from tools.medusa.checkpoint import save_heads
+
+log = logging.getLogger(__name__)
+
+STATE_NAME = "train_state.pt"
+
+
+class TrainingDeclined(SpecpilotError):
+    """Training was not approved, so nothing was trained or written."""
+
+
+class TrainConfig(BaseModel):
+    """Settings of one Medusa training run; every default is defined here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_heads: int = Field(4, ge=1, le=16, description="number of Medusa heads (head k predicts token t+k+2)")
+    num_layers: int = Field(1, ge=1, le=8, description="ResBlocks per head")
+    steps: int = Field(2000, ge=1, description="optimizer steps in total (a resumed run continues up to this)")
+    batch_size: int = Field(256, ge=1, description="positions per step")
+    learning_rate: float = Field(1e-3, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    warmup_steps: int = Field(50, ge=0)
+    head_decay: float = Field(0.8, gt=0.0, le=1.0, description="loss weight of head k is head_decay**k")
+    labels: Literal["self", "text"] = Field("self", description="self-distillation or the text's own tokens")
+    seq_len: int = Field(512, ge=8, description="tokens per cached sequence")
+    max_tokens: int = Field(200_000, ge=16, description="training text used, in tokens")
+    candidate_tokens: int = Field(8192, ge=16, description="softmax size per step; full softmax when the vocabulary fits")
+    checkpoint_every: int = Field(200, ge=1)
+    eval_positions: int = Field(512, ge=0, description="held-out positions for the final accuracy")
+    seed: int = 0
+    save_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+
+
+@dataclass
+class TrainReport:
+    """What a training run did: steps, losses, held-out accuracy per head, where it wrote."""
+
+    out: str
+    steps_done: int
+    resumed_from: int
+    tokens: int
+    positions: int
+    final_loss: float | None
+    loss_history: list[tuple[int, float]] = field(default_factory=list)
+    head_top1: list[float] = field(default_factory=list)
+    head_top5: list[float] = field(default_factory=list)
+    train_seconds: float = 0.0
+    cache_seconds: float = 0.0
+    cache_path: str = ""
+    config: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------- data
+def default_cache_dir() -> Path:
+    """Where cached hidden states live: ``$SPECPILOT_HOME/cache/medusa-train`` (default ~/.specpilot)."""
+    from memory.store import home_dir
+
+    return home_dir() / "cache" / "medusa-train"
+
+
+# Text that ships with every Python install (never the Spec-Bench prompts used for evaluation):
+# stdlib modules (code with docstrings and comments) and pydoc_data/topics.py (the language
+# reference as English prose).
+DEFAULT_STDLIB_FILES = (
+    "pydoc_data/topics.py", "argparse.py", "dataclasses.py", "textwrap.py", "difflib.py", "functools.py",
+    "heapq.py", "csv.py", "statistics.py", "fractions.py", "calendar.py", "shutil.py", "tempfile.py",
+    "random.py", "json/encoder.py", "json/decoder.py", "collections/__init__.py", "logging/__init__.py",
+    "email/message.py", "urllib/parse.py", "unittest/case.py", "string.py", "bisect.py", "queue.py",
+)
+
+
+def _stdlib_dir() -> Path:
+    import sysconfig
+
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def default_training_files() -> list[Path]:
+    """The default training text: DEFAULT_STDLIB_FILES that exist in this Python's standard library."""
+    root = _stdlib_dir()
+    return [root / name for name in DEFAULT_STDLIB_FILES if (root / name).is_file()]
+
+
+def describe_data(files: Sequence[str | Path]) -> list[dict]:
+    """Name, size and sha256 of each training file, without machine paths (stdlib files as ``stdlib/<name>``)."""
+    root = _stdlib_dir().resolve()
+    out = []
+    for f in files:
+        path = Path(f).expanduser().resolve()
+        name = f"stdlib/{path.relative_to(root).as_posix()}" if path.is_relative_to(root) else path.name
+        data = path.read_bytes()
+        out.append({"file": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return out
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    if hasattr(tokenizer, "encode"):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tokenize_files(tokenizer, files: Sequence[str | Path], seq_len: int, max_tokens: int, min_len: int) -> list[list[int]]:
+    """Token chunks of at most ``seq_len``, ``max_tokens`` in all, taken from the files in turn
+    (one chunk of each file, then the next of each, ...) so a large file cannot crowd out the
+    others; a file never shares a chunk with another, and chunks shorter than ``min_len`` are dropped."""
+    if not files:
+        raise ParameterError("no training text given", hint="pass one or more text files (code or prose)")
+    per_file: list[list[list[int]]] = []
+    for f in files:
+        path = Path(f).expanduser()
+        if not path.is_file():
+            raise ParameterError(f"training text {path} does not exist", hint="check the path")
+        ids = _encode(tokenizer, path.read_text(errors="replace"))
+        per_file.append([ids[i: i + seq_len] for i in range(0, len(ids), seq_len) if len(ids[i: i + seq_len]) >= min_len])
+    chunks: list[list[int]] = []
+    total = 0
+    for i in range(max((len(c) for c in per_file), default=0)):
+        for file_chunks in per_file:
+            if i < len(file_chunks) and total < max_tokens:
+                piece = file_chunks[i][: max_tokens - total]
+                if len(piece) >= min_len:
+                    chunks.append(piece)
+                    total += len(piece)
+    if not chunks:
+        raise ParameterError(f"the training text has fewer than {min_len} tokens per file",
+                             hint="give longer text files")
+    return chunks
+
+
+def _fingerprint(model, chunks: list[list[int]]) -> str:
+    h = hashlib.sha256()
+    h.update(model.config.to_json_string().encode())
+    h.update(str(model.dtype).encode())
+    for t in (model.get_output_embeddings().weight, next(model.parameters())):
+        h.update(t.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    for c in chunks:
+        h.update(torch.tensor(c, dtype=torch.int64).numpy().tobytes())
+    return h.hexdigest()[:20]
+
+
+@torch.inference_mode()
+def cache_hidden_states(model, chunks: list[list[int]], folder: Path, progress=None) -> dict[str, torch.Tensor]:
+    """Run the target over each chunk once; return (and save to ``folder``) its final hidden states
+    ``hidden`` [N, h], greedy next tokens ``greedy`` [N], the ``tokens`` [N] and chunk ``starts``."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "hidden.safetensors"
+    if path.exists():
+        return load_file(str(path))
+    head = model.get_output_embeddings()
+    hidden_parts, greedy_parts = [], []
+    task = progress.add_task("caching target hidden states", total=len(chunks), status="") if progress else None
+    for chunk in chunks:
+        ids = torch.tensor([chunk], device=model.device)
+        hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+        greedy = torch.cat([head(hidden[i: i + 128]).argmax(-1) for i in range(0, hidden.shape[0], 128)])
+        hidden_parts.append(hidden.cpu())
+        greedy_parts.append(greedy.cpu())
+        if progress:
+            progress.advance(task)
+    starts = torch.tensor([0] + [len(c) for c in chunks], dtype=torch.long).cumsum(0)
+    data = {"hidden": torch.cat(hidden_parts).contiguous(), "greedy": torch.cat(greedy_parts),
+            "tokens": torch.tensor([t for c in chunks for t in c], dtype=torch.long), "starts": starts}
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "hidden.safetensors.tmp"
+    save_file(data, str(tmp))
+    os.replace(tmp, path)
+    return data
+
+
+def build_examples(data: dict[str, torch.Tensor], num_heads: int, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training positions [P] (rows of ``hidden``) and their labels [P, num_heads].
+
+    Head k at position t: ``greedy[t + k + 1]`` (self) or ``tokens[t + k + 2]`` (text); only
+    positions where every head has a label inside the same chunk are used.
+    """
+    rows, targets = [], []
+    starts = data["starts"].tolist()
+    for a, b in zip(starts[:-1], starts[1:]):
+        last = b - num_heads - 2  # last usable t: t + num_heads + 1 <= b - 1
+        if last < a:
+            continue
+        t = torch.arange(a, last + 1)
+        offs = torch.arange(num_heads)
+        if labels == "self":
+            y = data["greedy"][t[:, None] + offs[None] + 1]
+        else:
+            y = data["tokens"][t[:, None] + offs[None] + 2]
+        rows.append(t)
+        targets.append(y)
+    if not rows:
+        raise ParameterError(f"the training text is too short for {num_heads} heads", hint="give more text")
+    return torch.cat(rows), torch.cat(targets)
+
+
+# ---------------------------------------------------------------------------------------- loss
+def sample_candidates(labels: torch.Tensor, vocab: int, candidate_tokens: int,
+                      generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Token ids a sampled softmax scores: the P distinct labels (sorted) then uniformly drawn others.
+
+    Returns (ids [<= candidate_tokens], logit correction per id, P). Each of the m drawn tokens
+    stands for (V - P) / m tokens, so its logit is raised by log((V - P) / m).
+    """
+    positives = torch.unique(labels)  # sorted
+    m = max(min(candidate_tokens - positives.numel(), vocab - positives.numel()), 1)
+    is_pos = torch.zeros(vocab, dtype=torch.bool)
+    is_pos[positives.cpu()] = True
+    perm = torch.randperm(vocab, generator=generator)
+    negatives = perm[~is_pos[perm]][:m].to(labels.device)
+    ids = torch.cat([positives, negatives])
+    correction = torch.zeros(ids.numel(), device=labels.device)
+    if negatives.numel():
+        correction[positives.numel():] = math.log((vocab - positives.numel()) / negatives.numel())
+    return ids, correction, positives.numel()
+
+
+def head_losses(feats: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                candidate_tokens: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy per head for features [H, B, h] against labels [B, H] with projection ``weight`` [V, h].
+
+    Returns (loss per head [H], top-1 hit rate per head [H] among the scored tokens). When V exceeds
+    ``candidate_tokens`` only ``sample_candidates`` are scored (sampled softmax), so no step
+    projects onto the full vocabulary.
+    """
+    vocab = weight.shape[0]
+    targets = labels.T.contiguous()  # [H, B]
+    if vocab <= candidate_tokens:
+        logits = feats @ weight.float().T
+        if bias is not None:
+            logits = logits + bias.float()
+    else:
+        ids, correction, n_pos = sample_candidates(labels, vocab, candidate_tokens, generator)
+        logits = feats @ weight.index_select(0, ids).float().T + correction
+        if bias is not None:
+            logits = logits + bias.index_select(0, ids).float()
+        targets = torch.searchsorted(ids[:n_pos], targets)
+    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape).mean(dim=1)
+    hits = (logits.argmax(dim=-1) == targets).float().mean(dim=1)
+    return losses, hits
+
+
+@torch.no_grad()
+def evaluate_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor,
+                   bias: torch.Tensor | None = None, rows_per_chunk: int = 64) -> tuple[list[float], list[float]]:
+    """Top-1 and top-5 accuracy per head over the full vocabulary on held-out (hidden [P, h], labels [P, H])."""
+    if hidden.shape[0] == 0:
+        return [], []
+    top1 = torch.zeros(heads.num_heads)
+    top5 = torch.zeros(heads.num_heads)
+    for i in range(0, hidden.shape[0], rows_per_chunk):
+        feats = heads.features(hidden[i: i + rows_per_chunk].float())  # [H, b, h]
+        logits = feats.to(weight.dtype) @ weight.T  # in the target's dtype: no float32 copy of the lm_head
+        if bias is not None:
+            logits = logits + bias
+        best = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # [H, b, 5]
+        y = labels[i: i + rows_per_chunk].T.to(best.device)  # [H, b]
+        top1 += (best[..., 0] == y).float().sum(dim=1).cpu()
+        top5 += (best == y[..., None]).any(dim=-1).float().sum(dim=1).cpu()
+    n = hidden.shape[0]
+    return (top1 / n).tolist(), (top5 / n).tolist()
+
+
+def _lr_at(step: int, config: TrainConfig) -> float:
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    span = max(config.steps - config.warmup_steps, 1)
+    return config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(step - config.warmup_steps, span) / span))
+
+
+# ---------------------------------------------------------------------------------------- training
+def _unwrap(target, tokenizer):
+    if hasattr(target, "model") and hasattr(target, "tokenizer"):
+        return target.model, tokenizer or target.tokenizer, getattr(target, "ref", None)
+    return target, tokenizer, getattr(target.config, "_name_or_path", None) or None
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=Console(stderr=True))
+
+
+def _save(out: Path, heads: MedusaHeads, optimizer, step: int, key: str, config: TrainConfig, base: str | None,
+          history: list, data: list[dict]) -> None:
+    training = {"steps": step, "data_key": key, "config": config.model_dump(), "data": data,
+                "final_loss": history[-1][1] if history else None}
+    save_heads(heads, out, base_model=base, dtype=config.save_dtype, training=training)
+    state = {"step": step, "data_key": key, "num_heads": config.num_heads, "num_layers": config.num_layers,
+             "labels": config.labels, "heads": heads.state_dict(), "optimizer": optimizer.state_dict(),
+             "history": history}
+    tmp = out / (STATE_NAME + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, out / STATE_NAME)
+
+
+def train_heads(target, data_files: Sequence[str | Path], out: str | Path, config: TrainConfig | None = None, *,
+                confirm: Callable[[str], bool], tokenizer=None, resume: bool = True,
+                cache_dir: str | Path | None = None, progress: bool = True, base_model: str | None = None) -> TrainReport:
+    """Train Medusa heads for the frozen ``target`` on ``data_files`` and save them (compact) in ``out``.
+
+    ``target`` is a tools.models.LoadedModel (its tokenizer and ref are used) or a causal LM with
+    ``tokenizer`` (anything with ``encode(text, add_special_tokens=False)``). ``confirm(plan)`` is
+    called with a description of the run before anything is computed or written; unless it
+    returns True, TrainingDeclined is raised. With ``resume`` a checkpoint in ``out`` from the same
+    data and head shape is continued up to ``config.steps``. Returns a TrainReport.
+    """
+    config = config or TrainConfig()
+    model, tokenizer, ref = _unwrap(target, tokenizer)
+    base_model = base_model or ref
+    if tokenizer is None:
+        raise ParameterError("training needs the target's tokenizer", hint="pass a LoadedModel or tokenizer=")
+    out = Path(out).expanduser()
+    chunks = tokenize_files(tokenizer, data_files, config.seq_len, config.max_tokens, config.num_heads + 3)
+    n_tokens = sum(len(c) for c in chunks)
+    head = model.get_output_embeddings()
+    vocab, hidden_size = head.weight.shape
+    bad = [t for c in chunks for t in c if t >= vocab]
+    if bad:
+        raise ParameterError(f"token id {bad[0]} is outside the target's vocabulary ({vocab})",
+                             hint="tokenise with the target's own tokenizer")
+    key = _fingerprint(model, chunks)
+    data_info = describe_data(data_files)
+    cache_folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    cache_folder = cache_folder / key
+    state_path = out / STATE_NAME
+    state = torch.load(state_path, map_location="cpu", weights_only=True) if resume and state_path.exists() else None
+    if state is not None and (state["data_key"], state["num_heads"], state["num_layers"], state["labels"]) != (
+            key, config.num_heads, config.num_layers, config.labels):
+        raise ParameterError(f"{out} holds a training checkpoint for other data or another head shape",
+                             hint="choose another output folder, or turn resuming off to start over")
+    start = int(state["step"]) if state else 0
+    plan = (f"Train {config.num_heads} Medusa heads ({config.num_layers} ResBlock layer(s) each, shared lm_head) "
+            f"on the frozen target {base_model or 'model'}: {n_tokens} tokens from {len(data_files)} file(s), "
+            f"labels={config.labels}, steps {start}->{config.steps}, batch {config.batch_size}. "
+            f"Hidden states are cached in {cache_folder} "
+            f"(~{n_tokens * hidden_size * head.weight.element_size() / 2**20:.0f} MB); heads are written to {out}.")
+    if not confirm(plan):
+        raise TrainingDeclined("Medusa training was not approved; nothing was trained or written")
+
+    bar = _progress(progress)
+    report = TrainReport(out=str(out), steps_done=start, resumed_from=start, tokens=n_tokens, positions=0,
+                         final_loss=None, cache_path=str(cache_folder), config=config.model_dump())
+    if bar:
+        bar.start()
+    try:
+        t0 = time.perf_counter()
+        data = cache_hidden_states(model, chunks, cache_folder, bar)
+        report.cache_seconds = time.perf_counter() - t0
+        rows, labels = build_examples(data, config.num_heads, config.labels)
+        n_eval = min(config.eval_positions, rows.numel() // 5)
+        train_rows, train_labels = rows[: rows.numel() - n_eval], labels[: rows.numel() - n_eval]
+        report.positions = int(train_rows.numel())
+        hidden = data["hidden"]
+        weight = head.weight.detach()
+        bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
+        with torch.random.fork_rng(devices=[]):  # seeded biases without touching the caller's RNG
+            torch.manual_seed(config.seed)
+            heads = MedusaHeads(hidden_size, vocab, config.num_heads, config.num_layers, shared_projection=True)
+        heads.to(weight.device).float().train()
+        optimizer = torch.optim.AdamW(heads.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+        history: list = []
+        if state:
+            heads.load_state_dict(state["heads"])
+            optimizer.load_state_dict(state["optimizer"])
+            history = [tuple(h) for h in state["history"]]
+        weights = torch.tensor([config.head_decay ** k for k in range(config.num_heads)], device=weight.device)
+        task = bar.add_task("training Medusa heads", total=config.steps, completed=start, status="") if bar else None
+        step = start
+        t1 = time.perf_counter()
+        try:
+            while step < config.steps:
+                gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)  # same batches after a resume
+                pick = torch.randint(train_rows.numel(), (config.batch_size,), generator=gen)
+                x = hidden[train_rows[pick]].to(weight.device).float()
+                y = train_labels[pick].to(weight.device)
+                for group in optimizer.param_groups:
+                    group["lr"] = _lr_at(step, config)
+                losses, hits = head_losses(heads.features(x), y, weight, bias, config.candidate_tokens, gen)
+                loss = (losses * weights).sum() / weights.sum()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                step += 1
+                history.append((step, loss.item()))
+                if bar:
+                    bar.update(task, completed=step, status=f"loss {loss.item():.3f}  "
+                               f"hit@1 {' '.join(f'{h:.2f}' for h in hits.tolist())}")
+                if step % config.checkpoint_every == 0 or step == config.steps:
+                    _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
+        except KeyboardInterrupt:
+            _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
+            log.warning("training interrupted at step %d; checkpoint saved in %s (run again to resume)", step, out)
+            raise
+        report.train_seconds = time.perf_counter() - t1
+        if step == start and not (out / STATE_NAME).exists():
+            _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
+        heads.eval()
+        eval_rows = rows[rows.numel() - n_eval:]
+        report.head_top1, report.head_top5 = evaluate_heads(
+            heads, hidden[eval_rows].to(weight.device), labels[rows.numel() - n_eval:], weight, bias)
+        report.steps_done = step
+        report.loss_history = history
+        report.final_loss = history[-1][1] if history else None
+        meta = json.loads((out / "medusa_config.json").read_text())
+        meta.setdefault("training", {})["held_out"] = {"positions": n_eval, "top1": report.head_top1,
+                                                       "top5": report.head_top5}
+        (out / "medusa_config.json").write_text(json.dumps(meta, indent=2) + "\n")
+    finally:
+        if bar:
+            bar.stop()
+    return report
