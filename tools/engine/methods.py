@@ -18,7 +18,6 @@ from tools.engine.prompt_lookup import PromptLookupParams
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import ModelNotFoundError, ParameterError
 
-METHOD_NAMES = ("baseline", "draft", "medusa", "lookahead", "ngram")
 
 
 class BaselineParams(BaseModel):
@@ -51,21 +50,39 @@ class DraftParams(BaseModel):
     )
 
 
-PARAM_MODELS: dict[str, type[BaseModel]] = {
-    "baseline": BaselineParams,
-    "draft": DraftParams,
-    "medusa": MedusaParams,
-    "lookahead": LookaheadParams,
-    "ngram": PromptLookupParams,
-}
+@dataclass(frozen=True)
+class MethodSpec:
+    """Everything specpilot knows about one method, in one place: the CLI options, the tool schemas,
+    the report colours and the dependency check are all read from ``METHODS``."""
 
-DESCRIPTIONS = {
-    "baseline": "plain KV-cached autoregressive generation",
-    "draft": "draft-model speculative decoding (rejection sampling, exact)",
-    "medusa": "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
-    "lookahead": "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
-    "ngram": "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
-}
+    name: str
+    params: type[BaseModel]
+    description: str
+    colour: str  # chart colour
+    lossless: str  # what stays exact, in words
+    needs_draft: bool = False
+    needs_heads: bool = False
+    training: str = "none"  # what has to be trained before the method can run
+
+
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    MethodSpec("baseline", BaselineParams, "plain KV-cached autoregressive generation", "#7f7f7f", "reference"),
+    MethodSpec("draft", DraftParams, "draft-model speculative decoding (rejection sampling, exact)", "#1f77b4",
+               "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True),
+    MethodSpec("medusa", MedusaParams, "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
+               "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True,
+               training="Medusa heads"),
+    MethodSpec("lookahead", LookaheadParams, "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
+               "#2ca02c", "greedy: identical; sampling: lossless"),
+    MethodSpec("ngram", PromptLookupParams, "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
+               "#9467bd", "greedy: identical; sampling: lossless"),
+)}
+METHOD_NAMES = tuple(METHODS)
+ACCELERATED = tuple(name for name in METHOD_NAMES if name != "baseline")  # the methods that speed up decoding
+MethodName = Literal[METHOD_NAMES]  # type: ignore[valid-type]  (the schema's enum, built from the table)
+AcceleratedName = Literal[ACCELERATED]  # type: ignore[valid-type]
+PARAM_MODELS: dict[str, type[BaseModel]] = {name: spec.params for name, spec in METHODS.items()}
+DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
 
 
 def parse_params(method: str, params: dict | None) -> BaseModel:
@@ -98,7 +115,7 @@ class MethodContext:
 
 
 def needs_draft(method: str) -> bool:
-    return method == "draft"
+    return METHODS[method].needs_draft
 
 
 def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
