@@ -18,8 +18,10 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 
 from agent.brains import make_brain
-from agent.loop import Reply, Session
+from agent.brains.base import Reply
+from agent.loop import Session
 from agent.onboarding import InputEnded, run_onboarding
+from agent.render import run_table
 from memory import Store, home_dir
 from tools.errors import SpecpilotError
 
@@ -115,8 +117,6 @@ class Chat:
 
     def show(self, reply: Reply) -> None:
         """Print an answer; a run gets its table as well."""
-        from agent.render import run_table
-
         for result in reply.data:
             if result.name == "run_method" and not result.is_error and result.content.get("run_id"):
                 self.console.print(run_table(self.store.get_run(result.content["run_id"])))

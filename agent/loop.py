@@ -3,7 +3,8 @@
 A session reads memory first (saved parameters, unfinished tasks), records every request as a
 task (what is done and what is left), routes slash commands to the deterministic planner, gates
 deploy/serve requests before any planning, and runs every tool call through the approval gate.
-Brains (agent.brains) only decide which tools to call and what to say.
+Brains (agent.brains) only decide which tools to call and what to say; the loop knows them only through
+agent.brains.base (a concrete planner for slash commands is passed in, or made by agent.brains.make_brain).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ContextManager, Protocol
+from typing import Any, ContextManager
 
 from agent.approval import Confirm, Gate, request_deploy_planning
+from agent.brains import make_brain
+from agent.brains.base import RUN_WORDS, Brain, Reply
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
 
@@ -29,31 +31,6 @@ DEPLOY_REQUEST = re.compile(
     r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
 
 QUOTED_TEXT = re.compile(r"\"[^\"]*\"|“[^”]*”|'[^']{3,}'")  # single quotes: 3+ chars, so "don't" stays
-RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
-
-
-@dataclass
-class Reply:
-    """What a brain answers to one user message.
-
-    ``awaiting`` is set when the brain asked the user a question (a missing parameter): the next
-    message continues the same task.
-    """
-
-    text: str
-    awaiting: str | None = None
-    unfinished: str | None = None  # why the request could not be finished (e.g. iteration limit)
-    data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
-
-
-class Brain(Protocol):
-    """Decides which tools to call for a user message and what to answer."""
-
-    name: str
-
-    def respond(self, session: Session, text: str) -> Reply:
-        """Handle one user message (calling ``session.call_tool``) and return the answer."""
-        raise NotImplementedError
 
 
 def instruction_part(text: str) -> str:
@@ -77,12 +54,13 @@ class Session:
 
     ``confirm`` asks the person y/n at the terminal; ``None`` is host mode (gated calls return
     ``approval_required``). ``activity(text)`` returns a context manager shown while a tool runs
-    (the chat's spinner); ``progress(text)`` receives progress lines from tools.
+    (the chat's spinner); ``progress(text)`` receives progress lines from tools. ``planner`` answers slash
+    commands (default: the brain itself when it is the offline planner, else a new offline planner).
     """
 
     def __init__(self, store: Any, brain: Brain, confirm: Confirm | None = None, session_id: str | None = None,
                  activity: Callable[[str], ContextManager] | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, planner: Brain | None = None):
         self.store = store
         self.brain = brain
         self.confirm = confirm
@@ -93,7 +71,7 @@ class Session:
         self.task_id: int | None = None
         self.turn_results: list[ToolResult] = []
         self.last_prompt: str | None = None
-        self._planner = None
+        self._planner = planner
 
     # ---- memory first --------------------------------------------------------------------
 
@@ -165,9 +143,7 @@ class Session:
     def planner(self):
         """The deterministic planner (slash commands go to it whatever the brain)."""
         if self._planner is None:
-            from agent.brains.offline import OfflineBrain
-
-            self._planner = self.brain if getattr(self.brain, "name", "") == "offline" else OfflineBrain()
+            self._planner = self.brain if getattr(self.brain, "name", "") == "offline" else make_brain("offline")
         return self._planner
 
     def _planner_is_asking(self) -> bool:

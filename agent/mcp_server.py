@@ -19,8 +19,10 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import is_version_at_least
 
-from agent.approval import approval_prompt
+from agent.approval import ApprovalDenied, Gate, approval_prompt
 from agent.loop import host_call
+from agent.skill_install import skill_text
+from memory import Store
 from tools.agent_tools import registry
 from tools.errors import SpecpilotError
 from tools.agent_tools.registry import APPROVAL_FIELD, ToolResult
@@ -93,8 +95,6 @@ class SpecpilotMCP:
 
     async def _elicit(self, ctx: Any, params: Any, tool_: registry.Tool, inp: Any):
         """Ask the person through the client; return the decided approval id (or an InputRequiredResult)."""
-        from agent.approval import ApprovalDenied, Gate
-
         gate = Gate(self.store)
         if uses_input_required(ctx):
             answer = (params.input_responses or {}).get(ELICIT_KEY)
@@ -123,15 +123,11 @@ class SpecpilotMCP:
 
 
 def _instructions() -> str:
-    from agent.skill_install import skill_text
-
     text = skill_text("SKILL.md")
     return text.split("---", 2)[-1].strip()  # the body, without the frontmatter
 
 
 async def _serve() -> None:
-    from memory import Store
-
     with Store() as store:
         app = SpecpilotMCP(store)
         async with stdio_server() as (read_stream, write_stream):

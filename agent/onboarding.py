@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.loop import Reply, Session
+from agent.brains.base import Reply
+from agent.brains.offline import find_method
+from agent.loop import Session
 from tools.errors import ParameterError
 from tools.engine.methods import parse_params
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -79,8 +81,6 @@ def parse_answer(answer: str, default: Any) -> Any:
 
 def choose_method(answer: str) -> str | None:
     """The method an answer names ('1'/'2'/'3' or a word), or None."""
-    from agent.brains.offline import find_method
-
     answer = answer.strip().lower()
     numbered = dict(zip("123", METHODS, strict=True))
     if answer in numbered:

@@ -14,6 +14,14 @@ out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
 
 
+def peer_label(name: str) -> str:
+    """How a transformers peer (timed beside a method) is named in tables."""
+    # tools.bench loads torch: imported only when a result with peers is shown, not for `specpilot --help`
+    from tools.bench.peers import PEER_LABELS
+
+    return PEER_LABELS.get(name, name)
+
+
 def run_table(record: dict) -> Table:
     """One run as a table: baseline, the method, and any transformers peers measured beside it."""
     hw = record.get("hardware", {})
@@ -34,9 +42,7 @@ def run_table(record: dict) -> Table:
             fmt(record["mean_accepted_per_step"]), versus_baseline(record),
         )
     for name, peer in (record.get("peers") or {}).items():
-        from tools.bench.peers import PEER_LABELS
-
-        label = PEER_LABELS.get(name, name)
+        label = peer_label(name)
         same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
         table.add_row(label, fmt(peer["wall_time_s"], 2, " s"), fmt(peer["tokens_per_s"]),
                       fmt(peer["speedup"], 2, "x"), "—", "—", same)

@@ -8,6 +8,7 @@ at the end of this file.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -17,6 +18,9 @@ from sqlite_utils import Database
 log = logging.getLogger(__name__)
 
 MIGRATIONS_TABLE = "_migrations"
+# Onboarding answers that held whole dicts before they got tables of their own (m007, m008).
+LEGACY_COST_CURVE_KEY = "cost_curve"  # {"<target>|<hardware>": {"curve", "dtype", "measured_at", "hardware"}}
+LEGACY_HEADS_KEY = "medusa_heads"  # {target: folder of the Medusa heads trained for it}
 
 Migration = Callable[[Database], None]
 MIGRATIONS: list[Migration] = []
@@ -70,6 +74,67 @@ def migrate(db: Database) -> list[str]:
     if applied_now:
         log.info("applied migrations: %s", ", ".join(applied_now))
     return applied_now
+
+
+# ---- reading the legacy dicts (used by m007/m008 and by Store for the legacy answer keys) -----
+
+
+def encode_curve(curve: dict) -> str:
+    """A cost curve ``{tokens: seconds}`` as the JSON stored in ``cost_curves.curve``, sorted by tokens.
+
+    Raises ``ValueError`` or ``TypeError`` when it is empty or not numbers.
+    """
+    pairs = sorted((int(n), float(t)) for n, t in curve.items())
+    if not pairs or any(n < 1 or t < 0 for n, t in pairs):
+        raise ValueError(f"a cost curve maps token counts >= 1 to seconds >= 0, got {curve!r}")
+    return json.dumps({str(n): t for n, t in pairs})
+
+
+def cost_curve_rows(saved: object, default_time: str) -> tuple[list[dict], list[str]]:
+    """``cost_curves`` rows from a legacy cost-curve dict, and the keys that could not be read."""
+    if not isinstance(saved, dict):
+        return [], ["(the whole value is not a dict)"]
+    rows, skipped = [], []
+    for key, entry in saved.items():
+        try:
+            key = str(key)
+            hardware = str(entry.get("hardware") or key.rpartition("|")[2])
+            target = key[: -len(hardware) - 1] if key.endswith("|" + hardware) else key.rpartition("|")[0]
+            if not target or not hardware:
+                raise ValueError(key)
+            rows.append({"target": target, "hardware": hardware, "dtype": str(entry.get("dtype") or "unknown"),
+                         "curve": encode_curve(entry["curve"]),
+                         "measured_at": str(entry.get("measured_at") or default_time)})
+        except (AttributeError, KeyError, TypeError, ValueError):
+            skipped.append(str(key))
+    return rows, skipped
+
+
+def trained_heads_rows(saved: object, default_time: str) -> tuple[list[dict], list[str]]:
+    """``trained_heads`` rows from a legacy ``{target: folder}`` dict, and the keys that could not be read."""
+    if not isinstance(saved, dict):
+        return [], ["(the whole value is not a dict)"]
+    rows = [{"target": str(t), "path": str(p), "trained_at": default_time} for t, p in saved.items() if t and p]
+    return rows, [str(t) for t, p in saved.items() if not (t and p)]
+
+
+def _move_legacy_answer(db: Database, key: str, table: str,
+                        to_rows: Callable[[object, str], tuple[list[dict], list[str]]]) -> None:
+    """Move the legacy onboarding answer ``key`` into ``table``; drop the answer if all of it moved."""
+    found = list(db.query("select value, updated_at from onboarding_answers where key = ?", [key]))
+    if not found:
+        return
+    try:
+        value = json.loads(found[0]["value"]) if found[0]["value"] is not None else None
+    except ValueError:
+        value = None
+    rows, skipped = to_rows(value, found[0]["updated_at"] or utc_now())
+    if rows:
+        db[table].insert_all(rows, replace=True)
+    if skipped:
+        log.warning("kept the onboarding answer %r: could not move %s into %s", key, ", ".join(skipped), table)
+    else:
+        db.execute("delete from onboarding_answers where key = ?", [key])
 
 
 # ---- migrations: append only, never edit a released one ------------------------------------
@@ -187,3 +252,31 @@ def m006_create_messages(db: Database) -> None:
         not_null=["session_id", "created_at", "role"],
     )
     db["messages"].create_index(["session_id", "id"])
+
+
+@migration
+def m007_create_cost_curves(db: Database) -> None:
+    """Cost curves get a row each (they were one dict in the onboarding answer ``cost_curve``)."""
+    db["cost_curves"].create(
+        {
+            "target": str,
+            "hardware": str,  # the CPU or GPU name
+            "dtype": str,
+            "curve": str,  # JSON object {"<tokens>": seconds}
+            "measured_at": str,
+        },
+        pk=("target", "hardware", "dtype"),
+        not_null=["target", "hardware", "dtype", "curve", "measured_at"],
+    )
+    _move_legacy_answer(db, LEGACY_COST_CURVE_KEY, "cost_curves", cost_curve_rows)
+
+
+@migration
+def m008_create_trained_heads(db: Database) -> None:
+    """Trained Medusa heads get a row per target (they were one dict in the answer ``medusa_heads``)."""
+    db["trained_heads"].create(
+        {"target": str, "path": str, "trained_at": str},  # path: the folder the heads were written to
+        pk="target",
+        not_null=["target", "path", "trained_at"],
+    )
+    _move_legacy_answer(db, LEGACY_HEADS_KEY, "trained_heads", trained_heads_rows)

@@ -143,7 +143,7 @@ def test_the_compare_table_states_requirements_and_quality(tiny_model_dir, capsy
 
 
 def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir):
-    from tools.bench.compare import demo
+    from tools.agent_tools.demo import demo
 
     store = Store()
     result = demo(store=store, max_new_tokens=8, dtype="float32", target=str(tiny_model_dir),

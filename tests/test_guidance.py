@@ -74,9 +74,8 @@ def test_lookahead_without_a_curve_is_the_sources_default_and_says_so(store, mon
 
 
 def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
-    key = f"qwen2.5-coder-1.5b-instruct|{CPU['name']}"
-    store.save_answer(guidance.COST_CURVE_KEY, {key: {"curve": {str(n): t for n, t in DESIGN_CPU_CURVE.items()},
-                                                      "dtype": "bfloat16", "measured_at": "2026-01-01T00:00:00"}})
+    store.save_cost_curve("qwen2.5-coder-1.5b-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype="bfloat16",
+                          measured_at="2026-01-01T00:00:00")
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
     assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 0)
@@ -112,8 +111,10 @@ def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypat
     from tools.engine.cost_curve import DEFAULT_SIZES
 
     assert sorted(result.content["curve_ms"]) == list(DEFAULT_SIZES)
-    saved = store.get_answer(guidance.COST_CURVE_KEY)[f"tiny|{CPU['name']}"]
-    assert saved["dtype"] == "float32" and set(saved["curve"]) == {str(n) for n in DEFAULT_SIZES}
+    saved = store.get_cost_curve("tiny", CPU["name"])
+    assert saved["dtype"] == "float32" and set(saved["curve"]) == set(DEFAULT_SIZES)
+    assert store.get_cost_curve("tiny", CPU["name"], dtype="bfloat16") is None
+    assert store.all_answers() == {}  # a curve is a row of its own table, not an onboarding answer
     out = advise(store, monkeypatch, method="lookahead", target="tiny")
     assert out["source"].startswith("sized to the cost curve") and out["suggested_params"] == \
         result.content["suggested_lookahead"]

@@ -18,6 +18,7 @@ from scipy.stats import chisquare
 
 from tools.engine import autoregressive, lookahead
 from tools.engine import kv
+from tools.engine.backend import as_backend
 from tools.engine.draft_tree import accept_sampling_tree, build_draft_tree
 from tools.engine.lookahead import LookaheadParams, NgramPool, build_layout, lade_status, step_pattern
 from tools.engine.sampling import warp_probs
@@ -153,9 +154,8 @@ def test_every_step_row_sees_exactly_its_own_sequence(kind, levels):
     with torch.inference_mode():
         autoregressive.prefill(model, torch.tensor([PROMPT]), cache)
         L = len(PROMPT)
-        mask = kv.tree_mask(L, visible, torch.float32)
         rows = torch.arange(size)
-        logits = lookahead.forward_rows(model, step_ids, cache, (offsets + L)[None], mask, rows)
+        logits = as_backend(model).forward(step_ids, cache, (offsets + L)[None], visible, rows)
         for r in range(size):
             seen = visible[r].nonzero().flatten()
             assert offsets[seen].tolist() == list(range(len(seen)))  # a contiguous sequence

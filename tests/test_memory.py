@@ -78,8 +78,8 @@ def test_migrations_are_recorded_once_and_reopening_applies_nothing():
     with Store() as second:
         assert second.applied_migrations == []
         assert second.db["_migrations"].count == len(names)
-        assert {"runs", "tasks", "method_params", "onboarding_answers", "approvals", "messages"} <= set(
-            second.db.table_names())
+        assert {"runs", "tasks", "method_params", "onboarding_answers", "approvals", "messages", "cost_curves",
+                "trained_heads"} <= set(second.db.table_names())
 
 
 def test_a_new_migration_runs_once_on_an_existing_database(monkeypatch):

@@ -36,14 +36,37 @@ print(json.dumps({"start": start, "end": end, "applied": store.applied_migration
 """
 
 
-def run_writers(tmp_path: Path, n: int, task_id: int = 0, names=("a", "b")) -> list[dict]:
+# A writer of cost curves and trained heads: one new row each per step, and the old whole-dict
+# read-modify-write of the legacy "medusa_heads" answer, which used to lose the other's entries.
+CURVE_WRITER = r"""
+import json, sys, time
+from pathlib import Path
+name, n, go, ready = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+from memory import Store
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+start = time.time()
+store = Store()
+for i in range(n):
+    store.save_cost_curve("t", f"{name}-cpu-{i}", {1: 0.1, 2: 0.1 + i / 1000}, dtype="float32")
+    store.save_trained_heads(f"{name}-target-{i}", f"/heads/{name}/{i}")
+    heads = store.get_answer("medusa_heads") or {}
+    heads[f"{name}-legacy-{i}"] = f"/legacy/{name}/{i}"
+    store.save_answer("medusa_heads", heads)
+end = time.time()
+print(json.dumps({"start": start, "end": end, "applied": store.applied_migrations}))
+"""
+
+
+def run_writers(tmp_path: Path, n: int, task_id: int = 0, names=("a", "b"), script: str = WRITER) -> list[dict]:
     """Start one writer per name, release them at once, wait; return each writer's report."""
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     procs = []
     for name in names:
         ready = tmp_path / f"ready-{name}"
-        cmd = [sys.executable, "-c", WRITER, name, str(n), str(go), str(ready), str(task_id)]
+        cmd = [sys.executable, "-c", script, name, str(n), str(go), str(ready), str(task_id)]
         procs.append((ready, subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True)))
     deadline = time.time() + 120
@@ -100,3 +123,17 @@ def test_four_processes_open_one_new_database_at_once(tmp_path, monkeypatch):
         assert sorted(name for r in reports for name in r["applied"]) == sorted(
             fn.__name__ for fn in migrations.MIGRATIONS
         )
+
+
+def test_two_processes_saving_curves_and_heads_lose_no_row(tmp_path):
+    n = 60
+    reports = run_writers(tmp_path, n, script=CURVE_WRITER)
+    assert max(r["start"] for r in reports) < min(r["end"] for r in reports)
+    with Store() as store:
+        assert {c["hardware"] for c in store.cost_curves()} == {f"{w}-cpu-{i}" for w in "ab" for i in range(n)}
+        assert store.get_cost_curve("t", "b-cpu-7")["curve"] == {1: 0.1, 2: 0.1 + 7 / 1000}
+        heads = store.all_trained_heads()
+        assert {t: p for t, p in heads.items() if "-target-" in t} == {
+            f"{w}-target-{i}": f"/heads/{w}/{i}" for w in "ab" for i in range(n)}
+        assert {t for t in heads if "-legacy-" in t} == {f"{w}-legacy-{i}" for w in "ab" for i in range(n)}
+        assert store.all_answers() == {}

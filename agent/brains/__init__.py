@@ -1,5 +1,6 @@
 """Brains decide which tools to call: ``anthropic`` (Claude through the official SDK) and
-``offline`` (a deterministic planner, used when there is no API key)."""
+``offline`` (a deterministic planner, used when there is no API key). What they share with the loop
+(Reply, the Brain interface) is in agent.brains.base."""
 
 from __future__ import annotations
 
@@ -16,10 +17,7 @@ def make_brain(name: str = "auto"):
         raise ParameterError(f"unknown brain {name!r}", hint=f"use one of: {', '.join(BRAINS)}")
     if name == "auto":
         name = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    if name == "anthropic":
-        from agent.brains.anthropic_brain import AnthropicBrain
+    # the brains import the loop and the method table (torch): loaded here, not with agent.brains.base
+    from agent.brains import anthropic_brain, offline
 
-        return AnthropicBrain()
-    from agent.brains.offline import OfflineBrain
-
-    return OfflineBrain()
+    return anthropic_brain.AnthropicBrain() if name == "anthropic" else offline.OfflineBrain()

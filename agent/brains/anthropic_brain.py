@@ -14,7 +14,8 @@ import logging
 import os
 from typing import Any
 
-from agent.loop import Reply, Session
+from agent.brains.base import Reply
+from agent.loop import Session
 from tools.agent_tools import registry
 from tools.errors import DependencyError
 from tools.agent_tools.explain import prompt_text

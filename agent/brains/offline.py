@@ -8,17 +8,23 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent.brains.base import RUN_WORDS, Reply
 from agent.brains.format import format_result
-from agent.loop import RUN_WORDS, Reply, Session
+from agent.loop import Session
 from tools.agent_tools.install import PACKAGE_PATTERN
+from tools.agent_tools.lookup import statement
+from tools.engine.methods import ACCELERATED, METHOD_NAMES
 
-METHOD_WORDS = {
+# the words that name a method besides its own name; the methods are read from the method table, the
+# accelerated ones first (so "draft versus the baseline" names draft)
+METHOD_SYNONYMS = {
     "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
-    "medusa": r"medusa",
     "lookahead": r"look[- ]?ahead|jacobi",
     "ngram": r"n-?gram|prompt[- ]lookup",
     "baseline": r"baseline|plain generation|autoregressive",
 }
+METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
+                for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
 TOPIC_WORDS = {
     "tradeoffs": r"trade-?offs?|differen\w*|compare|comparison|versus|\bvs\.?\b|which (?:method|one) (?:is|should)",
     "medusa": r"medusa",
@@ -83,8 +89,6 @@ def find_methods(text: str) -> list[str]:
 
 def compare_list(named: list[str]) -> list[str]:
     """The methods to compare: the baseline first, then those named (all of them when none is)."""
-    from tools.engine.methods import METHOD_NAMES
-
     named = [m for m in named if m != "baseline"]
     return [m for m in METHOD_NAMES if m == "baseline" or not named or m in named]
 
@@ -240,8 +244,6 @@ class OfflineBrain:
         """A plan in words only (called after the person approved planning); nothing is run."""
         best = [r for r in session.store.find_runs(limit=200) if r.get("speedup") is not None]
         best.sort(key=lambda r: r["speedup"], reverse=True)
-        from tools.agent_tools.lookup import statement
-
         start = (f"start from your best measured configuration: {statement(best[0])}" if best else
                  "measure the methods on your own prompts first (nothing is measured yet)")
         steps = [start,
@@ -267,8 +269,8 @@ class OfflineBrain:
         if missing == "method":
             method = find_method(answer)
             if method is None:
-                return self._ask(pending["tool"], tool_input, "method", "Please name a method: draft, medusa, "
-                                 "lookahead, ngram or baseline.")
+                return self._ask(pending["tool"], tool_input, "method", "Please name a method: "
+                                 f"{', '.join(ACCELERATED)} or baseline.")
             tool_input["method"] = method
             if pending["tool"] == "guidance":
                 return self._guidance(session, method)
@@ -317,9 +319,7 @@ class OfflineBrain:
         saved = session.store.get_params(method) or {}
         for run in session.store.find_runs(method=method, prompt=prompt, limit=5):
             if saved.get("target", run.get("target")) == run.get("target"):
-                from tools.agent_tools.lookup import statement
-
-                return statement(run)
+                        return statement(run)
         return None
 
     def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
@@ -346,7 +346,8 @@ class OfflineBrain:
     def _guidance(self, session: Session, method: str | None) -> Reply:
         method = method or self._default_method(session)
         if method is None or method == "baseline":
-            return self._ask("guidance", {}, "method", "Guidance for which method: draft, medusa, lookahead or ngram?")
+            return self._ask("guidance", {}, "method", "Guidance for which method: "
+                             f"{', '.join(ACCELERATED[:-1])} or {ACCELERATED[-1]}?")
         saved = session.store.get_params(method) or {}
         tool_input = {"method": method}
         if saved.get("target"):

@@ -11,8 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 
+from agent.approval import decide_at_terminal
+from agent.skill_install import install_skill
+from memory import Store
+from tools.agent_tools.registry import describe_tools
 from tools.errors import SpecpilotError
 
 APPROVAL_COMMANDS = ("approve", "deny")
@@ -27,6 +32,7 @@ def print_json(value) -> None:
 
 def cmd_chat(args) -> int:
     """``specpilot chat``: the terminal conversation."""
+    # the chat loads the tools, hence torch: imported when the command runs
     from agent.chat import run_chat
 
     return run_chat(brain=args.brain)
@@ -34,13 +40,9 @@ def cmd_chat(args) -> int:
 
 def cmd_tool(args) -> int:
     """``specpilot tool ...``: list tools, call one with JSON input, or decide an approval."""
-    from memory import Store
-
     try:
         with contextlib.redirect_stdout(sys.stderr):  # stray prints from libraries must not corrupt the JSON
             if args.name == "list":
-                from tools.agent_tools.registry import describe_tools
-
                 value, code = {"tools": describe_tools()}, EXIT_OK
             elif args.name == "pending":
                 with Store() as store:
@@ -56,9 +58,6 @@ def cmd_tool(args) -> int:
 
 
 def _decide(args) -> tuple[dict, int]:
-    from agent.approval import decide_at_terminal
-    from memory import Store
-
     if not args.id:
         return {"error": f"give the approval id: specpilot tool {args.name} --id ID"}, EXIT_USAGE
     with Store() as store:
@@ -69,8 +68,8 @@ def _decide(args) -> tuple[dict, int]:
 
 
 def _call(args) -> tuple[dict, int]:
+    # the loop imports the tools, which load torch: imported when a tool is called
     from agent.loop import host_call
-    from memory import Store
 
     raw = args.input if args.input is not None else "{}"
     with Store() as store:
@@ -80,6 +79,7 @@ def _call(args) -> tuple[dict, int]:
 
 def cmd_mcp(args) -> int:
     """``specpilot mcp``: serve the tools over MCP on stdio."""
+    # the server imports the loop, hence torch: imported when the command runs
     from agent.mcp_server import serve
 
     serve()
@@ -88,8 +88,6 @@ def cmd_mcp(args) -> int:
 
 def cmd_skill_install(args) -> int:
     """``specpilot skill install [--dir DIR]``: write the skill folder for an agent host."""
-    from agent.skill_install import install_skill
-
     folder = install_skill(args.dir)
     print(f"specpilot skill written to {folder}")
     return EXIT_OK
@@ -122,8 +120,6 @@ def add_agent_commands(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the agent commands alone (``python -m agent.cli.commands ...``); ``specpilot`` includes them too."""
-    import logging
-
     parser = argparse.ArgumentParser(prog="specpilot")
     add_agent_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

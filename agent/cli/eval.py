@@ -8,42 +8,52 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 
 from rich.table import Table
 
-METHOD_CHOICES = ["baseline", "draft", "medusa", "lookahead", "ngram"]
+from agent.cli.options import (add_generation_options, add_method_argument, add_method_options, method_params,
+                               method_table, prompt_text)
+from agent.render import err, fmt, out, peer_label
+from memory import Store
+from tools import models
+from tools.errors import ParameterError
+from tools.report.markdown import select_runs, write_report
 
 
 # ---------------------------------------------------------------------------- shared
+def _bench() -> types.SimpleNamespace:
+    """The measuring modules: compare, suite (bench), tune and protocol (the hardware's name)."""
+    # tools.bench loads torch: imported when a command runs (or `tune` is parsed), not for `specpilot --help`
+    from tools.bench import compare, protocol, suite, tune
+
+    return types.SimpleNamespace(compare=compare, protocol=protocol, suite=suite, tune=tune)
+
+
 def _methods(values: list[str] | None, default: list[str]) -> list[str]:
     """Methods from ``--methods a b`` or ``--methods a,b``; unknown names are a clear error."""
-    from tools.errors import ParameterError
-
     if not values:
         return list(default)
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    unknown = [n for n in names if n not in METHOD_CHOICES]
+    known = method_table().METHOD_NAMES
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ParameterError(f"unknown method(s): {', '.join(unknown)}", hint=f"choose from: {', '.join(METHOD_CHOICES)}")
+        raise ParameterError(f"unknown method(s): {', '.join(unknown)}", hint=f"choose from: {', '.join(known)}")
     return names
 
 
 def _given_params(args, methods: list[str]) -> dict[str, dict]:
     """Each method's own options given on the command line (unset ones left to memory or defaults)."""
-    from agent.cli.main import _method_params
-
-    out = {}
+    given_by_method = {}
     for method in methods:
-        given = {k: v for k, v in _method_params(argparse.Namespace(**{**vars(args), "method": method})).items()
+        given = {k: v for k, v in method_params(argparse.Namespace(**{**vars(args), "method": method})).items()
                  if v is not None}
         if given:
-            out[method] = given
-    return out
+            given_by_method[method] = given
+    return given_by_method
 
 
 def _generation(args) -> dict:
-    from tools import models
-
     return {"target": args.target or models.DEFAULT_TARGET, "draft": args.draft,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "seed": args.seed, "chat": args.chat, "dtype": args.dtype,
@@ -52,8 +62,6 @@ def _generation(args) -> dict:
 
 def _progress(status):
     """A progress callback: a spinner line, and lasting lines for stored runs and methods not run."""
-    from agent.render import err
-
     def show(text: str) -> None:
         if "stored as run" in text or "not run:" in text:
             err.print(f"[dim]{text}[/dim]")
@@ -67,8 +75,6 @@ def _print_json(obj) -> None:
 
 
 def _fmt(value, digits: int = 2, suffix: str = "") -> str:
-    from agent.render import fmt
-
     return fmt(value, digits, suffix)
 
 
@@ -97,19 +103,15 @@ def compare_table(result: dict) -> Table:
         table.add_row(row["method"], _fmt(row["wall_time_s"], 2, " s"), _fmt(row["tokens_per_s"]),
                       _fmt(row["speedup"], 2, "x"), _pct(row["acceptance_rate"]), _fmt(row["mean_accepted_per_step"]),
                       row["quality"], row["training_required"], row["draft_required"], row["run_id"])
-    from tools.bench.peers import PEER_LABELS
-
     for name, peer in (result.get("peers") or {}).items():
         same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
-        table.add_row(PEER_LABELS.get(name, name), _fmt(peer["wall_time_s"], 2, " s"), _fmt(peer["tokens_per_s"]),
+        table.add_row(peer_label(name), _fmt(peer["wall_time_s"], 2, " s"), _fmt(peer["tokens_per_s"]),
                       _fmt(peer["speedup"], 2, "x"), "—", "—", same, "none",
                       "yes" if name.startswith("hf_assisted") else "no", "(in each run)")
     return table
 
 
 def _print_params(rows: list[dict]) -> None:
-    from agent.render import out
-
     for row in rows:
         if row.get("status") == "measured" and row.get("params"):
             params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
@@ -119,8 +121,6 @@ def _print_params(rows: list[dict]) -> None:
 def _run_and_show(args, name: str, run, table, details=None) -> int:
     """Run a compare or bench task under a status line, write its report when asked, then print its
     JSON, or its table, the methods not run, ``details(result)`` and where the report is."""
-    from agent.render import err, out
-
     with err.status(f"{name}: starting…") as status:
         result = run(_progress(status))
     if args.report:
@@ -138,13 +138,9 @@ def _run_and_show(args, name: str, run, table, details=None) -> int:
 
 
 def cmd_compare(args) -> int:
-    from agent.cli.main import _prompt_text
-    from agent.render import out
-    from tools.bench.compare import CompareInput, compare
-    from tools.engine.methods import METHOD_NAMES
-
-    methods = _methods(args.methods, list(METHOD_NAMES))
-    inp = CompareInput(prompt=_prompt_text(args), methods=methods, medusa_heads=args.medusa_heads,
+    comparing = _bench().compare
+    methods = _methods(args.methods, list(method_table().METHOD_NAMES))
+    inp = comparing.CompareInput(prompt=prompt_text(args), methods=methods, medusa_heads=args.medusa_heads,
                        params=_given_params(args, methods), peers=args.peers, **_generation(args))
 
     def details(result: dict) -> None:
@@ -153,13 +149,10 @@ def cmd_compare(args) -> int:
             out.print(f"medusa heads: {result['medusa_heads']}")
         out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
 
-    return _run_and_show(args, "compare", lambda progress: compare(inp, progress=progress), compare_table, details)
+    return _run_and_show(args, "compare", lambda progress: comparing.compare(inp, progress=progress), compare_table, details)
 
 
 def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
-    from memory import Store
-    from tools.report.markdown import write_report
-
     store = Store()
     if not run_ids:
         return {}
@@ -167,8 +160,6 @@ def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
 
 
 def _print_report_paths(report: dict | None, task_id: int) -> None:
-    from agent.render import out
-
     if report and report.get("markdown"):
         out.print(f"report: {report['markdown']}")
         for path in report.get("charts", {}).values():
@@ -179,8 +170,7 @@ def _print_report_paths(report: dict | None, task_id: int) -> None:
 
 def cmd_demo(args) -> int:
     """``specpilot demo``: every method on a coding prompt with the default models, then the report."""
-    from agent.render import err, out
-    from tools.bench.compare import demo
+    from tools.agent_tools.demo import demo
 
     with err.status("demo: starting…") as status:
         result = demo(progress=_progress(status), max_new_tokens=args.max_new_tokens, repeats=args.repeats,
@@ -215,9 +205,7 @@ def bench_table(result: dict) -> Table:
         table.add_column(f"{m} speedup", justify="right")
         table.add_column(f"{m} tok/step", justify="right")
     for p in peer_names:
-        from tools.bench.peers import PEER_LABELS
-
-        table.add_column(f"{PEER_LABELS.get(p, p)} speedup", justify="right")
+        table.add_column(f"{peer_label(p)} speedup", justify="right")
     cats = [*sorted(summary["categories"].items()), ("overall", summary["overall"])]
     for cat, by in cats:
         peers = summary["peers"]["overall"] if cat == "overall" else summary["peers"]["categories"].get(cat, {})
@@ -232,21 +220,16 @@ def bench_table(result: dict) -> Table:
 
 
 def cmd_bench(args) -> int:
-    from tools.bench.suite import BENCH_METHODS, BenchInput, bench
-
-    methods = _methods(args.methods, BENCH_METHODS)
-    inp = BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
+    suite = _bench().suite
+    methods = _methods(args.methods, suite.BENCH_METHODS)
+    inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
                      **_generation(args))
-    return _run_and_show(args, "bench", lambda progress: bench(inp, progress=progress), bench_table)
+    return _run_and_show(args, "bench", lambda progress: suite.bench(inp, progress=progress), bench_table)
 
 
 # ---------------------------------------------------------------------------- report
 def cmd_report(args) -> int:
-    from agent.render import out
-    from memory import Store
-    from tools.report.markdown import select_runs, write_report
-
     store = Store()
     runs, task = select_runs(store, run_ids=args.run_ids, last=args.last, task_id=args.task)
     result = write_report(runs, fmt=args.format, out=args.out, task=task)
@@ -291,23 +274,19 @@ def _confirm(args):
 
 
 def cmd_tune(args) -> int:
-    from agent.render import err, out
-    from tools.bench.tune import TuneInput, tune
-
+    tuning = _bench().tune
     gen = _generation(args)
     grid = json.loads(args.grid) if args.grid else None
     limit = {"limit": args.limit} if args.limit is not None else {}
-    inp = TuneInput(method=args.method, prompts=args.prompts, category=args.category, medusa_heads=args.medusa_heads,
+    inp = tuning.TuneInput(method=args.method, prompts=args.prompts, category=args.category, medusa_heads=args.medusa_heads,
                     grid=grid, **limit, **gen)
     confirm = _confirm(args)
     if args.json and confirm is not None and not args.yes:
         confirm = None  # JSON output is for scripts: no question on stdout
     with err.status("tune: starting…") as status:
-        result = tune(inp, progress=_progress(status), confirm=None)
+        result = tuning.tune(inp, progress=_progress(status), confirm=None)
     # ask after the spinner has stopped, so the question is readable
     if result["best"] is not None and confirm is not None:
-        from memory import Store
-
         question = f"save {result['best']['label']} as your {args.method} parameters?"
         if not args.json:
             out.print(tune_table(result))
@@ -334,19 +313,15 @@ def cmd_tune(args) -> int:
 
 def cmd_tune_from_last_sweep(args) -> int:
     """Save the best setting of the newest stored sweep (no measuring), after the same question."""
+    # torch takes seconds to import: only when the command runs
     import torch
 
-    from agent.render import out
-    from memory import Store
-    from tools import models
-    from tools.bench import protocol as measure
-    from tools.bench.compare import own_params
-    from tools.bench.tune import best_measured_params
+    bench = _bench()
 
     store = Store()
     target = args.target or models.DEFAULT_TARGET
-    hardware = measure.hardware_info("cuda" if torch.cuda.is_available() else "cpu")["name"]
-    best = best_measured_params(store, args.method, target, hardware)
+    hardware = bench.protocol.hardware_info("cuda" if torch.cuda.is_available() else "cpu")["name"]
+    best = bench.tune.best_measured_params(store, args.method, target, hardware)
     if best is None:
         out.print(f"no stored {args.method} sweep on {target} on {hardware}: run `specpilot tune --method {args.method}`")
         return 2
@@ -357,11 +332,16 @@ def cmd_tune_from_last_sweep(args) -> int:
         return 0
     if confirm(f"save {best['label']} as your {args.method} parameters?"):
         saved = store.get_params(args.method) or {}
-        store.save_params(args.method, {**saved, **own_params(args.method, best["params"])})
+        store.save_params(args.method, {**saved, **bench.compare.own_params(args.method, best["params"])})
         out.print("saved to memory")
     else:
         out.print("not saved")
     return 0
+
+
+def _tunable() -> tuple[str, ...]:
+    """The methods with a built-in sweep (read when `specpilot tune` is parsed)."""
+    return _bench().tune.TUNABLE
 
 
 def _dispatch_tune(args) -> int:
@@ -371,8 +351,6 @@ def _dispatch_tune(args) -> int:
 # ---------------------------------------------------------------------------- parser
 def add_eval_commands(sub) -> None:
     """Register ``compare``, ``bench``, ``report`` and ``tune`` on the top-level subparsers."""
-    from agent.cli.main import add_generation_options, add_method_options
-
     p = sub.add_parser("compare", help="run every method on one prompt with identical settings, side by side")
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
@@ -404,7 +382,7 @@ def add_eval_commands(sub) -> None:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("tune", help="sweep a method's parameters on a few prompts and recommend the best")
-    p.add_argument("--method", required=True, choices=["draft", "medusa", "lookahead"])
+    add_method_argument(p, "--method", required=True, names=_tunable)
     p.add_argument("--prompts", default=None, help="JSONL prompt set (default: shipped set)")
     p.add_argument("--category", default=None)
     p.add_argument("--limit", type=int, default=None, help="prompts to sweep on (default 3, spread over categories)")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+from agent.cli.options import add_method_argument, method_table
+from agent.render import out
+from memory import Store
+
 
 def cmd_guide(args) -> int:
+    # the loop imports the tools, which load torch: imported when the command runs
     from agent.loop import host_call
-    from agent.render import out
-    from memory import Store
 
     with Store() as store:
         if args.measure:
@@ -38,7 +41,7 @@ def cmd_guide(args) -> int:
 
 def add_guide_commands(sub) -> None:
     p = sub.add_parser("guide", help="parameter guidance for a method on this hardware")
-    p.add_argument("method", choices=["draft", "medusa", "lookahead", "ngram"])
+    add_method_argument(p, "method", names=lambda: method_table().ACCELERATED)
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--measure", action="store_true",
                    help="first measure how the target's forward time grows with the tokens per pass, and store it")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
+
+from agent.render import err
+from tools import models
 
 
 def ask_yes_no(plan: str) -> bool:
@@ -17,18 +21,24 @@ def ask_yes_no(plan: str) -> bool:
     return answer in ("y", "yes")
 
 
-def cmd_medusa_train(args) -> int:
-    from tools import models
-    from tools.medusa.train import TrainConfig, default_training_files, train_heads
+def _medusa() -> types.SimpleNamespace:
+    """tools.medusa: the training (train) and the self-distillation data (data)."""
+    # they load torch and transformers: imported when a command runs, not for `specpilot --help`
+    from tools.medusa import data, train
 
-    files = [Path(f) for f in args.data] if args.data else default_training_files()
+    return types.SimpleNamespace(data=data, train=train)
+
+
+def cmd_medusa_train(args) -> int:
+    train = _medusa().train
+    files = [Path(f) for f in args.data] if args.data else train.default_training_files()
     overrides = {"num_heads": args.heads, "num_layers": args.layers, "steps": args.steps,
                  "max_tokens": args.max_tokens, "batch_size": args.batch_size,
                  "learning_rate": args.learning_rate, "labels": "text" if args.data and not args.self_distill else "self"}
-    config = TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    config = train.TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype, device_map=args.device_map)
-    report = train_heads(target, files, args.out, config,
-                         confirm=(lambda plan: True) if args.yes else ask_yes_no, resume=not args.restart)
+    report = train.train_heads(target, files, args.out, config,
+                               confirm=(lambda plan: True) if args.yes else ask_yes_no, resume=not args.restart)
     summary = report.as_dict()
     summary.pop("loss_history", None)
     print(json.dumps(summary, default=str, indent=None if args.json else 1))
@@ -36,10 +46,7 @@ def cmd_medusa_train(args) -> int:
 
 
 def cmd_medusa_make_data(args) -> int:
-    from agent.render import err
-    from tools import models
-    from tools.medusa.data import write_distill_data
-
+    write_distill_data = _medusa().data.write_distill_data
     generator = models.load(args.generator, dtype=args.dtype)
     path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                               batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),

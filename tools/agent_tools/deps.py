@@ -13,6 +13,9 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
+from tools.engine.methods import METHOD_NAMES
+from tools.engine.lookahead import lade_status
+from tools.engine.medusa import upstream_backend_status
 
 
 @dataclass(frozen=True)
@@ -28,14 +31,10 @@ class Package:
 
 
 def _lade_check() -> tuple[bool, str]:
-    from tools.engine.lookahead import lade_status
-
     return lade_status()
 
 
 def _medusa_check() -> tuple[bool, str]:
-    from tools.engine.medusa import upstream_backend_status
-
     return upstream_backend_status()
 
 
@@ -56,7 +55,7 @@ PACKAGES: tuple[Package, ...] = (
 # Packages whose import has side effects (lade patches transformers when imported): a custom check.
 CUSTOM_CHECKS: dict[str, Callable[[], tuple[bool, str]]] = {"lade": _lade_check, "medusa": _medusa_check}
 
-Method = Literal["all", "baseline", "draft", "medusa", "lookahead", "ngram"]
+Method = Literal[("all", *METHOD_NAMES)]  # type: ignore[valid-type]  (from the method table)
 
 
 class DepsInput(BaseModel):

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.engine.params import ACCELERATED
 from tools.errors import ParameterError
 from tools.agent_tools.registry import ToolContext, tool
 
@@ -20,12 +21,17 @@ TOPICS = {
 ARXIV = re.compile(r"arXiv[: ]\s*(\d{4}\.\d{4,5})")
 
 
+# a topic per method that has an explanation in prompts/ (read from the method table), and the trade-offs
+TOPIC_NAMES = (*(m for m in ACCELERATED if resources.files("prompts").joinpath(f"explain_{m}.md").is_file()), "tradeoffs")
+Topic = Literal[TOPIC_NAMES]  # type: ignore[valid-type]
+
+
 class ExplainInput(BaseModel):
     """Which concept to explain."""
 
     model_config = ConfigDict(extra="forbid")
 
-    topic: Literal["draft", "medusa", "lookahead", "tradeoffs"] = Field(
+    topic: Topic = Field(
         ..., description="draft (draft-model speculative decoding), medusa, lookahead, or tradeoffs between them")
 
 

@@ -17,19 +17,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory.migrations import utc_now
+from memory.migrations import LEGACY_COST_CURVE_KEY
 from tools.engine.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
 from tools.engine.lookahead import LookaheadParams
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
-from tools.errors import ParameterError
-from tools.engine.methods import PARAM_MODELS
+from tools.engine.methods import PARAM_MODELS, AcceleratedName
+from tools.bench.protocol import hardware_info
+from tools import models
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
 
 ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
                "prompts and compare the stored speedups before relying on them")
 DRAFT_RATIO = (5, 10)  # draft 5-10x smaller than the target
-COST_CURVE_KEY = "cost_curve"
+COST_CURVE_KEY = LEGACY_COST_CURVE_KEY  # old answer key; curves are now rows of the cost_curves table
 SIZE_IN_NAME = re.compile(r"(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.IGNORECASE)
 
 
@@ -38,7 +39,7 @@ class GuidanceInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["draft", "medusa", "lookahead", "ngram"]
+    method: AcceleratedName
     target: str = Field(DEFAULT_TARGET, description="the target model reference")
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
                                                                  "(read from the model name when not given)")
@@ -57,8 +58,6 @@ def size_from_name(ref: str) -> float | None:
 def detect_hardware(choice: str) -> dict:
     """The hardware to advise for: {'kind': cpu|gpu, 'name', 'gpu_memory_gb'?}."""
     import torch
-
-    from tools.bench.protocol import hardware_info
 
     has_gpu = torch.cuda.is_available()
     if choice == "gpu" or (choice == "auto" and has_gpu):
@@ -86,12 +85,9 @@ def measured_sweep(store, method: str, target: str) -> list[dict]:
 
 
 def stored_cost_curve(store, target: str, hardware_name: str) -> dict | None:
-    """The cost curve measured on this hardware for ``target`` (saved by measure_cost_curve), or None."""
-    saved = store.get_answer(COST_CURVE_KEY) or {}
-    entry = saved.get(f"{target}|{hardware_name}") if isinstance(saved, dict) else None
-    if not entry:
-        return None
-    return {**entry, "curve": {int(n): float(t) for n, t in entry["curve"].items()}}
+    """The newest cost curve measured on this hardware for ``target`` (saved by measure_cost_curve), or
+    None: ``{"curve": {tokens: seconds}, "dtype", "measured_at", "hardware", "target"}``."""
+    return store.get_cost_curve(target, hardware_name)
 
 
 def _defaults(method: str) -> dict:
@@ -211,19 +207,13 @@ class CostCurveInput(BaseModel):
 def measure_cost_curve(inp: CostCurveInput, ctx: ToolContext) -> dict:
     """Measure on this machine how one forward pass of the target costs with 1, 2, 4 ... 64 new tokens,
     store the curve, and size lookahead W/N/G to it. Loads the target model (can take a while)."""
-    from tools.models import load
 
     ctx.report(f"loading {inp.target}")
-    loaded = load(inp.target, dtype=inp.dtype)
+    loaded = models.load(inp.target, dtype=inp.dtype)
     ctx.report("timing forward passes")
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
     hw_name = detect_hardware("gpu" if loaded.device.startswith("cuda") else "cpu")["name"]
-    saved = ctx.store.get_answer(COST_CURVE_KEY) or {}
-    if not isinstance(saved, dict):
-        raise ParameterError("the stored cost curves are not in the expected form", hint="remove the cost_curve answer")
-    saved[f"{inp.target}|{hw_name}"] = {"curve": {str(n): t for n, t in curve.items()}, "dtype": loaded.dtype,
-                                        "measured_at": utc_now(), "hardware": hw_name}
-    ctx.store.save_answer(COST_CURVE_KEY, saved)
+    ctx.store.save_cost_curve(inp.target, hw_name, curve, dtype=loaded.dtype)
     params, reasoning = suggest_lookahead_params(curve)
     return {"target": inp.target, "hardware": hw_name, "dtype": loaded.dtype,
             "curve_ms": {n: round(t * 1000, 2) for n, t in curve.items()}, "flat_tokens": flat_tokens(curve),

@@ -3,10 +3,10 @@ saved (parameters, onboarding answers, unfinished tasks), and save a method's pa
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.agent_tools.saved_params import split_saved_params
+from tools.engine.methods import ACCELERATED, MethodName
 from tools.errors import RunNotFoundError
 from tools.agent_tools.registry import ToolContext, tool
 
@@ -14,7 +14,7 @@ FIGURES = ("speedup", "tokens_per_s", "baseline_tokens_per_s", "wall_time_s", "b
            "acceptance_rate", "mean_accepted_per_step", "new_tokens", "tokens_drafted", "tokens_accepted",
            "steps", "matches_baseline")
 PROMPT_SHOWN = 200
-SAVEABLE_METHODS = ("draft", "medusa", "lookahead", "ngram", "baseline")
+SAVEABLE_METHODS = (*ACCELERATED, "baseline")
 
 
 class LookupInput(BaseModel):
@@ -23,7 +23,7 @@ class LookupInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str | None = Field(None, description="a run id (or a unique prefix of 4+ characters)")
-    method: Literal["baseline", "draft", "medusa", "lookahead", "ngram"] | None = Field(
+    method: MethodName | None = Field(
         None, description="only runs of this method")
     prompt_contains: str | None = Field(None, description="only runs whose prompt contains this text")
     same_prompt_as_last_run: bool = Field(
@@ -139,7 +139,10 @@ def recall(inp: RecallInput, ctx: ToolContext) -> dict:
         unfinished = [t for t in unfinished if t["id"] != ctx.task_id]
     out = {"saved_params": store.all_params(), "answers": store.all_answers(),
            "unfinished_tasks": [task_line(t) for t in unfinished[:10]],
-           "recent_runs": [statement(r) for r in store.list_runs(limit=5)]}
+           "recent_runs": [statement(r) for r in store.list_runs(limit=5)],
+           "trained_heads": store.all_trained_heads(),
+           "cost_curves": [{k: c[k] for k in ("target", "hardware", "dtype", "measured_at")}
+                           for c in store.cost_curves()]}
     if inp.include_done_tasks:
         out["done_tasks"] = [task_line(t) for t in store.list_tasks(status="done")[:10]]
     return out
@@ -150,7 +153,7 @@ class SaveParamsInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["baseline", "draft", "medusa", "lookahead", "ngram"]
+    method: MethodName
     params: dict = Field(..., description="e.g. {'target': ..., 'draft': ..., 'k': 4} or "
                                           "{'window': 15, 'ngram': 5, 'guess': 5}; generation settings may "
                                           "be included (max_new_tokens, temperature)")
@@ -161,8 +164,6 @@ class SaveParamsInput(BaseModel):
 def save_params(inp: SaveParamsInput, ctx: ToolContext) -> dict:
     """Save a method's parameters (and optionally make it the default method) so they are not asked
     for again. The method's own parameters are validated before saving."""
-    from tools.agent_tools.run_tool import split_saved_params
-
     split_saved_params(inp.method, inp.params)  # raises ParameterError naming a bad field
     ctx.store.save_params(inp.method, inp.params)
     if inp.make_default:

@@ -5,32 +5,13 @@ give from the parameters saved for that method."""
 from __future__ import annotations
 
 from tools.bench.compare import CompareInput, compare_tool
-from tools.errors import ParameterError
 from tools.agent_tools.lookup import statement
-from tools.engine.methods import PARAM_MODELS, parse_params
+from tools.agent_tools.saved_params import split_saved_params
 from tools.agent_tools.registry import ToolContext, tool
 from tools.bench.run import RunInput, run_method
-from tools.agent_tools.train_tool import HEADS_ANSWER_KEY
 
 OUTPUT_SHOWN = 2000
 HIDDEN_KEYS = ("prompt_ids", "output_ids")  # long token lists stay in the store
-
-
-def run_fields() -> set[str]:
-    """RunInput fields that saved parameters may fill (everything but method, prompt and params)."""
-    return set(RunInput.model_fields) - {"method", "prompt", "params"}
-
-
-def split_saved_params(method: str, saved: dict) -> tuple[dict, dict]:
-    """Split saved parameters into RunInput fields (target, draft, generation settings) and the
-    method's own parameters, validating the latter; ParameterError names a bad field."""
-    if method not in PARAM_MODELS:
-        raise ParameterError(f"unknown method {method!r}", hint=f"choose one of: {', '.join(PARAM_MODELS)}")
-    fields = run_fields()
-    top = {k: v for k, v in saved.items() if k in fields}
-    own = {k: v for k, v in saved.items() if k not in fields}
-    parse_params(method, own)
-    return top, own
 
 
 def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
@@ -54,7 +35,7 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
     saved for the method. Report the figures exactly as returned, with the run id."""
     full = with_saved_params(inp, ctx.store.get_params(inp.method))
     if full.method == "medusa" and not full.medusa_heads:
-        trained = (ctx.store.get_answer(HEADS_ANSWER_KEY) or {}).get(full.target)
+        trained = ctx.store.trained_heads_path(full.target)
         if trained:
             full = full.model_copy(update={"medusa_heads": trained})
     ctx.report(f"running {full.method} on {full.target}")

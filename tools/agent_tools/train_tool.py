@@ -7,12 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory.migrations import LEGACY_HEADS_KEY
 from memory.store import home_dir
 from tools.medusa.train import TrainConfig, default_training_files, train_heads
+from tools import models
 from tools.models import DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
 
-HEADS_ANSWER_KEY = "medusa_heads"  # {target: folder of the heads trained for it}
+HEADS_ANSWER_KEY = LEGACY_HEADS_KEY  # old answer key; heads folders are now rows of the trained_heads table
 
 
 class TrainInput(BaseModel):
@@ -52,12 +54,10 @@ def train_medusa(inp: TrainInput, ctx: ToolContext) -> dict:
     """Train Medusa heads for a target model (the target stays frozen) and save them, so the medusa
     method can run. Needs the user's approval: the first call returns approval_required (or asks in the
     terminal); only the exact approved training runs, once. Returns steps, losses and per-head accuracy."""
-    from tools.models import load
-
     out = output_folder(inp)
     files = [Path(f).expanduser() for f in inp.data_files] if inp.data_files else default_training_files()
     ctx.report(f"loading {inp.target}")
-    loaded = load(inp.target, dtype=inp.dtype)
+    loaded = models.load(inp.target, dtype=inp.dtype)
     config = TrainConfig(num_heads=inp.num_heads, steps=inp.steps, labels=inp.labels)
 
     def approved(plan: str) -> bool:  # the user already approved exactly this call through the gate
@@ -65,7 +65,5 @@ def train_medusa(inp: TrainInput, ctx: ToolContext) -> dict:
         return True
 
     report = train_heads(loaded, files, out, config, confirm=approved, progress=False, base_model=inp.target)
-    heads = ctx.store.get_answer(HEADS_ANSWER_KEY) or {}
-    heads[inp.target] = str(out)
-    ctx.store.save_answer(HEADS_ANSWER_KEY, heads)
+    ctx.store.save_trained_heads(inp.target, out)
     return {"status": "trained", "heads_folder": str(out), **report.as_dict()}

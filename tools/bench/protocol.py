@@ -3,6 +3,7 @@ and the token-by-token comparison with the baseline (with the divergence diagnos
 
 Baseline and method run on the same model, prompt ids, settings, dtype, threads and hardware, in
 the same process, alternating, after a warm-up of each. speedup = baseline time / method time.
+:func:`measure_rounds` is the one timing loop: run, compare, bench, tune and the demo all go through it.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ import os
 import platform
 import statistics
 import sys
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from tools.engine import kv
 from tools.engine.autoregressive import as_input_ids
 from tools.engine.types import DecodeResult, GenerationSettings
+from tools.errors import SpecpilotError
+
+Runner = Callable[[GenerationSettings], DecodeResult]
+Progress = Callable[[str], None] | None
+# errors that drop one runner (it cannot run here) instead of stopping the measurement
+RUNNER_ERRORS = (SpecpilotError, torch.OutOfMemoryError, MemoryError)
 
 
 def cpu_model_name() -> str:
@@ -48,9 +55,16 @@ def hardware_info(device: str = "cpu") -> dict:
     return info
 
 
+def hardware_name(device: str = "cpu") -> str:
+    """The name measurements on ``device`` are stored under (cost curves, sweeps): the GPU's name on
+    a GPU, else the CPU's as :func:`hardware_info` gives it."""
+    info = hardware_info(device)
+    return info.get("gpu") or info["name"]
+
+
 def versions() -> dict:
     """Versions of the libraries that affect the figures."""
-    import transformers
+    import transformers  # imported here: slow to import, and only needed once a measurement is done
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
     try:
@@ -81,30 +95,81 @@ class Timed:
 WARMUP_TOKENS = 16
 
 
-def alternate(runners: dict[str, Callable[[GenerationSettings], DecodeResult]], settings: GenerationSettings,
-              repeats: int = 3, warmup: int = 1, progress: Callable[[str], None] | None = None) -> dict[str, Timed]:
-    """Warm each runner up (``warmup`` short runs of WARMUP_TOKENS tokens), then run ``repeats`` rounds
-    alternating between them with ``settings``; return their timings.
+def measure_rounds(runners: dict[str, Runner], settings: GenerationSettings, repeats: int = 3, warmup: int = 1, *,
+                   lead: Sequence[str] = (), required: Collection[str] = (),
+                   on_finished: Callable[[str, dict[str, Timed]], None] | None = None,
+                   on_failed: Callable[[str, str], None] | None = None,
+                   progress: Progress = None) -> dict[str, Timed]:
+    """The one measurement protocol: warm each runner up (``warmup`` short runs of WARMUP_TOKENS
+    tokens), then time ``repeats`` rounds with ``settings``; return the timings of the runners that
+    were not dropped.
 
-    The order rotates each round so no runner always goes first.
+    Each round times the ``lead`` runners first, in order (the reference every other runner is
+    compared with: the baseline, then transformers' peers), then the others in an order that rotates
+    from round to round, so none of them always goes first. Without a lead every runner rotates.
+
+    ``on_finished(name, timed)`` is called once per runner as soon as it and every lead runner have
+    all their repeats; ``timed`` holds the lead runners and ``name``. A runner not in ``required``
+    whose call raises one of RUNNER_ERRORS is dropped with ``on_failed(name, reason)``; the others go
+    on. A required runner's error propagates.
     """
-    names = list(runners)
+    alive = dict(runners)
+    lead = [n for n in lead if n in alive]
+
+    def say(text: str) -> None:
+        if progress:
+            progress(text)
+
+    def attempt(name: str, s: GenerationSettings) -> DecodeResult | None:
+        if name in required:
+            return alive[name](s)
+        try:
+            return alive[name](s)
+        except RUNNER_ERRORS as exc:
+            reason = exc.user_message() if isinstance(exc, SpecpilotError) else f"{type(exc).__name__}: {exc}"
+            del alive[name]
+            if on_failed:
+                on_failed(name, reason)
+            return None
+
     warm = settings.model_copy(update={"max_new_tokens": min(WARMUP_TOKENS, settings.max_new_tokens)})
-    for name in names:
+    for name in list(alive):
         for _ in range(warmup):
-            if progress:
-                progress(f"warm-up: {name}")
-            runners[name](warm)
-    timed = {name: Timed() for name in names}
+            say(f"warm-up: {name}")
+            if attempt(name, warm) is None:
+                break
+    timed = {name: Timed() for name in alive}
+    finished: set[str] = set()
+
+    def finish_ready() -> None:
+        reference = {n: timed[n] for n in lead if n in alive}
+        if on_finished is None or any(len(t.times) < repeats for t in reference.values()):
+            return
+        for name in list(alive):
+            if name not in finished and len(timed[name].times) == repeats:
+                finished.add(name)
+                on_finished(name, {**reference, name: timed[name]})
+
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            if progress:
-                progress(f"{name}: repeat {r + 1}/{repeats}")
-            res = runners[name](settings)
-            timed[name].times.append(res.wall_time_s)
-            timed[name].result = res
-    return timed
+        rest = [n for n in alive if n not in lead]
+        shift = r % len(rest) if rest else 0
+        for name in [n for n in lead if n in alive] + rest[shift:] + rest[:shift]:
+            if name not in alive:
+                continue
+            say(f"{name}: repeat {r + 1}/{repeats}")
+            result = attempt(name, settings)
+            if result is not None:
+                timed[name].times.append(result.wall_time_s)
+                timed[name].result = result
+            finish_ready()
+    return {name: timed[name] for name in alive}
+
+
+def alternate(runners: dict[str, Runner], settings: GenerationSettings, repeats: int = 3, warmup: int = 1,
+              progress: Progress = None) -> dict[str, Timed]:
+    """:func:`measure_rounds` with every runner rotating and every error propagating (the scripts
+    under benchmarks/ time their own runners this way)."""
+    return measure_rounds(runners, settings, repeats, warmup, required=list(runners), progress=progress)
 
 
 def first_divergence(baseline_ids: list[int], method_ids: list[int]) -> int | None:

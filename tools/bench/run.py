@@ -2,27 +2,35 @@
 
 This is what ``specpilot run`` and the agent's run tool call. Every figure in the returned record
 comes from this measurement; the record is stored in memory and can be named by its run id.
+:func:`measure_candidates` (a method and its parameters beside the baseline and the peers, timed by
+the one protocol) and :func:`record_from` are shared with compare, bench and tune.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory import Store
 from tools import models
-from tools.bench import peers
 from tools.bench import protocol as measure
-from tools.engine import quantize
+from tools.bench.context import (eos_ids_for, generation_settings, load_cached, peer_runners, prepare,
+                                 prompt_ids_for, uses_int8_draft)
+from tools.bench.peers import PEER_LABELS
+from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params, run
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
-from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
-from tools.engine.methods import METHOD_NAMES, MethodContext, needs_draft, parse_params, run
 
 log = logging.getLogger(__name__)
 
-Method = Literal["baseline", "draft", "medusa", "lookahead", "ngram"]
+__all__ = ["MeasureOptions", "RunInput", "Candidate", "measure_candidates", "record_from", "measure_method",
+           "run_method", "build_context", "settings_for", "load_cached", "prompt_ids_for", "eos_ids_for"]
+
+# the one bound on new tokens is GenerationSettings' (tools.engine.types); read it from that field
+MAX_NEW_TOKENS = next(m.le for m in GenerationSettings.model_fields["max_new_tokens"].metadata if hasattr(m, "le"))
 
 
 class MeasureOptions(BaseModel):
@@ -33,7 +41,7 @@ class MeasureOptions(BaseModel):
     target: str = models.DEFAULT_TARGET
     draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
     medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
-    max_new_tokens: int = Field(128, ge=1, le=4096)
+    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
@@ -52,89 +60,85 @@ PEERS_DESCRIPTION = "also time transformers' assisted generation and prompt look
 class RunInput(MeasureOptions):
     """One measured run: a method and the baseline on the same prompt and settings."""
 
-    method: Method
+    method: MethodName
     prompt: str = Field(..., min_length=1)
     params: dict = Field(default_factory=dict, description="the method's own parameters")
     peers: bool = Field(False, description=PEERS_DESCRIPTION)
 
 
-_LOADED: dict[tuple, models.LoadedModel] = {}
+@dataclass
+class Candidate:
+    """One thing timed beside the baseline: a method with parameters, shown under ``label``."""
+
+    label: str
+    method: str
+    params: BaseModel
+    source: str  # where the parameters came from: given, memory, default, sweep, or a note
 
 
-def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | None = None) -> models.LoadedModel:
-    """Load a model once per process (compare and bench reuse it across methods)."""
-    key = (ref, dtype, device_map)
-    if key not in _LOADED:
-        _LOADED[key] = models.load(ref, dtype=dtype, device_map=device_map, threads=threads)
-    return _LOADED[key]
+# ---------------------------------------------------------------------------- measuring
+def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
+                       candidates: list[Candidate], repeats: int, warmup: int, with_peers: bool,
+                       on_finished: Callable[[Candidate, dict[str, measure.Timed]], None],
+                       on_failed: Callable[[Candidate, str], None] | None = None,
+                       progress: measure.Progress = None, int8_peer: bool = False) -> None:
+    """Time the baseline, the peers (``with_peers``; ``int8_peer`` adds assisted generation with the
+    int8 draft) and every candidate on one prompt with :func:`tools.bench.protocol.measure_rounds`:
+    the baseline and the peers lead every round, the candidates rotate after them.
+
+    ``on_finished(candidate, timed)`` is called as soon as a candidate has all its repeats, with
+    ``timed`` holding "baseline", the peers and the candidate (under its method name), ready for
+    ``record_from``; a "baseline" candidate is the baseline itself. With ``on_failed`` a candidate whose
+    runner raises a user-facing error (or runs out of memory) is dropped with ``on_failed(candidate,
+    reason)`` and a failing peer is left out; without it every error propagates.
+    """
+    baseline_params = parse_params("baseline", {})
+    runners: dict[str, measure.Runner] = {"baseline": lambda s: run("baseline", ctx, prompt_ids, s, baseline_params)}
+    peer_names = []
+    if with_peers:
+        found = peer_runners(ctx, prompt_ids, int8_peer)
+        runners.update(found)
+        peer_names = list(found)
+    live = {c.label: c for c in candidates if c.method != "baseline"}
+    for cand in live.values():
+        runners[cand.label] = (lambda c: lambda s: run(c.method, ctx, prompt_ids, s, c.params))(cand)
+
+    def finished(name: str, timed: dict[str, measure.Timed]) -> None:
+        if name == "baseline":
+            for cand in candidates:
+                if cand.method == "baseline":
+                    on_finished(cand, dict(timed))
+        elif name in live:
+            cand = live[name]
+            on_finished(cand, {**{k: v for k, v in timed.items() if k != name}, cand.method: timed[name]})
+
+    def failed(name: str, reason: str) -> None:
+        if name in peer_names:
+            log.warning("peer %s dropped: %s", name, reason)
+        else:
+            on_failed(live[name], reason)
+
+    measure.measure_rounds(runners, settings, repeats, warmup, lead=["baseline", *peer_names],
+                           required=["baseline"] if on_failed else list(runners), on_finished=finished,
+                           on_failed=failed, progress=progress)
 
 
-def prompt_ids_for(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """The exact ids fed to the model: the chat template applied unless ``chat`` is False."""
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    if not ids:
-        raise ParameterError("the prompt gives no tokens", hint="give a non-empty prompt")
-    return [int(t) for t in ids]
-
-
-def eos_ids_for(loaded: models.LoadedModel) -> list[int]:
-    """Stop tokens: the generation config's EOS ids and the tokenizer's EOS."""
-    ids: list[int] = []
-    gen = getattr(loaded.model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
-    for value in (eos if isinstance(eos, list) else [eos]) + [loaded.tokenizer.eos_token_id]:
-        if value is not None and int(value) not in ids:
-            ids.append(int(value))
-    return ids
-
-
-def build_context(inp: RunInput, progress: Callable[[str], None] | None = None) -> MethodContext:
-    """Load the models the method needs."""
-    if progress:
-        progress(f"loading target {inp.target}")
-    target = load_cached(inp.target, inp.dtype, inp.device_map, inp.threads)
-    ctx = MethodContext(target=target)
-    if needs_draft(inp.method) or (inp.peers and inp.draft):
-        ref = inp.draft or models.DEFAULT_DRAFT
-        if progress:
-            progress(f"loading draft {ref}")
-        ctx.draft = load_cached(ref, inp.dtype, inp.device_map, inp.threads)
-    if inp.method == "medusa":
-        ctx.medusa_heads = load_medusa_heads(target, inp.medusa_heads)
-    return ctx
-
-
-def settings_for(inp: RunInput, ctx: MethodContext) -> GenerationSettings:
-    return GenerationSettings(
-        max_new_tokens=inp.max_new_tokens, temperature=inp.temperature, top_p=inp.top_p, top_k=inp.top_k,
-        seed=inp.seed, eos_token_ids=eos_ids_for(ctx.target),
-    )
-
-
-def measure_method(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
-                   progress: Callable[[str], None] | None = None) -> dict:
-    """Time the method and the baseline (and peers) alternating; return the run record (not stored)."""
-    params = parse_params(inp.method, inp.params)
-    runners = {"baseline": lambda s: run("baseline", ctx, prompt_ids, s, parse_params("baseline", {}))}
-    if inp.method != "baseline":
-        runners[inp.method] = lambda s: run(inp.method, ctx, prompt_ids, s, params)
-    if inp.peers:
-        if ctx.draft is not None:
-            runners["hf_assisted"] = lambda s: peers.hf_assisted(ctx.target.model, ctx.draft.model, prompt_ids, s)
-            if inp.method == "draft" and quantize.resolve(params.draft_quant, ctx.draft.device) == "int8":
-                # the same int8 draft our decoder uses, so the comparison is like for like
-                q = quantize.int8_draft(ctx.draft.model)
-                runners["hf_assisted_int8"] = lambda s: peers.hf_assisted(ctx.target.model, q, prompt_ids, s)
-        runners["hf_prompt_lookup"] = lambda s: peers.hf_prompt_lookup(ctx.target.model, prompt_ids, s)
-    timed = measure.alternate(runners, settings, repeats=inp.repeats, warmup=inp.warmup, progress=progress)
-    return record_from(inp, ctx, prompt_ids, settings, params.model_dump(), timed)
+def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, dict]:
+    """The record's figures of each transformers peer timed beside the baseline."""
+    base = timed["baseline"]
+    rows = {}
+    for name in PEER_LABELS:
+        if name in timed:
+            t = timed[name]
+            rows[name] = {
+                "wall_time_s": t.median,
+                "tokens_per_s": t.result.new_tokens / t.median if t.median else None,
+                "speedup": base.median / t.median if t.median else None,
+                "new_tokens": t.result.new_tokens,
+                "matches_baseline": (t.result.output_ids == base.result.output_ids) if greedy else None,
+                "times": t.times,
+            }
+    return rows
 
 
 def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
@@ -155,18 +159,6 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
             )
     new_tokens = res.new_tokens
     wall = main.median
-    peer_rows = {}
-    for name in peers.PEER_LABELS:
-        if name in timed:
-            t = timed[name]
-            peer_rows[name] = {
-                "wall_time_s": t.median,
-                "tokens_per_s": t.result.new_tokens / t.median if t.median else None,
-                "speedup": base.median / t.median if t.median else None,
-                "new_tokens": t.result.new_tokens,
-                "matches_baseline": (t.result.output_ids == base.result.output_ids) if greedy else None,
-                "times": t.times,
-            }
     return {
         "method": inp.method,
         "target": inp.target,
@@ -201,7 +193,7 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
         "lossy": bool(res.extra.get("lossy", False)),
         "matches_baseline": matches,
         "first_divergence": divergence,
-        "peers": peer_rows,
+        "peers": peer_rows(timed, greedy),
         "hardware": measure.hardware_info(ctx.target.device),
         "dtype": ctx.target.dtype,
         "dtype_reason": ctx.target.dtype_reason,
@@ -210,7 +202,26 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
     }
 
 
-def run_method(inp: RunInput, store=None, progress: Callable[[str], None] | None = None,
+def build_context(inp: RunInput, progress: measure.Progress = None) -> MethodContext:
+    """The models a single run of ``inp.method`` needs (load errors propagate)."""
+    return prepare(inp, [inp.method], inp.medusa_heads, progress, strict=True).ctx
+
+
+settings_for = generation_settings  # kept for callers of the old name
+
+
+def measure_method(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
+                   progress: measure.Progress = None) -> dict:
+    """Time the method and the baseline (and peers) alternating; return the run record (not stored)."""
+    params = parse_params(inp.method, inp.params)
+    timed: dict[str, measure.Timed] = {}
+    measure_candidates(ctx, prompt_ids, settings, [Candidate(inp.method, inp.method, params, "given")], inp.repeats,
+                       inp.warmup, inp.peers, lambda cand, t: timed.update(t), progress=progress,
+                       int8_peer=inp.peers and uses_int8_draft(inp.method, params, ctx))
+    return record_from(inp, ctx, prompt_ids, settings, params.model_dump(), timed)
+
+
+def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
                task_id: int | None = None) -> dict:
     """Measure ``inp.method`` against the baseline, store the run, and return its record."""
     if inp.method not in METHOD_NAMES:
@@ -218,13 +229,10 @@ def run_method(inp: RunInput, store=None, progress: Callable[[str], None] | None
     parse_params(inp.method, inp.params)  # fail fast, before loading models
     ctx = build_context(inp, progress)
     prompt_ids = prompt_ids_for(ctx.target.tokenizer, inp.prompt, inp.chat)
-    settings = settings_for(inp, ctx)
+    settings = generation_settings(inp, ctx)
     record = measure_method(inp, ctx, prompt_ids, settings, progress)
     if task_id is not None:
         record["task_id"] = task_id
-    if store is None:
-        from memory import Store
-
-        store = Store()
+    store = store if store is not None else Store()
     record["run_id"] = store.add_run(record)
     return record

@@ -5,7 +5,7 @@
 - lookahead: a small W/N/G grid around tools.engine.cost_curve.suggest_lookahead_params, sized to this
   machine's forward-pass cost curve (the stored one, or measured now and stored for the guidance tool).
 
-Every setting is timed beside the same baseline on each prompt (tools.bench.compare.measure_candidates) and
+Every setting is timed beside the same baseline on each prompt (tools.bench.run.measure_candidates) and
 stored as a run of a ``tune_sweep`` task, so the guidance tool can cite measured sweeps
 (:func:`best_measured_params`). The recommendation is saved to memory only when the user agrees.
 """
@@ -18,14 +18,17 @@ from typing import Literal
 
 from pydantic import Field
 
-from tools import models
+from memory import Store
 from tools.bench import protocol as measure
-from tools.bench.suite import load_prompt_set, method_stats
-from tools.bench.compare import (Candidate, common_settings, generation_settings, make_record, measure_candidates,
-                           medusa_heads_for, own_params, prepare, run_key)
+from tools.bench.compare import common_settings, make_record, own_params, run_key
+from tools.bench.context import generation_settings, medusa_heads_for, prepare, prompt_ids_for
+from tools.bench.run import Candidate, MeasureOptions, measure_candidates
+from tools.bench.suite import load_prompt_set
+from tools.bench.summary import method_stats
+from tools.engine.cost_curve import forward_cost_curve, suggest_lookahead_params
+from tools.engine.lookahead import LookaheadParams
+from tools.engine.methods import ACCELERATED, parse_params
 from tools.errors import ParameterError
-from tools.engine.methods import parse_params
-from tools.bench.run import MeasureOptions, prompt_ids_for
 
 SWEEP_KIND = "tune_sweep"
 DRAFT_KS = (2, 3, 4, 6, 8)
@@ -33,6 +36,8 @@ ADAPTIVE_START_K = 4
 MEDUSA_TREES_CPU = ("chain3", "cpu8", "cpu16")
 MEDUSA_TREES_GPU = ("chain3", "cpu8", "cpu16", "mc_sim_7b_63")
 SWEPT_FIELDS = {"draft": ("k", "adaptive_k", "k_max"), "medusa": ("tree",), "lookahead": ("window", "ngram", "guess")}
+TUNABLE = tuple(m for m in ACCELERATED if m in SWEPT_FIELDS)  # the methods with a built-in sweep
+TunableName = Literal[TUNABLE]  # type: ignore[valid-type]  (the schema's enum, built from the method table)
 LOOKAHEAD_GRID_SIZE = 6
 DEFAULT_TUNE_PROMPTS = 3
 
@@ -40,7 +45,7 @@ DEFAULT_TUNE_PROMPTS = 3
 class TuneInput(MeasureOptions):
     """The method to sweep, the prompts to sweep it on, and the settings every measurement shares."""
 
-    method: Literal["draft", "medusa", "lookahead"]
+    method: TunableName
     prompts: str | None = Field(None, description="JSONL prompt file (default: the shipped demo prompts)")
     category: str | None = None
     limit: int = Field(DEFAULT_TUNE_PROMPTS, ge=1, le=100, description="prompts to sweep on (spread over categories)")
@@ -77,9 +82,6 @@ def medusa_grid(on_gpu: bool) -> list[dict]:
 def lookahead_grid(curve: dict[int, float]) -> list[dict]:
     """The cost-curve suggestion first, then neighbours (W±1, N±1, 2W; G = W // 2 and the suggested
     prompt-lookup drafts), all valid and distinct."""
-    from tools.engine.cost_curve import suggest_lookahead_params
-    from tools.engine.lookahead import LookaheadParams
-
     best, _ = suggest_lookahead_params(curve)
     w, n = best.window, best.ngram
     shapes = [(w, n), (w + 1, n), (w - 1, n), (w, n + 1), (w, n - 1), (2 * w, n), (w + 2, n)]
@@ -100,31 +102,21 @@ def lookahead_grid(curve: dict[int, float]) -> list[dict]:
 
 
 def cost_curve_for(store, target, progress=None) -> tuple[dict[int, float], str]:
-    """This machine's cost curve for a loaded target: the one the guidance tool stored, or measured now
-    (and stored in the same place). Returns the curve and where it came from."""
-    from memory.migrations import utc_now
-    from tools.engine.cost_curve import forward_cost_curve
-    from tools.agent_tools.guidance import COST_CURVE_KEY, detect_hardware, stored_cost_curve
-
-    hw_name = detect_hardware("gpu" if str(target.device).startswith("cuda") else "cpu")["name"]
-    stored = stored_cost_curve(store, target.ref, hw_name)
+    """This machine's cost curve for a loaded target: the one stored (by the guidance tool or an earlier
+    sweep), or measured now and stored. Returns the curve and where it came from."""
+    hw_name = measure.hardware_name(target.device)
+    stored = store.get_cost_curve(target.ref, hw_name)
     if stored is not None:
         return stored["curve"], f"the cost curve stored on {stored['measured_at'][:10]}"
     if progress:
         progress("measuring the forward-pass cost curve")
     curve = forward_cost_curve(target.model, repeats=3)
-    saved = store.get_answer(COST_CURVE_KEY) or {}
-    if isinstance(saved, dict):
-        saved[f"{target.ref}|{hw_name}"] = {"curve": {str(n): t for n, t in curve.items()}, "dtype": target.dtype,
-                                            "measured_at": utc_now(), "hardware": hw_name}
-        store.save_answer(COST_CURVE_KEY, saved)
+    store.save_cost_curve(target.ref, hw_name, curve, dtype=target.dtype)
     return curve, "the cost curve measured now"
 
 
 def sized_lookahead_params(store, target, progress=None) -> tuple[dict, str]:
     """Lookahead W/N/G sized to this machine's cost curve, with the reasoning (used by the demo)."""
-    from tools.engine.cost_curve import suggest_lookahead_params
-
     curve, where = cost_curve_for(store, target, progress)
     params, reasoning = suggest_lookahead_params(curve)
     return ({"window": params.window, "ngram": params.ngram, "guess": params.guess,
@@ -153,10 +145,7 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
     saved. Returns the table (``rows``, best first), ``best``, ``recommendation``, ``saved`` and the
     sweep's ``task_id``.
     """
-    if store is None:
-        from memory import Store
-
-        store = Store()
+    store = store if store is not None else Store()
     prompts = pick_prompts(inp.prompts, inp.category, inp.limit)
     saved = store.get_params(inp.method) or {}
     base = {k: v for k, v in own_params(inp.method, saved).items() if k not in SWEPT_FIELDS[inp.method]}
@@ -167,13 +156,7 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
                              hint="fix that first, then run the sweep again")
     ctx = prepared.ctx
     grid = inp.grid if inp.grid is not None else default_grid(inp.method, store, ctx, progress)
-    candidates = []
-    for setting in grid:
-        params = parse_params(inp.method, {**base, **setting})
-        candidates.append(Candidate(label_for(inp.method, params.model_dump()), inp.method, params, "sweep"))
-    if len({c.label for c in candidates}) != len(candidates):
-        raise ParameterError("the sweep lists the same setting twice", hint="give each setting once")
-    common = common_settings(inp, heads_path)
+    candidates = sweep_candidates(inp.method, base, grid)
     plan = [f"q{row['question_id']} {c.label}" for row in prompts for c in candidates]
     task_id = store.create_task(f"tune {inp.method} on {len(prompts)} prompts: {', '.join(c.label for c in candidates)}",
                                 SWEEP_KIND, plan)
@@ -181,28 +164,8 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
     failures: dict[str, str] = {}
     try:
         for i, row in enumerate(prompts, 1):
-            prompt_ids = prompt_ids_for(ctx.target.tokenizer, row["prompt"], inp.chat)
-            settings = generation_settings(inp, ctx)
-
-            def finished(cand: Candidate, timed: dict, row=row, prompt_ids=prompt_ids, settings=settings) -> None:
-                from tools.bench.suite import _PromptInput
-
-                record = make_record(_PromptInput(inp, row["prompt"]), ctx, prompt_ids, settings, cand, timed,
-                                     heads_path)
-                record.update(task_id=task_id, category=row["category"], question_id=row["question_id"],
-                              sweep={"task_id": task_id, "label": cand.label},
-                              settings_key=run_key(cand.method, record["params"], row["prompt"], common))
-                record["run_id"] = store.add_run(record)
-                by_label[cand.label].append(record)
-                store.update_task(task_id, done=[f"q{row['question_id']} {cand.label}"], run_ids=[record["run_id"]])
-
-            def failed(cand: Candidate, reason: str, row=row) -> None:
-                failures[cand.label] = reason
-                store.update_task(task_id, note=f"{cand.label} on q{row['question_id']}: not run: {reason}")
-
-            live = [c for c in candidates if c.label not in failures]
-            measure_candidates(ctx, prompt_ids, settings, live, inp.repeats, inp.warmup, False, finished, failed,
-                               lambda text, i=i: progress and progress(f"[prompt {i}/{len(prompts)}] {text}"))
+            sweep_prompt(inp, store, task_id, ctx, heads_path, row, [c for c in candidates if c.label not in failures],
+                         by_label, failures, lambda text, i=i: progress and progress(f"[prompt {i}/{len(prompts)}] {text}"))
     except KeyboardInterrupt:
         store.update_task(task_id, status="unfinished", note="interrupted by the user")
         raise
@@ -225,6 +188,40 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
             store.save_params(inp.method, merged)
             result["saved"] = True
     return result
+
+
+def sweep_candidates(method: str, base: dict, grid: list[dict]) -> list[Candidate]:
+    """One candidate per setting of the grid (over the saved, unswept parameters), each named by its setting."""
+    candidates = []
+    for setting in grid:
+        params = parse_params(method, {**base, **setting})
+        candidates.append(Candidate(label_for(method, params.model_dump()), method, params, "sweep"))
+    if len({c.label for c in candidates}) != len(candidates):
+        raise ParameterError("the sweep lists the same setting twice", hint="give each setting once")
+    return candidates
+
+
+def sweep_prompt(inp: TuneInput, store, task_id: int, ctx, heads_path: str | None, row: dict,
+                 candidates: list[Candidate], by_label: dict[str, list[dict]], failures: dict[str, str], say) -> None:
+    """Time every setting beside the baseline on one prompt; store each run as a run of the sweep."""
+    prompt_ids = prompt_ids_for(ctx.target.tokenizer, row["prompt"], inp.chat)
+    settings = generation_settings(inp, ctx)
+    common = common_settings(inp, heads_path)
+
+    def finished(cand: Candidate, timed: dict) -> None:
+        record = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, heads_path)
+        record.update(task_id=task_id, category=row["category"], question_id=row["question_id"],
+                      sweep={"task_id": task_id, "label": cand.label},
+                      settings_key=run_key(cand.method, record["params"], row["prompt"], common))
+        record["run_id"] = store.add_run(record)
+        by_label[cand.label].append(record)
+        store.update_task(task_id, done=[f"q{row['question_id']} {cand.label}"], run_ids=[record["run_id"]])
+
+    def failed(cand: Candidate, reason: str) -> None:
+        failures[cand.label] = reason
+        store.update_task(task_id, note=f"{cand.label} on q{row['question_id']}: not run: {reason}")
+
+    measure_candidates(ctx, prompt_ids, settings, candidates, inp.repeats, inp.warmup, False, finished, failed, say)
 
 
 def default_grid(method: str, store, ctx, progress=None) -> list[dict]:

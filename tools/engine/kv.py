@@ -1,4 +1,5 @@
-"""KV-cache helpers over transformers' DynamicCache, and the one model-forward call all methods use.
+"""KV-cache helpers over transformers' DynamicCache, and the model-forward calls: the transformers
+side of tools.engine.backend.TransformersBackend (decoders go through the backend, not through here).
 
 Methods only use the public forward: ``model(input_ids, attention_mask (2-D or 4-D), position_ids,
 cache, use_cache=True)``. Older transformers name the cache argument ``past_key_values``.

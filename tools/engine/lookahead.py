@@ -50,68 +50,23 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import inspect
 import random
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from tools.engine import kv
-from tools.engine.autoregressive import as_input_ids, next_token, prefill, sync
+from tools.engine.backend import Backend, as_backend
+from tools.engine.loop import DecodeStep, decode, next_token, prefill
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
-from tools.engine.prompt_lookup import MAX_CANDIDATES, PromptLookupParams, find_candidate_set
+from tools.engine.prompt_lookup import find_candidate_set
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.errors import ParameterError
-
-MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
+from tools.engine.params import MAX_STEP_TOKENS, LookaheadParams  # noqa: F401  (re-exported: part of this module's API)
 
 
-class LookaheadParams(BaseModel):
-    """Lookahead decoding parameters: window W, n-gram size N, guess set size G."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    window: int = Field(15, description="W: columns of the lookahead window (parallel Jacobi trajectories)")
-    ngram: int = Field(5, description="N: n-gram size; the window has N-1 levels, candidates N-1 tokens")
-    guess: int = Field(5, description="G: n-grams kept per first token and verified per step at most")
-    pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
-    prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
-                                              "with the pool's n-grams each step; 0 for lookahead alone")
-
-    def lookup_params(self) -> PromptLookupParams | None:
-        """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
-        return PromptLookupParams(num_candidates=self.prompt_lookup) if self.prompt_lookup else None
-
-    @property
-    def tokens_per_step(self) -> int:
-        """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1) + the prompt-lookup drafts."""
-        extra = self.prompt_lookup * PromptLookupParams().num_candidate_tokens
-        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1) + extra
-
-    def check(self) -> LookaheadParams:
-        """Return self, or raise ParameterError naming the parameter to change."""
-        if self.ngram < 2:
-            raise ParameterError(f"ngram (N) must be at least 2, got {self.ngram}", hint="try ngram=5 (the default)")
-        if self.window < 1:
-            raise ParameterError(f"window (W) must be at least 1, got {self.window}", hint="try window=15")
-        if self.guess < 0:
-            raise ParameterError(f"guess (G) must be 0 or more, got {self.guess}", hint="try guess=5")
-        if not 0 <= self.prompt_lookup <= MAX_CANDIDATES:
-            raise ParameterError(f"prompt_lookup must be from 0 to {MAX_CANDIDATES}, got {self.prompt_lookup}",
-                                 hint="try prompt_lookup=2, or 0 for lookahead alone")
-        if self.tokens_per_step > MAX_STEP_TOKENS:
-            raise ParameterError(
-                f"W={self.window}, N={self.ngram}, G={self.guess} put 1 + (N-1)*W + G*(N-1) (+ drafts) = "
-                f"{self.tokens_per_step} tokens in each forward pass; the limit is {MAX_STEP_TOKENS}",
-                hint="lower window or guess (or ngram, which multiplies both)",
-            )
-        return self
 
 
 # ---------------------------------------------------------------------------------------- n-gram pool
@@ -219,80 +174,89 @@ def step_pattern(layout: StepLayout, n_look: int, tree: DraftTree) -> tuple[torc
     return visible, offsets
 
 
-# ---------------------------------------------------------------------------------------- forward
-@lru_cache(maxsize=None)
-def _takes_logit_rows(forward_cls: type) -> bool:
-    return "logits_to_keep" in inspect.signature(forward_cls.forward).parameters
-
-
-def forward_rows(model, ids: torch.Tensor, cache, positions: torch.Tensor, mask: torch.Tensor,
-                 rows: torch.Tensor) -> torch.Tensor:
-    """Run the public forward over ``ids`` [1, n]; return logits [len(rows), vocab] for ``rows`` only
-    (the LM head runs on those rows when the model takes a tensor ``logits_to_keep``)."""
-    if not _takes_logit_rows(type(model)):
-        return kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask).index_select(0, rows)
-    return kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask, logits_to_keep=rows)
-
-
 # ---------------------------------------------------------------------------------------- decoder
-class _LookaheadState:
+class LookaheadStep(DecodeStep):
     """The window, pool and layout of one generate call; ``step`` runs one forward pass."""
 
-    def __init__(self, model, params: LookaheadParams, settings: GenerationSettings, prompt: list[int]):
-        self.model = model
+    def __init__(self, backend: Backend, params: LookaheadParams, settings: GenerationSettings):
+        self.backend = backend
         self.params = params
         self.settings = settings
         self.W, self.N, self.G = params.window, params.ngram, params.guess
-        self.device = model.device
-        self.dtype = next(model.parameters()).dtype
+        self.device = backend.device
         self.layout = build_layout(self.W, self.N)
         self.rng = random.Random(settings.seed)
-        self.prompt = prompt
-        # level 0 starts as tokens copied from the prompt (as the reference implementation does)
-        self.window = torch.tensor([[self.rng.choice(prompt) for _ in range(self.W)]] * (self.N - 1),
-                                   dtype=torch.long, device=self.device)
-        self.filled = 1  # levels holding real Jacobi tokens
         self.pool = NgramPool(self.N, self.G)
         self.lookup = params.lookup_params()
         self.generator = make_generator(settings, self.device)
+        self.verify_steps = 0
+        self.prompt: list[int] = []
+        self.seq: list[int] = []  # prompt + output: the cache holds all but the last token
+        self.pooled = 0  # tokens of ``seq`` whose n-grams are in the pool (pool_from_prompt)
+        self.cache = self.text = self.window = None
+        self.filled = 1  # levels holding real Jacobi tokens
+
+    def prefill(self, input_ids: torch.Tensor) -> int:
+        self.prompt = input_ids[0].tolist()
+        # level 0 starts as tokens copied from the prompt (as the reference implementation does)
+        self.window = torch.tensor([[self.rng.choice(self.prompt) for _ in range(self.W)]] * (self.N - 1),
+                                   dtype=torch.long, device=self.device)
+        self.cache = self.backend.new_cache()
+        first = next_token(prefill(self.backend, input_ids, self.cache), self.settings, self.generator)
+        self.seq = self.prompt + [first]
+        if self.params.pool_from_prompt:
+            self.pool.add_sequence(self.seq)
+            self.pooled = len(self.seq)
+        # the whole text in one buffer for the prompt-lookup matcher
+        self.text = torch.empty(len(self.seq) + self.settings.max_new_tokens + 1, dtype=torch.long, device=self.device)
+        self.text[: len(self.seq)] = torch.tensor(self.seq, dtype=torch.long, device=self.device)
+        return first
 
     def _filler(self, count: int) -> torch.Tensor:
         return torch.tensor([self.rng.choice(self.prompt) for _ in range(count)], dtype=torch.long, device=self.device)
 
-    def step(self, current: int, cache, length: int, remaining: int,
-             text: torch.Tensor) -> tuple[list[int], int, list[int]]:
-        """One forward pass; return (new tokens, accepted draft tokens, depths of the verified nodes).
-
-        ``length`` is the cache length (the position of ``current``), ``text`` the whole text so far
-        ending with ``current``; afterwards the cache holds ``current`` and the accepted tokens.
-        """
-        lay, W = self.layout, self.W
-        full = self.filled == self.N - 1
-        use_window = remaining > 1  # the last token needs no lookahead and no drafts
+    def _drafts(self, current: int, remaining: int, text: torch.Tensor) -> list[list[int]]:
+        """Prompt-lookup drafts, then the pool's n-grams for ``current`` once the window is full."""
         drafts: list[list[int]] = []
-        if use_window:
-            if self.lookup is not None:
-                drafts += find_candidate_set(text, self.lookup, limit=remaining - 1)
-            if full:
-                drafts += [list(c[: remaining - 1]) for c in self.pool.candidates(current)]
-        tree = build_draft_tree(current, drafts)
+        if self.lookup is not None:
+            drafts += find_candidate_set(text, self.lookup, limit=remaining - 1)
+        if self.filled == self.N - 1:
+            drafts += [list(c[: remaining - 1]) for c in self.pool.candidates(current)]
+        return drafts
+
+    def step(self, out: list[int], remaining: int) -> tuple[list[int], int, list[int]]:
+        """One forward pass; return (new tokens, accepted draft tokens, depths of the verified nodes)."""
+        if self.params.pool_from_prompt and self.pooled < len(self.seq):  # the last step's n-grams
+            self.pool.add_sequence(self.seq, start=self.pooled)
+            self.pooled = len(self.seq)
+        length = len(self.seq) - 1  # the cache length: the position of ``current``
+        new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining)
+        self.verify_steps += bool(depths)
+        self.text[length + 1: length + 1 + len(new)] = torch.tensor(new, dtype=torch.long, device=self.device)
+        self.seq.extend(new)
+        return new, m, depths
+
+    def _forward_and_accept(self, current: int, length: int, remaining: int) -> tuple[list[int], int, list[int]]:
+        """Verify the drafts and advance the window in one pass; afterwards the cache holds ``current``
+        and the accepted tokens."""
+        W, device = self.W, self.device
+        use_window = remaining > 1  # the last token needs no lookahead and no drafts
+        tree = build_draft_tree(current, self._drafts(current, remaining, self.text[: length + 1]) if use_window else [])
         n_look = 1 + self.filled * W if use_window else 1
         n = n_look + tree.size - 1
-        ids = torch.empty(1, n, dtype=torch.long, device=self.device)
+        ids = torch.empty(1, n, dtype=torch.long, device=device)
         ids[0, 0] = current
         if use_window:
             ids[0, 1:n_look] = self.window[: self.filled].reshape(-1)
         if tree.size > 1:
-            ids[0, n_look:] = torch.tensor(tree.tokens[1:], dtype=torch.long, device=self.device)
-        visible, offsets = step_pattern(lay, n_look, tree)
-        positions = (offsets.to(self.device) + length)[None]
-        mask = kv.tree_mask(length, visible.to(self.device), self.dtype)
+            ids[0, n_look:] = torch.tensor(tree.tokens[1:], dtype=torch.long, device=device)
+        visible, offsets = step_pattern(self.layout, n_look, tree)
+        positions = (offsets.to(device) + length)[None]
         newest = list(range(1 + (self.filled - 1) * W, 1 + self.filled * W)) if use_window else []
-        rows = torch.tensor([0, *newest, *range(n_look, n)], dtype=torch.long, device=self.device)
-        logits = forward_rows(self.model, ids, cache, positions, mask, rows)  # [rows, vocab]
+        rows = torch.tensor([0, *newest, *range(n_look, n)], dtype=torch.long, device=device)
+        logits = self.backend.forward(ids, self.cache, positions, visible.to(device), rows)  # [rows, vocab]
         choice = greedy_tokens(logits)
         node_row = [0, *range(1 + len(newest), logits.shape[0])]  # logits row of each tree node
-
         if self.settings.greedy:
             choices = choice.tolist()
             node, nxt = accept_greedy_tree(tree, [choices[r] for r in node_row])
@@ -302,18 +266,22 @@ class _LookaheadState:
         path = tree.path_to(node)
         m = len(path) - 1
         if m:
-            keep = torch.tensor([0, *(n_look + i - 1 for i in path[1:])], dtype=torch.long, device=self.device)
-            kv.keep_positions(cache, length, keep)
-            accepted = tuple(tree.tokens[i] for i in path[1:])
-            for cand in self.pool.candidates(current):
-                if cand[:m] == accepted:
-                    self.pool.touch(current, cand)
-                    break
+            keep = torch.tensor([0, *(n_look + i - 1 for i in path[1:])], dtype=torch.long, device=device)
+            self.backend.keep_positions(self.cache, length, keep)
+            self._touch(current, tuple(tree.tokens[i] for i in path[1:]))
         else:
-            kv.crop(cache, length + 1)
+            self.backend.crop(self.cache, length + 1)
         if use_window:
             self._advance_window(choice[1: 1 + W])
         return [*(tree.tokens[i] for i in path[1:]), nxt], m, tree.depths[1:]
+
+    def _touch(self, current: int, accepted: tuple[int, ...]) -> None:
+        """Mark the pool n-gram that the accepted tokens came from as just used."""
+        m = len(accepted)
+        for cand in self.pool.candidates(current):
+            if cand[:m] == accepted:
+                self.pool.touch(current, cand)
+                break
 
     def _advance_window(self, newest: torch.Tensor) -> None:
         """Jacobi update with the newest level's outputs [W]: harvest n-grams, shift the levels."""
@@ -331,67 +299,33 @@ class _LookaheadState:
             self.pool.add_rows(grams.T.tolist())
         self.window = torch.cat([self.window[1:], newest[None]], dim=0)
 
+    def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
+        if self.params.pool_from_prompt and stopped == "length":  # the last step's tokens, as cut
+            self.pool.add_sequence(self.prompt + out, start=self.pooled)
+        p, steps = self.params, tally.steps
+        return {
+            "window": p.window,
+            "ngram": p.ngram,
+            "guess": p.guess,
+            "pool_from_prompt": p.pool_from_prompt,
+            "prompt_lookup": p.prompt_lookup,
+            "tokens_per_step": p.tokens_per_step,
+            "warmup_steps": min(steps, p.ngram - 2),
+            "verify_steps": self.verify_steps,
+            "pool_ngrams": len(self.pool),
+            "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
+        }
 
-@torch.inference_mode()
+
 def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadParams | None = None) -> DecodeResult:
     """Lookahead decoding of ``prompt_ids``; returns a DecodeResult with method "lookahead".
 
-    Greedy output equals ``autoregressive.generate``; sampling is lossless in distribution.
+    ``model`` is a transformers causal LM, a LoadedModel or a Backend. Greedy output equals
+    ``autoregressive.generate``; sampling is lossless in distribution.
     """
     params = (params or LookaheadParams()).check()
-    device = model.device
-    eos = set(settings.eos_token_ids)
-    input_ids = as_input_ids(prompt_ids, device)
-    prompt = input_ids[0].tolist()
-    cache = kv.new_cache(model)
-
-    t0 = time.perf_counter()
-    state = _LookaheadState(model, params, settings, prompt)
-    logits = prefill(model, input_ids, cache)
-    first = next_token(logits, settings, state.generator)
-    if params.pool_from_prompt:
-        state.pool.add_sequence(prompt + [first])
-    sync(device)
-    t1 = time.perf_counter()
-
-    out = [first]
-    seq = prompt + [first]
-    # the whole text in one buffer for the prompt-lookup matcher
-    text = torch.empty(len(seq) + settings.max_new_tokens + 1, dtype=torch.long, device=device)
-    text[: len(seq)] = torch.tensor(seq, dtype=torch.long, device=device)
-    stopped = "eos" if first in eos else "length"
-    tally, verify_steps = StepTally(), 0
-    while stopped == "length" and len(out) < settings.max_new_tokens:
-        remaining = settings.max_new_tokens - len(out)
-        new, _, depths = state.step(out[-1], cache, len(seq) - 1, remaining, text[: len(seq)])
-        new = new[:remaining]
-        for i, t in enumerate(new):
-            if t in eos:
-                new, stopped = new[: i + 1], "eos"
-                break
-        # tokens past the limit or an EOS are dropped; the last kept token counts as the target's own
-        tally.record(len(new) - 1, depths)
-        verify_steps += bool(depths)
-        text[len(seq): len(seq) + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
-        out.extend(new)
-        seq.extend(new)
-        if params.pool_from_prompt and stopped == "length":
-            state.pool.add_sequence(seq, start=len(seq) - len(new))
-    sync(device)
-    t2 = time.perf_counter()
-    steps = tally.steps
-    return tally.result("lookahead", out, (t0, t1, t2), stopped, extra={
-        "window": params.window,
-        "ngram": params.ngram,
-        "guess": params.guess,
-        "pool_from_prompt": params.pool_from_prompt,
-        "prompt_lookup": params.prompt_lookup,
-        "tokens_per_step": params.tokens_per_step,
-        "warmup_steps": min(steps, params.ngram - 2),
-        "verify_steps": verify_steps,
-        "pool_ngrams": len(state.pool),
-        "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
-    })
+    backend = as_backend(model)
+    return decode(backend, prompt_ids, settings, LookaheadStep(backend, params, settings), "lookahead")
 
 
 # ---------------------------------------------------------------------------------------- lade check

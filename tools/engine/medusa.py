@@ -12,9 +12,9 @@ One step, with the root r already chosen and the prefix of length L in the KV ca
 1. the heads' top-k tokens (from the hidden state of the last accepted token) fill the tree nodes
    (``build_tree_buffers``: node 0 is r, a node at depth d holds head d-1's top-k token);
 2. the target runs once over the n tree tokens at positions L + depth with a 4-D mask in which
-   each node sees the prefix, its ancestors and itself (``tools.engine.kv.tree_mask``);
+   each node sees the prefix, its ancestors and itself (a ``visible`` pattern, tools.engine.backend);
 3. acceptance picks the longest accepted root-to-leaf path; the KV cache keeps only that path
-   (``tools.engine.kv.keep_positions``); the target's token after the path becomes the next
+   (``Backend.keep_positions``); the target's token after the path becomes the next
    root, and the hidden state of the path's last node feeds the heads for the next step.
 
 Acceptance:
@@ -34,8 +34,8 @@ candidate tokens* are the accepted path's length without the root; ``tokens_draf
 proposed path length, summed over steps) is ``tokens_accepted / tokens_drafted``. Each step adds
 accepted + 1 tokens.
 
-Hidden states come from ``tools.engine.kv.hidden_forward`` (the base model's
-``last_hidden_state``, after the final norm) and the lm_head is applied here; in transformers 5.24
+Hidden states come from ``Backend.hidden`` (for transformers the base model's ``last_hidden_state``,
+after the final norm) and ``Backend.lm_head`` gives the logits; in transformers 5.24
 ``output_hidden_states=True`` also ties ``hidden_states[-1]`` to that post-norm state, but it
 materialises every layer's output.
 """
@@ -48,14 +48,14 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from tools.engine import kv
-from tools.engine.autoregressive import as_input_ids, sync
+from tools.engine.backend import Backend, as_backend
+from tools.engine.loop import DecodeStep, as_input_ids, decode, sync
 from tools.engine.medusa_trees import AUTO, resolve_tree, validate_choices
 from tools.engine.sampling import greedy_tokens, make_generator, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
+from tools.engine.params import MedusaParams  # noqa: F401  (re-exported: part of this module's API)
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
 
 TYPICAL_NOTE = (
@@ -65,16 +65,6 @@ TYPICAL_NOTE = (
 )
 
 
-class MedusaParams(BaseModel):
-    """Medusa's own parameters (temperature, top-p, top-k and seed come from GenerationSettings)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    posterior_threshold: float = Field(0.09, gt=0.0, le=1.0, description="typical acceptance: upper bound on the needed p(x)")
-    posterior_alpha: float = Field(0.3, gt=0.0, le=1.0, description="typical acceptance: scale of exp(-entropy)")
-    tree: str | list[list[int]] = Field(
-        AUTO, description="tree name (auto, chain3, chain4, cpu8, cpu16, mc_sim_7b_63), JSON file, or list of choices"
-    )
 
 
 # ---------------------------------------------------------------------------------------- heads
@@ -285,41 +275,28 @@ def pick_token(logits: torch.Tensor, settings: GenerationSettings, params: Medus
 
 
 # ---------------------------------------------------------------------------------------- decoding
-def _unwrap(model_or_loaded):
-    """Accept a transformers model or a tools.models.LoadedModel; return the model."""
-    return model_or_loaded.model if hasattr(model_or_loaded, "model") and hasattr(model_or_loaded, "tokenizer") \
-        else model_or_loaded
-
-
-def _lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """The target's logits [rows, vocab] for final hidden states [rows, hidden]."""
-    logits = model.get_output_embeddings()(hidden)
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
-
-
-def verify_tree(model, tree: TreeBuffers, tree_tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+def verify_tree(backend, tree: TreeBuffers, tree_tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
     """One target forward over the tree tokens [n] after the cached prefix; return (hidden [n, h], logits [n, vocab])."""
-    prefix = kv.cache_length(cache)
-    positions = (tree.position_ids + prefix)[None]
-    mask = kv.tree_mask(prefix, tree.visible, model.dtype)
-    hidden = kv.hidden_forward(model, tree_tokens[None], cache, position_ids=positions, attention_mask=mask)
-    return hidden, _lm_logits(model, hidden)
+    backend = as_backend(backend)
+    positions = (tree.position_ids + backend.cache_length(cache))[None]
+    hidden = backend.hidden(tree_tokens[None], cache, positions, tree.visible)
+    return hidden, backend.lm_head(hidden)
 
 
-def medusa_step(model, heads: MedusaHeads, tree: TreeBuffers, root: int, hidden_last: torch.Tensor, cache,
+def medusa_step(backend, heads: MedusaHeads, tree: TreeBuffers, root: int, hidden_last: torch.Tensor, cache,
                 settings: GenerationSettings, params: MedusaParams, generator):
     """One Medusa step: propose, verify, accept, keep the accepted path in the cache.
 
     Returns (new tokens = accepted candidates + the next root, accepted count, hidden state of the
     last accepted node).
     """
+    backend = as_backend(backend)
     device = hidden_last.device
     proposals = heads.topk(hidden_last, tree.depth, tree.topk).flatten().to(device)
     candidates = torch.cat([torch.tensor([root], device=device), proposals])
     tree_tokens = candidates[tree.tree_indices]
-    prefix = kv.cache_length(cache)
-    hidden, logits = verify_tree(model, tree, tree_tokens, cache)
+    prefix = backend.cache_length(cache)
+    hidden, logits = verify_tree(backend, tree, tree_tokens, cache)
     if settings.greedy:
         best, accepted = accept_greedy_tree(tree_tokens, greedy_tokens(logits), tree.retrieve_indices)
     else:
@@ -329,64 +306,65 @@ def medusa_step(model, heads: MedusaHeads, tree: TreeBuffers, root: int, hidden_
     path = tree.retrieve_indices[best, : accepted + 1]
     last = int(path[-1])
     following = pick_token(logits[last], settings, params, generator)
-    kv.keep_positions(cache, prefix, path)
+    backend.keep_positions(cache, prefix, path)
     return tree_tokens[path[1:]].tolist() + [following], accepted, hidden[last]
 
 
-@torch.inference_mode()
+class MedusaStep(DecodeStep):
+    """Medusa's state: the tree (cut to the budget near the end), the cache and the last hidden state."""
+
+    def __init__(self, backend: Backend, heads: MedusaHeads, settings: GenerationSettings, params: MedusaParams):
+        self.backend, self.heads, self.settings, self.params = backend, heads, settings, params
+        device = backend.device
+        self.tree_name, self.choices = resolve_tree(params.tree, heads.num_heads, device.type,
+                                                    getattr(heads, "tree_choices", None))
+        self.full = build_tree_buffers(self.choices).to(device)
+        self.trees = {self.full.depth: self.full}
+        self.positions = self.full.depth
+        self.generator = make_generator(settings, device)
+        self.cache = self.hidden = None
+
+    def prefill(self, input_ids: torch.Tensor) -> int:
+        self.cache = self.backend.new_cache()
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        self.hidden = self.backend.hidden(input_ids, self.cache, positions)[-1]
+        return pick_token(self.backend.lm_head(self.hidden[None])[0], self.settings, self.params, self.generator)
+
+    def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
+        depth = min(self.full.depth, remaining - 1)  # never propose past the budget
+        if depth not in self.trees:
+            self.trees[depth] = build_tree_buffers([c for c in self.choices if len(c) <= depth]).to(self.backend.device)
+        tree = self.trees[depth]
+        new, accepted, self.hidden = medusa_step(self.backend, self.heads, tree, out[-1], self.hidden, self.cache,
+                                                 self.settings, self.params, self.generator)
+        return new, accepted, range(1, tree.depth + 1)  # the proposed path: one guess per depth
+
+    def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
+        heads, params, lossy = self.heads, self.params, not self.settings.greedy
+        extra = {
+            "tree": self.tree_name, "tree_nodes": self.full.n, "tree_depth": self.full.depth,
+            "num_heads": heads.num_heads, "num_layers": heads.num_layers, "shared_projection": heads.shared_projection,
+            "backend": "builtin", "acceptance": "typical" if lossy else "greedy", "lossy": lossy,
+            "posterior_threshold": params.posterior_threshold, "posterior_alpha": params.posterior_alpha,
+        }
+        if lossy:
+            extra["note"] = TYPICAL_NOTE
+        return extra
+
+
 def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings,
              params: MedusaParams | None = None) -> DecodeResult:
     """Generate with Medusa heads and tree attention; return a DecodeResult with method "medusa".
 
-    ``model`` is a transformers causal LM or a LoadedModel; ``heads`` is a MedusaHeads (see
-    tools.medusa.checkpoint.load_heads). Greedy settings give exactly the baseline's output;
-    temperature > 0 uses typical acceptance (lossy, marked in ``extra``).
+    ``model`` is a transformers causal LM, a LoadedModel or a TransformersBackend; ``heads`` is a
+    MedusaHeads (see tools.medusa.checkpoint.load_heads). Greedy settings give exactly the baseline's
+    output; temperature > 0 uses typical acceptance (lossy, marked in ``extra``).
     """
     params = params or MedusaParams()
-    model = _unwrap(model)
-    device = model.device
+    backend = as_backend(model)
     if heads.shared_projection:
-        heads.attach(model)
-    name, choices = resolve_tree(params.tree, heads.num_heads, device.type, getattr(heads, "tree_choices", None))
-    full = build_tree_buffers(choices).to(device)
-    trees = {full.depth: full}
-    generator = make_generator(settings, device)
-    eos = set(settings.eos_token_ids)
-    ids = as_input_ids(prompt_ids, device)
-    cache = kv.new_cache(model)
-
-    t0 = time.perf_counter()
-    hidden = kv.hidden_forward(model, ids, cache, position_ids=torch.arange(ids.shape[1], device=device)[None])[-1]
-    root = pick_token(_lm_logits(model, hidden[None])[0], settings, params, generator)
-    t1 = time.perf_counter()
-
-    out = [root]
-    stopped = "eos" if root in eos else "length"
-    tally = StepTally(positions=full.depth)
-    while stopped == "length" and len(out) < settings.max_new_tokens:
-        depth = min(full.depth, settings.max_new_tokens - len(out) - 1)  # never propose past the budget
-        if depth not in trees:
-            trees[depth] = build_tree_buffers([c for c in choices if len(c) <= depth]).to(device)
-        tree = trees[depth]
-        new, accepted, hidden = medusa_step(model, heads, tree, out[-1], hidden, cache, settings, params, generator)
-        tally.record(accepted, range(1, tree.depth + 1))  # the proposed path: one guess per depth
-        for token in new:
-            out.append(token)
-            if token in eos:
-                stopped = "eos"
-                break
-    sync(device)
-    t2 = time.perf_counter()
-    lossy = not settings.greedy
-    extra = {
-        "tree": name, "tree_nodes": full.n, "tree_depth": full.depth,
-        "num_heads": heads.num_heads, "num_layers": heads.num_layers, "shared_projection": heads.shared_projection,
-        "backend": "builtin", "acceptance": "typical" if lossy else "greedy", "lossy": lossy,
-        "posterior_threshold": params.posterior_threshold, "posterior_alpha": params.posterior_alpha,
-    }
-    if lossy:
-        extra["note"] = TYPICAL_NOTE
-    return tally.result("medusa", out, (t0, t1, t2), stopped, extra)
+        heads.attach(backend.model)  # the heads share the transformers model's lm_head module
+    return decode(backend, prompt_ids, settings, MedusaStep(backend, heads, settings, params), "medusa")
 
 
 # ---------------------------------------------------------------------------------------- upstream backend

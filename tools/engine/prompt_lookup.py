@@ -37,63 +37,19 @@ tokens / draft tokens verified.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from tools.engine import kv
-from tools.engine.autoregressive import as_input_ids, next_token, prefill, sync
+from tools.engine.backend import Backend, as_backend
+from tools.engine.loop import DecodeStep, decode, next_token, prefill
 from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.errors import ParameterError
-
-MAX_CANDIDATE_TOKENS = 64
-MAX_CANDIDATES = 16
+from tools.engine.params import MAX_CANDIDATE_TOKENS, MAX_CANDIDATES, PromptLookupParams  # noqa: F401  (re-exported: part of this module's API)
 
 
-class PromptLookupParams(BaseModel):
-    """Prompt lookup parameters: n-gram sizes to match, the draft length and the drafts per step."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_ngram_size: int = Field(3, description="longest suffix n-gram searched for earlier in the text")
-    min_ngram_size: int = Field(1, description="shortest suffix n-gram tried before giving up on a draft")
-    num_candidate_tokens: int = Field(10, description="tokens copied after the match as a draft")
-    num_candidates: int = Field(3, description="different drafts (from different matches) verified per step")
-    max_candidate_tokens: int = Field(20, description="a fully accepted draft doubles the next one's length, "
-                                                      "up to this (copying runs on)")
-    max_draft_tokens: int = Field(31, description="draft tokens verified per step at most (later drafts are "
-                                                  "cut to fit; ~32 tokens per pass is nearly free on a CPU)")
-
-    def check(self) -> PromptLookupParams:
-        """Return self, or raise ParameterError naming the parameter to change."""
-        if self.min_ngram_size < 1:
-            raise ParameterError(f"min_ngram_size must be at least 1, got {self.min_ngram_size}",
-                                 hint="try min_ngram_size=1")
-        if self.max_ngram_size < self.min_ngram_size:
-            raise ParameterError(
-                f"max_ngram_size ({self.max_ngram_size}) is below min_ngram_size ({self.min_ngram_size})",
-                hint="raise max_ngram_size or lower min_ngram_size (defaults 3 and 1)")
-        if not 1 <= self.num_candidate_tokens <= MAX_CANDIDATE_TOKENS:
-            raise ParameterError(
-                f"num_candidate_tokens must be from 1 to {MAX_CANDIDATE_TOKENS}, got {self.num_candidate_tokens}",
-                hint="try num_candidate_tokens=10")
-        if not self.num_candidate_tokens <= self.max_candidate_tokens <= MAX_CANDIDATE_TOKENS:
-            raise ParameterError(
-                f"max_candidate_tokens must be from num_candidate_tokens ({self.num_candidate_tokens}) to "
-                f"{MAX_CANDIDATE_TOKENS}, got {self.max_candidate_tokens}",
-                hint="set it equal to num_candidate_tokens for a fixed draft length")
-        if self.max_draft_tokens < 1:
-            raise ParameterError(f"max_draft_tokens must be at least 1, got {self.max_draft_tokens}",
-                                 hint="try max_draft_tokens=31")
-        if not 1 <= self.num_candidates <= MAX_CANDIDATES:
-            raise ParameterError(
-                f"num_candidates must be from 1 to {MAX_CANDIDATES}, got {self.num_candidates}",
-                hint="try num_candidates=3 (1 verifies a single draft, as transformers does)")
-        return self
 
 
 def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None,
@@ -156,79 +112,78 @@ def accept_sampling_onehot(p_at: Callable[[int], torch.Tensor], drafts: list[int
     return tree.depths[node], nxt
 
 
-@torch.inference_mode()
-def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLookupParams | None = None) -> DecodeResult:
-    """Prompt lookup decoding of ``prompt_ids``; returns a DecodeResult with method "ngram".
+class PromptLookupStep(DecodeStep):
+    """Prompt lookup's state: the whole text (prompt + output) in one device buffer, searched with
+    tensor ops each step, and the current draft length (doubles after a fully accepted draft)."""
 
-    Greedy output equals ``autoregressive.generate``; sampling is lossless in distribution.
-    """
-    params = (params or PromptLookupParams()).check()
-    device = model.device
-    dtype = next(model.parameters()).dtype
-    eos = set(settings.eos_token_ids)
-    input_ids = as_input_ids(prompt_ids, device)
-    prompt_len = input_ids.shape[1]
-    generator = make_generator(settings, device)
-    cache = kv.new_cache(model)
-    # the whole text (prompt + output) in one buffer, searched with tensor ops each step
-    text = torch.empty(prompt_len + settings.max_new_tokens + params.max_candidate_tokens + 1,
-                       dtype=torch.long, device=device)
-    text[:prompt_len] = input_ids[0]
+    def __init__(self, backend: Backend, settings: GenerationSettings, params: PromptLookupParams):
+        self.backend, self.settings, self.params = backend, settings, params
+        self.generator = make_generator(settings, backend.device)
+        self.k = params.num_candidate_tokens
+        self.draft_steps = self.multi_steps = 0
+        self.cache, self.text, self.length = None, None, 0
 
-    t0 = time.perf_counter()
-    first = next_token(prefill(model, input_ids, cache), settings, generator)
-    sync(device)
-    t1 = time.perf_counter()
+    def prefill(self, input_ids: torch.Tensor) -> int:
+        prompt_len = input_ids.shape[1]
+        self.cache = self.backend.new_cache()
+        self.text = torch.empty(prompt_len + self.settings.max_new_tokens + self.params.max_candidate_tokens + 1,
+                                dtype=torch.long, device=self.backend.device)
+        self.text[:prompt_len] = input_ids[0]
+        first = next_token(prefill(self.backend, input_ids, self.cache), self.settings, self.generator)
+        self.text[prompt_len] = first
+        self.length = prompt_len + 1  # tokens in ``text``; the cache holds all but the last
+        return first
 
-    out = [first]
-    text[prompt_len] = first
-    length = prompt_len + 1  # tokens in ``text``; the cache holds all but the last
-    stopped = "eos" if first in eos else "length"
-    tally, draft_steps, multi_steps = StepTally(), 0, 0
-    k = params.num_candidate_tokens  # this step's draft length: doubles after a fully accepted draft
-    while stopped == "length" and len(out) < settings.max_new_tokens:
-        remaining = settings.max_new_tokens - len(out)
-        drafts = fit_budget(find_candidate_set(text[:length], params, limit=remaining - 1, length=k),
+    def step(self, out: list[int], remaining: int) -> tuple[list[int], int, list[int]]:
+        params, backend, length = self.params, self.backend, self.length
+        drafts = fit_budget(find_candidate_set(self.text[:length], params, limit=remaining - 1, length=self.k),
                             params.max_draft_tokens)
         tree = build_draft_tree(out[-1], drafts)
         prefix = length - 1
-        ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
-        positions = (torch.tensor(tree.depths, device=device) + prefix)[None]
-        mask = None if tree.is_chain else kv.tree_mask(prefix, tree.visible().to(device), dtype)
-        logits = kv.forward(model, ids, cache, position_ids=positions, attention_mask=mask)
-        if settings.greedy:
+        ids = torch.tensor([tree.tokens], dtype=torch.long, device=backend.device)
+        positions = (torch.tensor(tree.depths, device=backend.device) + prefix)[None]
+        visible = None if tree.is_chain else tree.visible().to(backend.device)
+        logits = backend.forward(ids, self.cache, positions, visible)
+        if self.settings.greedy:
             node, nxt = accept_greedy_tree(tree, greedy_tokens(logits).tolist())
         else:
-            node, nxt = accept_sampling_tree(tree, lambda i, rows=logits: warp_probs(rows[i], settings), generator)
+            node, nxt = accept_sampling_tree(tree, lambda i: warp_probs(logits[i], self.settings), self.generator)
         path = tree.path_to(node)
         n = len(path) - 1
-        k = (min(2 * k, params.max_candidate_tokens) if drafts and n >= k
-             else params.num_candidate_tokens)
-        new = [tree.tokens[i] for i in path[1:]] + [nxt]
-        for i, t in enumerate(new):
-            if t in eos:
-                new, stopped = new[: i + 1], "eos"
-                break
+        self.k = (min(2 * self.k, params.max_candidate_tokens) if drafts and n >= self.k
+                  else params.num_candidate_tokens)
         if tree.is_chain:
-            kv.crop(cache, length + n)
+            backend.crop(self.cache, length + n)
         else:
-            kv.keep_positions(cache, prefix, torch.tensor(path, device=device))
-        text[length: length + len(new)] = torch.tensor(new, dtype=torch.long, device=device)
-        length += len(new)
-        out.extend(new)
-        tally.record(len(new) - 1, tree.depths[1:])
-        draft_steps += bool(drafts)
-        multi_steps += len(drafts) > 1
-    sync(device)
-    t2 = time.perf_counter()
-    return tally.result("ngram", out, (t0, t1, t2), stopped, extra={
-        "max_ngram_size": params.max_ngram_size,
-        "min_ngram_size": params.min_ngram_size,
-        "num_candidate_tokens": params.num_candidate_tokens,
-        "num_candidates": params.num_candidates,
-        "max_candidate_tokens": params.max_candidate_tokens,
-        "max_draft_tokens": params.max_draft_tokens,
-        "draft_steps": draft_steps,
-        "multi_draft_steps": multi_steps,
-        "tokens_per_decode_step": (len(out) - 1) / tally.steps if tally.steps else 0.0,
-    })
+            backend.keep_positions(self.cache, prefix, torch.tensor(path, device=backend.device))
+        new = [tree.tokens[i] for i in path[1:]] + [nxt]
+        self.text[length: length + len(new)] = torch.tensor(new, dtype=torch.long, device=backend.device)
+        self.length += len(new)
+        self.draft_steps += bool(drafts)
+        self.multi_steps += len(drafts) > 1
+        return new, n, tree.depths[1:]
+
+    def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
+        p = self.params
+        return {
+            "max_ngram_size": p.max_ngram_size,
+            "min_ngram_size": p.min_ngram_size,
+            "num_candidate_tokens": p.num_candidate_tokens,
+            "num_candidates": p.num_candidates,
+            "max_candidate_tokens": p.max_candidate_tokens,
+            "max_draft_tokens": p.max_draft_tokens,
+            "draft_steps": self.draft_steps,
+            "multi_draft_steps": self.multi_steps,
+            "tokens_per_decode_step": (len(out) - 1) / tally.steps if tally.steps else 0.0,
+        }
+
+
+def generate(model, prompt_ids, settings: GenerationSettings, params: PromptLookupParams | None = None) -> DecodeResult:
+    """Prompt lookup decoding of ``prompt_ids``; returns a DecodeResult with method "ngram".
+
+    ``model`` is a transformers causal LM, a LoadedModel or a Backend. Greedy output equals
+    ``autoregressive.generate``; sampling is lossless in distribution.
+    """
+    params = (params or PromptLookupParams()).check()
+    backend = as_backend(model)
+    return decode(backend, prompt_ids, settings, PromptLookupStep(backend, settings, params), "ngram")

@@ -20,37 +20,32 @@ an int8 copy of the draft (half the bytes of bfloat16 per token; see tools/decod
 fully accepted step and shrinks it after an early rejection; ``draft_confidence`` stops drafting
 when the draft's top probability falls below a threshold.
 
-``SpeculativeDecoder`` also offers the Lugh::Speculative API (inference/main, draft/draft_inference,
-k/depth; generate, step, draft_tokens, verify_tokens, init_caches; statistics).
+``DraftStep`` is the method's step in the shared loop (tools.engine.loop); ``SpeculativeDecoder`` is
+the Lugh::Speculative API over that same step (inference/main, draft/draft_inference, k/depth;
+generate, step, draft_tokens, verify_tokens, init_caches; statistics). Both models are reached
+through tools.engine.backend.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
-
-from tools.engine import kv
-from tools.engine import quantize
-from tools.engine.autoregressive import as_input_ids, sync
-from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
-from tools.engine.types import DecodeResult, GenerationSettings
 from pydantic import ValidationError
 
+from tools.engine import quantize
+from tools.engine.backend import Backend, TransformersBackend, as_backend, unwrap
+from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
+from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
+from tools.engine.types import DecodeResult, GenerationSettings, StepTally
+from tools.engine.params import DraftParams  # noqa: F401  (re-exported: part of this module's API)
 from tools.errors import ParameterError, VocabularyMismatchError
 
 K_MIN, K_MAX = 1, 16
 
 
-def _unwrap(model_or_loaded):
-    """Accept a transformers model or a tools.models.LoadedModel; return (model, tokenizer or None)."""
-    if hasattr(model_or_loaded, "model") and hasattr(model_or_loaded, "tokenizer"):
-        return model_or_loaded.model, model_or_loaded.tokenizer
-    return model_or_loaded, None
 
 
 def lm_head_rows(model) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
+    return as_backend(model).vocab_size
 
 
 def shared_vocab_size(target, draft, target_tok=None, draft_tok=None) -> int:
@@ -86,8 +81,8 @@ def validate_k(k: int) -> int:
 class _Drafter:
     """The draft model with its cache; proposes tokens, optionally over a trimmed vocabulary."""
 
-    def __init__(self, model, shared_vocab: int, target_vocab: int):
-        self.model = model
+    def __init__(self, backend: Backend, shared_vocab: int, target_vocab: int):
+        self.backend = backend
         self.shared_vocab = shared_vocab
         self.target_vocab = target_vocab
         self.cache = None
@@ -95,41 +90,31 @@ class _Drafter:
         self.subset: torch.Tensor | None = None  # token ids the draft may propose (sorted)
         self.head: torch.Tensor | None = None  # LM head rows for ``subset``
 
-    def can_trim(self) -> bool:
-        head = self.model.get_output_embeddings()
-        cfg = self.model.config
-        return (
-            isinstance(head, torch.nn.Linear)
-            and head.bias is None
-            and getattr(cfg, "final_logit_softcapping", None) is None
-            and getattr(cfg, "logit_scale", None) is None
-        )
-
     def set_vocab(self, draft_vocab: int | None, always: list[int]) -> None:
-        if not draft_vocab or draft_vocab >= self.shared_vocab or not self.can_trim():
-            self.subset, self.head = None, None
+        self.subset, self.head = None, None
+        if not draft_vocab or draft_vocab >= self.shared_vocab:
             return
-        dev = self.model.device
         ids = torch.cat([torch.arange(draft_vocab), torch.as_tensor(always, dtype=torch.long)])
-        ids = torch.unique(ids[ids < self.shared_vocab]).to(dev)
-        self.subset = ids
-        self.head = self.model.get_output_embeddings().weight.index_select(0, ids).contiguous()
+        ids = torch.unique(ids[ids < self.shared_vocab]).to(self.backend.device)
+        head = self.backend.head_rows(ids)
+        if head is not None:
+            self.subset, self.head = ids, head
 
     def reset(self, prompt: torch.Tensor) -> None:
         """Prefill the draft cache with the prompt [1, n]."""
-        self.cache = kv.new_cache(self.model)
+        self.cache = self.backend.new_cache()
         self.length = 0
         self._forward(prompt[0].tolist(), want_logits=False)
 
     def _forward(self, tokens: list[int], want_logits: bool = True) -> torch.Tensor | None:
-        dev = self.model.device
+        dev = self.backend.device
         ids = torch.tensor([tokens], device=dev)
         pos = torch.arange(self.length, self.length + len(tokens), device=dev)[None]
         self.length += len(tokens)
         if self.head is not None:
-            hidden = kv.hidden_forward(self.model, ids, self.cache, position_ids=pos)
+            hidden = self.backend.hidden(ids, self.cache, pos)
             return hidden[-1] @ self.head.T if want_logits else None
-        logits = kv.forward(self.model, ids, self.cache, position_ids=pos, logits_to_keep=1)
+        logits = self.backend.forward(ids, self.cache, pos, rows=1)
         return logits[-1, : self.shared_vocab] if want_logits else None
 
     def propose(self, seq: list[int], k: int, settings: GenerationSettings, generator, confidence: float | None,
@@ -149,12 +134,7 @@ class _Drafter:
                 if confidence is not None and i > 0 and float(q_local.max()) < confidence:
                     break
                 j = int(sample(q_local, generator))
-                q = torch.zeros(self.target_vocab, dtype=q_local.dtype, device=q_local.device)
-                if self.subset is not None:
-                    q.scatter_(0, self.subset, q_local)
-                else:
-                    q[: q_local.shape[0]] = q_local
-                qs.append(q)
+                qs.append(self._full_q(q_local))
             token = int(self.subset[j]) if self.subset is not None else j
             tokens.append(token)
             feed = [token]
@@ -163,9 +143,18 @@ class _Drafter:
         # the last proposed token was not fed: the cache holds seq + tokens[:-1]
         return tokens, (torch.stack(qs) if qs else None)
 
+    def _full_q(self, q_local: torch.Tensor) -> torch.Tensor:
+        """The draft's probabilities over the target's whole vocabulary (zero outside the draft's ids)."""
+        q = torch.zeros(self.target_vocab, dtype=q_local.dtype, device=q_local.device)
+        if self.subset is not None:
+            q.scatter_(0, self.subset, q_local)
+        else:
+            q[: q_local.shape[0]] = q_local
+        return q
+
     def rollback(self, length: int) -> None:
         if self.length > length:
-            kv.crop(self.cache, length)
+            self.backend.crop(self.cache, length)
             self.length = length
 
 
@@ -201,12 +190,93 @@ def accept_sampling(p: torch.Tensor, q: torch.Tensor | None, drafts: list[int], 
     return n, int(sample(dist, generator))
 
 
+class DraftStep(DecodeStep):
+    """The draft-model step the loop runs (and SpeculativeDecoder's Lugh API calls piece by piece):
+    the draft proposes up to K tokens, the target verifies them in one forward, both caches are cut
+    back to the committed sequence ``seq`` (prompt + output; the target's cache holds all but the last)."""
+
+    def __init__(self, target: Backend, drafter: _Drafter, n_vocab: int, settings: GenerationSettings, *, k: int,
+                 k_max: int, adaptive_k: bool, confidence: float | None, draft_vocab: int | None, draft_quant: str):
+        self.target, self.drafter, self.n_vocab, self.settings = target, drafter, n_vocab, settings
+        self.k, self.k_max, self.adaptive_k = k, k_max, adaptive_k
+        self.confidence, self.draft_vocab, self.draft_quant = confidence, draft_vocab, draft_quant
+        self.cache = None
+        self.seq: list[int] = []
+        self.generator = None
+        self.current_k = k
+        self.q: torch.Tensor | None = None  # the draft's probabilities of the last proposal (sampling)
+        self.eos: set[int] = set()
+
+    def prefill(self, input_ids: torch.Tensor) -> int:
+        """Prefill both models with the prompt [1, n] (on the target's device); return the first token."""
+        settings = self.settings
+        self.generator = make_generator(settings, self.target.device)
+        self.eos = set(settings.eos_token_ids)
+        self.cache = self.target.new_cache()
+        self.current_k = self.k
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        first = next_token(self._real(self.target.forward(input_ids, self.cache, positions, rows=1)[-1]),
+                           settings, self.generator)
+        self.drafter.set_vocab(self.draft_vocab, input_ids[0].tolist() + settings.eos_token_ids)
+        self.drafter.reset(input_ids.to(self.drafter.backend.device))
+        self.seq = input_ids[0].tolist() + [first]
+        return first
+
+    def propose(self, n: int) -> list[int]:
+        """Up to n draft tokens after the committed sequence (a second call proposes again from it)."""
+        self.drafter.rollback(len(self.seq) - 1)
+        tokens, self.q = self.drafter.propose(self.seq, n, self.settings, self.generator, self.confidence, self.eos)
+        return tokens
+
+    def verify(self, drafts: list[int]) -> tuple[list[int], int]:
+        """Score ``drafts`` in one target forward; commit and return (new tokens, drafts accepted)."""
+        m, L, dev = len(drafts), len(self.seq), self.target.device
+        ids = torch.tensor([[self.seq[-1], *drafts]], device=dev)
+        pos = torch.arange(L - 1, L + m, device=dev)[None]
+        logits = self._real(self.target.forward(ids, self.cache, pos))
+        if self.settings.greedy:
+            n, nxt = accept_greedy(logits, drafts)
+        else:
+            n, nxt = accept_sampling(warp_probs(logits, self.settings), self.q, drafts, self.generator)
+        new = drafts[:n] + [nxt]
+        self.seq.extend(new)
+        self.target.crop(self.cache, L + n)
+        self.drafter.rollback(L + n)
+        self.q = None
+        if self.adaptive_k and m:
+            if n == m and m == self.current_k:
+                self.current_k = min(self.current_k + 1, self.k_max)
+            elif n < m:
+                self.current_k = max(K_MIN, self.current_k - 1)
+        return new, n
+
+    def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
+        n = min(self.current_k, remaining - 1)  # room for the target's own token
+        drafts = self.propose(n) if n >= 1 else []
+        new, accepted = self.verify(drafts)
+        return new, accepted, range(1, len(drafts) + 1)
+
+    def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
+        return {"k": self.k, "adaptive_k": self.adaptive_k, "k_max": self.k_max,
+                "draft_confidence": self.confidence, "draft_quant": self.draft_quant,
+                "draft_vocab": int(self.drafter.subset.numel()) if self.drafter.subset is not None else None}
+
+    def _real(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
+        if logits.shape[-1] > self.n_vocab:
+            logits = logits.clone()
+            logits[..., self.n_vocab:] = float("-inf")
+        return logits
+
+
 class SpeculativeDecoder:
-    """Draft-model speculative decoder with the Lugh::Speculative API.
+    """Draft-model speculative decoder with the Lugh::Speculative API, a façade over ``DraftStep``.
 
     ``SpeculativeDecoder(inference=target, draft=draft, k=4, temperature=0.8, top_p=0.95)``;
     aliases: ``main`` for inference, ``draft_inference`` for draft, ``depth`` for k. Models are
     transformers causal LMs or ``tools.models.LoadedModel`` objects (then tokenizers are checked).
+    The defaults are the Lugh API's (k=4, fixed K, no confidence cut, no quantization);
+    ``for_settings(..., **DraftParams().model_dump())`` gives specpilot's tuned ones.
     """
 
     def __init__(self, inference=None, draft=None, k: int | None = None, temperature: float = 0.0,
@@ -221,66 +291,68 @@ class SpeculativeDecoder:
         if k is not None and depth is not None and k != depth:
             raise ParameterError(f"k={k} and depth={depth} disagree", hint="give one of them")
         k = validate_k(k if k is not None else depth if depth is not None else 4)
-        if not (0.0 < top_p <= 1.0):
-            raise ParameterError(f"top_p must be in (0, 1], got {top_p}")
-        if temperature < 0:
-            raise ParameterError(f"temperature must be >= 0, got {temperature}")
-        if draft_confidence is not None and not (0.0 <= draft_confidence < 1.0):
-            raise ParameterError(f"draft_confidence must be in [0, 1), got {draft_confidence}")
-        if draft_vocab is not None and draft_vocab < 1:
-            raise ParameterError(f"draft_vocab must be a positive number of token ids, got {draft_vocab}")
-        self.target, self.target_tokenizer = _unwrap(target)
-        self.draft_model, self.draft_tokenizer = _unwrap(drafter)
-        self._n_vocab = shared_vocab_size(self.target, self.draft_model, self.target_tokenizer, self.draft_tokenizer)
-        self._k = k
-        self.k_max = validate_k(k_max) if k_max is not None else min(K_MAX, 2 * k)
-        if self.k_max < k:
-            raise ParameterError(f"k_max={self.k_max} is below k={k}")
-        self.adaptive_k = adaptive_k
-        self.draft_confidence = draft_confidence
-        self.draft_vocab = draft_vocab
+        _check_options(top_p, temperature, draft_confidence, draft_vocab)
+        k_max = validate_k(k_max) if k_max is not None else min(K_MAX, 2 * k)
+        if k_max < k:
+            raise ParameterError(f"k_max={k_max} is below k={k}")
         try:
-            self.settings = GenerationSettings(
+            settings = GenerationSettings(
                 temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_ids=list(eos_token_ids or [])
             )
         except ValidationError as exc:
             raise ParameterError(f"invalid generation settings: {_first_error(exc)}") from None
-        self.draft_quant = quantize.resolve(draft_quant, self.draft_model.device)
-        proposer = quantize.int8_draft(self.draft_model) if self.draft_quant == "int8" else self.draft_model
-        self._drafter = _Drafter(proposer, self._n_vocab, lm_head_rows(self.target))
+        self.target, self.target_tokenizer = unwrap(target)
+        self.draft_model, self.draft_tokenizer = unwrap(drafter)
+        n_vocab = shared_vocab_size(self.target, self.draft_model, self.target_tokenizer, self.draft_tokenizer)
+        quant = quantize.resolve(draft_quant, self.draft_model.device)
+        proposer = quantize.int8_draft(self.draft_model) if quant == "int8" else self.draft_model
+        backend = TransformersBackend(self.target)
+        self._core = DraftStep(backend, _Drafter(as_backend(proposer), n_vocab, backend.vocab_size), n_vocab,
+                               settings, k=k, k_max=k_max, adaptive_k=adaptive_k, confidence=draft_confidence,
+                               draft_vocab=draft_vocab, draft_quant=quant)
         self.reset_stats()
-        self._seq: list[int] = []
-        self._cache = None
-        self._generator = None
-        self._current_k = k
-        self._q = None
 
-    # ------------------------------------------------------------------ accessors
-    @property
-    def k(self) -> int:
-        return self._k
+    @classmethod
+    def for_settings(cls, target, draft, settings: GenerationSettings, **options) -> SpeculativeDecoder:
+        """A decoder for ``settings`` (temperature, top-p, top-k, seed, EOS); ``options`` are the
+        keyword arguments (DraftParams' fields: k, adaptive_k, k_max, draft_confidence, ...)."""
+        return cls(inference=target, draft=draft, temperature=settings.temperature, top_p=settings.top_p,
+                   top_k=settings.top_k, seed=settings.seed, eos_token_ids=settings.eos_token_ids, **options)
+
+    # ------------------------------------------------------------------ accessors (read-only)
+    k = property(lambda self: self._core.k)
+    k_max = property(lambda self: self._core.k_max)
+    adaptive_k = property(lambda self: self._core.adaptive_k)
+    draft_confidence = property(lambda self: self._core.confidence)
+    draft_vocab = property(lambda self: self._core.draft_vocab)
+    draft_quant = property(lambda self: self._core.draft_quant)
+    n_vocab = property(lambda self: self._core.n_vocab, doc="Token ids shared by target and draft.")
+    temperature = property(lambda self: self.settings.temperature)
+    top_p = property(lambda self: self.settings.top_p)
 
     @property
-    def temperature(self) -> float:
-        return self.settings.temperature
+    def settings(self) -> GenerationSettings:
+        return self._core.settings
 
-    @property
-    def top_p(self) -> float:
-        return self.settings.top_p
+    @settings.setter
+    def settings(self, value: GenerationSettings) -> None:
+        self._core.settings = value
 
-    @property
-    def n_vocab(self) -> int:
-        """Token ids shared by target and draft."""
-        return self._n_vocab
+    # the committed sequence and the caches (tests and debugging look at them)
+    _seq = property(lambda self: self._core.seq)
+    _cache = property(lambda self: self._core.cache)
+    _drafter = property(lambda self: self._core.drafter)
 
     # ------------------------------------------------------------------ statistics
     def reset_stats(self) -> None:
-        self.tokens_drafted = 0
-        self.tokens_accepted = 0
-        self.total_steps = 0
-        self.accepted_per_step: list[int] = []
-        self.drafted_by_position = [0] * K_MAX
-        self.accepted_by_position = [0] * K_MAX
+        self._stats = StepTally()
+
+    tokens_drafted = property(lambda self: self._stats.drafted)
+    tokens_accepted = property(lambda self: self._stats.accepted)
+    total_steps = property(lambda self: self._stats.steps)
+    accepted_per_step = property(lambda self: self._stats.accepted_per_step)
+    drafted_by_position = property(lambda self: _padded(self._stats.drafted_by_position))
+    accepted_by_position = property(lambda self: _padded(self._stats.accepted_by_position))
 
     @property
     def acceptance_rate(self) -> float:
@@ -293,124 +365,48 @@ class SpeculativeDecoder:
         """Prefill both models with the prompt; return the first new token (from the target)."""
         if settings is not None:
             self.settings = settings
-        ids = as_input_ids(prompt_ids, self.target.device)
-        self._generator = make_generator(self.settings, self.target.device)
-        self._cache = kv.new_cache(self.target)
-        self._current_k = self._k
-        n = ids.shape[1]
-        logits = self._real(kv.forward(self.target, ids, self._cache, torch.arange(n, device=ids.device)[None], logits_to_keep=1)[-1])
-        first = int(greedy_tokens(logits)) if self.settings.greedy else int(sample(warp_probs(logits, self.settings), self._generator))
-        self._drafter.set_vocab(self.draft_vocab, ids[0].tolist() + self.settings.eos_token_ids)
-        self._drafter.reset(ids.to(self.draft_model.device))
-        self._seq = ids[0].tolist() + [first]
-        return first
+        return self._core.prefill(as_input_ids(prompt_ids, self._core.target.device))
 
     @torch.no_grad()
     def draft_tokens(self, n: int | None = None) -> list[int]:
         """Let the draft propose up to n (default: current K) tokens after the committed sequence."""
         self._require_init()
-        n = self._current_k if n is None else validate_k(n)
-        self._drafter.rollback(len(self._seq) - 1)  # a second call proposes again from the committed sequence
-        tokens, self._q = self._drafter.propose(
-            self._seq, n, self.settings, self._generator, self.draft_confidence, set(self.settings.eos_token_ids)
-        )
-        return tokens
+        return self._core.propose(self._core.current_k if n is None else validate_k(n))
 
     @torch.no_grad()
     def verify_tokens(self, drafts: list[int]) -> list[int]:
         """Score ``drafts`` with the target in one forward pass; commit and return the new tokens
         (the accepted drafts followed by the target's correction or bonus token)."""
         self._require_init()
-        if any(not (0 <= t < self._n_vocab) for t in drafts):
-            raise ParameterError(f"draft token ids must be in [0, {self._n_vocab})")
-        if not self.settings.greedy and drafts and (self._q is None or self._q.shape[0] != len(drafts)):
+        if any(not (0 <= t < self.n_vocab) for t in drafts):
+            raise ParameterError(f"draft token ids must be in [0, {self.n_vocab})")
+        q = self._core.q
+        if not self.settings.greedy and drafts and (q is None or q.shape[0] != len(drafts)):
             raise ParameterError("sampling verification needs the drafts proposed by draft_tokens()")
-        m = len(drafts)
-        L = len(self._seq)
-        dev = self.target.device
-        ids = torch.tensor([[self._seq[-1], *drafts]], device=dev)
-        pos = torch.arange(L - 1, L + m, device=dev)[None]
-        logits = self._real(kv.forward(self.target, ids, self._cache, position_ids=pos))
-        if self.settings.greedy:
-            n, nxt = accept_greedy(logits, drafts)
-        else:
-            n, nxt = accept_sampling(warp_probs(logits, self.settings), self._q, drafts, self._generator)
-        new = drafts[:n] + [nxt]
-        self._seq.extend(new)
-        kv.crop(self._cache, L + n)
-        self._drafter.rollback(L + n)
-        self._q = None
-        # statistics
-        self.total_steps += 1
-        self.tokens_drafted += m
-        self.tokens_accepted += n
-        self.accepted_per_step.append(n)
-        for i in range(m):
-            self.drafted_by_position[i] += 1
-            if i < n:
-                self.accepted_by_position[i] += 1
-        if self.adaptive_k and m:
-            if n == m and m == self._current_k:
-                self._current_k = min(self._current_k + 1, self.k_max)
-            elif n < m:
-                self._current_k = max(K_MIN, self._current_k - 1)
+        new, n = self._core.verify(drafts)
+        self._stats.record(n, range(1, len(drafts) + 1))
         return new
 
     def step(self, limit: int | None = None) -> list[int]:
         """One speculative step: draft, verify, commit; return the new tokens (at least one)."""
-        n = self._current_k if limit is None else min(self._current_k, limit)
+        n = self._core.current_k if limit is None else min(self._core.current_k, limit)
         drafts = self.draft_tokens(n) if n >= 1 else []
         return self.verify_tokens(drafts)
 
-    def _real(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
-        if logits.shape[-1] > self._n_vocab:
-            logits = logits.clone()
-            logits[..., self._n_vocab:] = float("-inf")
-        return logits
-
     def _require_init(self) -> None:
-        if self._cache is None:
+        if self._core.cache is None:
             raise ParameterError("call init_caches(prompt_ids) (or generate) first")
 
     # ------------------------------------------------------------------ generate
-    @torch.inference_mode()
     def run(self, prompt_ids, settings: GenerationSettings) -> DecodeResult:
-        """Generate with speculative decoding; return a DecodeResult with timings and counters."""
+        """Generate with speculative decoding (the shared loop); return a DecodeResult."""
         self.reset_stats()
-        eos = set(settings.eos_token_ids)
-        t0 = time.perf_counter()
-        first = self.init_caches(prompt_ids, settings)
-        t1 = time.perf_counter()
-        out = [first]
-        stopped = "eos" if first in eos else "length"
-        while stopped == "length" and len(out) < settings.max_new_tokens:
-            new = self.step(limit=settings.max_new_tokens - len(out) - 1)
-            for t in new:
-                out.append(t)
-                if t in eos:
-                    stopped = "eos"
-                    break
-            del out[settings.max_new_tokens:]
-        sync(self.target.device)
-        t2 = time.perf_counter()
-        return DecodeResult(
-            method="draft",
-            output_ids=out,
-            prefill_s=t1 - t0,
-            decode_s=t2 - t1,
-            steps=self.total_steps,
-            target_forwards=self.total_steps + 1,
-            tokens_drafted=self.tokens_drafted,
-            tokens_accepted=self.tokens_accepted,
-            accepted_per_step=list(self.accepted_per_step),
-            drafted_by_position=_trim_zeros(self.drafted_by_position),
-            accepted_by_position=self.accepted_by_position[: len(_trim_zeros(self.drafted_by_position))],
-            stopped_by=stopped,
-            extra={"k": self._k, "adaptive_k": self.adaptive_k, "k_max": self.k_max,
-                   "draft_confidence": self.draft_confidence, "draft_quant": self.draft_quant,
-                   "draft_vocab": int(self._drafter.subset.numel()) if self._drafter.subset is not None else None},
-        )
+        self.settings = settings
+        result = decode(self._core.target, prompt_ids, settings, self._core, "draft", tally=self._stats)
+        result.accepted_per_step = list(result.accepted_per_step)  # later steps keep counting in self._stats
+        result.drafted_by_position = list(result.drafted_by_position)
+        result.accepted_by_position = list(result.accepted_by_position)
+        return result
 
     def generate(self, prompt, max_tokens: int = 128):
         """Lugh-style generate: token ids in, token ids out; a string prompt returns text."""
@@ -433,26 +429,32 @@ class SpeculativeDecoder:
         return result.output_ids
 
 
+def _check_options(top_p: float, temperature: float, draft_confidence: float | None, draft_vocab: int | None) -> None:
+    if not (0.0 < top_p <= 1.0):
+        raise ParameterError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature < 0:
+        raise ParameterError(f"temperature must be >= 0, got {temperature}")
+    if draft_confidence is not None and not (0.0 <= draft_confidence < 1.0):
+        raise ParameterError(f"draft_confidence must be in [0, 1), got {draft_confidence}")
+    if draft_vocab is not None and draft_vocab < 1:
+        raise ParameterError(f"draft_vocab must be a positive number of token ids, got {draft_vocab}")
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
 
 
-def _trim_zeros(values: list[int]) -> list[int]:
-    end = len(values)
-    while end and values[end - 1] == 0:
-        end -= 1
-    return values[:end]
+def _padded(values: list[int]) -> list[int]:
+    """A by-position list as the Lugh API reports it: K_MAX entries."""
+    return values + [0] * (K_MAX - len(values))
 
 
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
              draft_vocab: int | None = None, draft_quant: str = "none") -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
-    decoder = SpeculativeDecoder(
-        inference=target, draft=draft, k=k, temperature=settings.temperature, top_p=settings.top_p,
-        top_k=settings.top_k, seed=settings.seed, adaptive_k=adaptive_k, k_max=k_max,
-        draft_confidence=draft_confidence, draft_vocab=draft_vocab, draft_quant=draft_quant,
-        eos_token_ids=settings.eos_token_ids,
-    )
+    decoder = SpeculativeDecoder.for_settings(
+        target, draft, settings, k=k, adaptive_k=adaptive_k, k_max=k_max, draft_confidence=draft_confidence,
+        draft_vocab=draft_vocab, draft_quant=draft_quant)
     return decoder.run(prompt_ids, settings)

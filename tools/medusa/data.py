@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from tools.errors import ParameterError
+
 STDLIB_MODULES = (
     "textwrap.py", "difflib.py", "heapq.py", "bisect.py", "statistics.py", "fractions.py", "calendar.py",
     "string.py", "shutil.py", "csv.py", "json/encoder.py", "functools.py", "random.py", "base64.py",
@@ -207,8 +209,6 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
     twelve kinds of templated math problems, and prose (summaries of module docs, emails, tips,
     comparisons)."""
     if variety not in VARIETIES:
-        from tools.errors import ParameterError
-
         raise ParameterError(f"unknown prompt variety {variety!r}", hint=f"use one of {', '.join(VARIETIES)}")
     rng = random.Random(seed)
     if variety == "wide":

@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory.store import home_dir
+
 from tools.engine.medusa import MedusaHeads
 from tools.errors import ParameterError, SpecpilotError
 from tools.medusa.checkpoint import save_heads
@@ -99,8 +101,6 @@ class TrainReport:
 # ---------------------------------------------------------------------------------------- data
 def default_cache_dir() -> Path:
     """Where cached hidden states live: ``$SPECPILOT_HOME/cache/medusa-train`` (default ~/.specpilot)."""
-    from memory.store import home_dir
-
     return home_dir() / "cache" / "medusa-train"
 
 

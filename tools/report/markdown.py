@@ -16,11 +16,12 @@ from pathlib import Path
 
 from memory.migrations import utc_now
 from memory.store import home_dir
+from tools.bench.summary import quality_text, summarise
 from tools.errors import ParameterError
 
 FORMATS = ("md", "json", "png")
-COLOURS = {"baseline": "#7f7f7f", "draft": "#1f77b4", "medusa": "#d62728", "lookahead": "#2ca02c",
-           "ngram": "#9467bd", "hf_assisted": "#aec7e8", "hf_assisted_int8": "#c5b0d5", "hf_prompt_lookup": "#ffbb78"}
+# the methods' chart colours are tools.engine.methods METHODS[...].colour; these are the peers'
+PEER_COLOURS = {"hf_assisted": "#aec7e8", "hf_assisted_int8": "#c5b0d5", "hf_prompt_lookup": "#ffbb78"}
 PEER_SHORT = {"hf_assisted": "HF assisted", "hf_assisted_int8": "HF assisted int8", "hf_prompt_lookup": "HF prompt lookup"}
 PROMPT_SHOWN = 1500
 
@@ -160,9 +161,19 @@ def _figure(width: float, height: float):
     return fig
 
 
+def _method_spec(method: str):
+    """The method table's entry for ``method`` (None for peers and unknown names)."""
+    # imported here: the method table loads torch and transformers, which `specpilot` start-up (agent.render
+    # reads fmt from this module) must not
+    from tools.engine.methods import METHODS
+
+    return METHODS.get(method)
+
+
 def _colour(method: str, i: int) -> str:
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-    return COLOURS.get(method, palette[i % len(palette)])
+    spec = _method_spec(method)
+    return spec.colour if spec is not None else PEER_COLOURS.get(method, palette[i % len(palette)])
 
 
 def _value_label(ax, x: float, y: float, text: str, fontsize: int = 9, rotation: int = 0) -> None:
@@ -305,9 +316,19 @@ def _cell(text) -> str:
 
 def output_text(run: dict) -> str:
     """Whether the output matched the baseline, as measured."""
-    from tools.bench.compare import quality_text
-
     return quality_text(run)
+
+
+def _training_of(method: str) -> str:
+    """What the method needs trained (from the method table), for runs stored without it."""
+    spec = _method_spec(method)
+    return spec.training if spec is not None else "none"
+
+
+def _draft_of(run: dict) -> str:
+    """Whether the run's method needs a draft model (from the method table), for runs stored without it."""
+    spec = _method_spec(run["method"])
+    return f"yes: {run.get('draft')}" if spec is not None and spec.needs_draft else "no"
 
 
 def results_table(runs: list[dict]) -> list[str]:
@@ -324,8 +345,8 @@ def results_table(runs: list[dict]) -> list[str]:
             params += f" ({r['params_source']})"
         cells = [label_of(r), r.get("run_id"), fmt(r.get("wall_time_s"), 3, " s"), fmt(r.get("tokens_per_s")),
                  fmt(r.get("speedup"), 2, "x") + spread, acc, fmt(r.get("mean_accepted_per_step")), output_text(r),
-                 r.get("training_required") or ("Medusa heads" if r["method"] == "medusa" else "none"),
-                 r.get("draft_required") or (f"yes: {r.get('draft')}" if r["method"] == "draft" else "no"), params]
+                 r.get("training_required") or _training_of(r["method"]),
+                 r.get("draft_required") or _draft_of(r), params]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 
@@ -342,9 +363,7 @@ def peers_table(runs: list[dict]) -> list[str]:
 
 
 def category_table(runs: list[dict]) -> list[str]:
-    """Per-category and overall figures for benchmark runs (pooled as tools.bench.suite.summarise states)."""
-    from tools.bench.suite import summarise
-
+    """Per-category and overall figures for benchmark runs (pooled as tools.bench.summary.summarise states)."""
     bench_runs = [r for r in runs if r.get("category") is not None and not r.get("sweep")]
     if not bench_runs:
         return []

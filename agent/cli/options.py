@@ -1,0 +1,188 @@
+"""Options shared by the ``specpilot`` commands: generation settings, the methods' own options (read from
+the method table, tools.engine.params) and the prompt.
+
+Parsers made by :class:`Parser` (the ``specpilot`` command's) add the options read from the table only
+when a command that has them is parsed or its help printed, so ``specpilot --help`` and the commands
+without them do not even read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tools.errors import SpecpilotError
+
+# parameter-model fields that have no command-line flag (set them in memory or through the tools)
+NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens"})
+# fields whose flag is not named after the field, so it is written by hand: field -> (flag, argparse options)
+HAND_WRITTEN = {
+    "prompt_lookup": ("--prompt-lookup-drafts", {
+        "type": int, "help": "prompt-lookup drafts verified with the pool each step (0: lookahead alone)"}),
+}
+# the command line's own help where it says more than the field's description (or something else)
+CLI_HELP = {
+    "k": "draft tokens per step (1-16)",
+    "adaptive_k": "adapt K to acceptance (default on; --no-adaptive-k for a fixed K)",
+    "draft_vocab": "draft over the N lowest token ids",
+    "draft_quant": "int8 copy of the draft on a CPU (default auto); the output is unchanged",
+    "tree": "tree name or JSON file of choices",
+    "window": "W",
+    "ngram": "N",
+    "guess": "G",
+    "num_candidates": "drafts verified per step (a token tree)",
+}
+GROUP_TITLES = {"draft": "draft model", "ngram": "prompt lookup (ngram)"}  # default: the method's name
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose slow-to-build options (see :func:`when_used`) are added just before it
+    parses or prints help. Its subparsers are Parsers too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def defer(self, build: Callable[[argparse.ArgumentParser], None]) -> None:
+        self._deferred.append(build)
+
+    def _build(self) -> None:
+        while self._deferred:
+            self._deferred.pop(0)(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._build()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._build()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._build()
+        return super().format_usage()
+
+
+def when_used(p: argparse.ArgumentParser, build: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``build(p)`` now, or, when ``p`` is a :class:`Parser`, just before ``p`` is used."""
+    if isinstance(p, Parser):
+        p.defer(build)
+    else:
+        build(p)
+
+
+def method_table():
+    """The method table module (METHODS, METHOD_NAMES, ACCELERATED)."""
+    # imported on first use: pydantic models only (no torch), but `specpilot --help` needs none of it
+    from tools.engine import params
+
+    return params
+
+
+def add_method_argument(p: argparse.ArgumentParser, *flags: str, names: Callable[[], Iterable[str]] | None = None,
+                        **kwargs) -> argparse.Action:
+    """An argument whose choices are method names: ``names()`` (default: every method in the table)."""
+    action = p.add_argument(*flags, **kwargs)
+
+    def fill(_: argparse.ArgumentParser) -> None:
+        action.choices = list(names() if names else method_table().METHOD_NAMES)
+
+    when_used(p, fill)
+    return action
+
+
+# ---------------------------------------------------------------------------- the methods' own options
+def _field_options(name: str, info) -> dict:
+    """argparse options for one parameter-model field, from its type (``None`` stays "not given")."""
+    annotation = info.annotation
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] if union else [annotation]
+    if kinds == [bool]:
+        options = {"action": argparse.BooleanOptionalAction}
+    elif len(kinds) == 1 and typing.get_origin(kinds[0]) is typing.Literal:
+        options = {"choices": list(typing.get_args(kinds[0]))}
+    elif kinds in ([int], [float]):
+        options = {"type": kinds[0]}
+    elif str in kinds:
+        options = {}  # a string (a union such as the Medusa tree's is given on the command line as its name)
+    else:
+        raise TypeError(f"parameter {name!r} ({annotation}) has no command-line form: "
+                        "add it to HAND_WRITTEN or NOT_ON_CLI in agent/cli/options.py")
+    return {**options, "default": None, "help": CLI_HELP.get(name, info.description)}
+
+
+def cli_fields(method: str) -> list[str]:
+    """The parameter-model fields of ``method`` that the command line sets."""
+    return [f for f in method_table().METHODS[method].params.model_fields if f not in NOT_ON_CLI]
+
+
+def _add_method_options_now(p: argparse.ArgumentParser) -> None:
+    added: set[str] = set()
+    for name, spec in method_table().METHODS.items():
+        fields = cli_fields(name)
+        if not fields and not spec.needs_heads:
+            continue
+        g = p.add_argument_group(GROUP_TITLES.get(name, name))
+        if spec.needs_heads:
+            g.add_argument("--medusa-heads", default=None, help="heads folder (default: shipped heads for the target)")
+        for field in fields:
+            if field in added:  # a field two methods share has one flag
+                continue
+            added.add(field)
+            if field in HAND_WRITTEN:
+                flag, options = HAND_WRITTEN[field]
+                g.add_argument(flag, default=None, **options)
+            else:
+                g.add_argument("--" + field.replace("_", "-"),
+                               **_field_options(field, spec.params.model_fields[field]))
+
+
+def add_method_options(p: argparse.ArgumentParser) -> None:
+    """One option group per method, a flag per parameter-model field (read from the method table)."""
+    when_used(p, _add_method_options_now)
+
+
+def method_params(args) -> dict:
+    """The method's own options from the command line (unset ones are left to the defaults)."""
+    params = {}
+    for field in cli_fields(args.method):
+        dest = HAND_WRITTEN[field][0].lstrip("-").replace("-", "_") if field in HAND_WRITTEN else field
+        params[field] = getattr(args, dest)
+    return params
+
+
+# ---------------------------------------------------------------------------- generation and prompt
+def prompt_text(args) -> str:
+    if args.prompt_file:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise SpecpilotError(f"prompt file {path} does not exist", hint="check the path")
+        return path.read_text()
+    if args.prompt:
+        return args.prompt
+    # tools.bench.compare loads torch: imported only when the demo prompt is needed
+    from tools.bench.compare import DEMO_PROMPT
+
+    return DEMO_PROMPT
+
+
+def add_generation_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by run, compare and bench."""
+    p.add_argument("--target", default=None, help="target model: built-in name, folder, .gguf file or hub id")
+    p.add_argument("--draft", default=None, help="draft model for --method draft")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=True, help="apply the chat template (default)")
+    chat.add_argument("--raw", dest="chat", action="store_false", help="feed the prompt as raw text")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--device-map", default=None, help="passed to transformers/accelerate, e.g. auto")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--repeats", type=int, default=1, help="timed repeats after a warm-up (median reported)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with all digits")

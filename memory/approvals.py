@@ -1,0 +1,86 @@
+"""The approvals part of the store: a gated action runs only with an approval the user gave for
+exactly its arguments, and only once."""
+
+from __future__ import annotations
+
+from memory.helpers import decode, dumps, require_text
+from memory.migrations import utc_now
+from tools.errors import ApprovalError, ParameterError
+
+APPROVAL_STATUSES = ("pending", "approved", "denied", "consumed")
+
+
+class ApprovalsMixin:
+    """Store methods for the ``approvals`` table (uses the store's ``_write``, ``_rows`` and ids)."""
+
+    def create_approval(self, action: str, arguments: dict, reason: str) -> str:
+        """Record a pending approval for ``action`` with its exact ``arguments``; return its id."""
+        require_text("action", action)
+        if not isinstance(arguments, dict):
+            raise ParameterError(f"arguments must be a dict, got {type(arguments).__name__}")
+        with self._write() as db:
+            approval_id = self._new_id(self._exists_in("approvals", "id"))
+            db["approvals"].insert({"id": approval_id, "created_at": utc_now(), "action": action,
+                                    "arguments": dumps(arguments), "reason": reason, "status": "pending"})
+        return approval_id
+
+    def get_approval(self, approval_id: str) -> dict:
+        """The approval ``approval_id`` with its arguments decoded."""
+        rows = self._rows("select * from approvals where id = ?", [str(approval_id)])
+        if not rows:
+            raise ApprovalError(f"no approval has the id {approval_id!r}",
+                                hint="ask for the action again to get a new approval id")
+        return decode(rows[0], ("arguments",))
+
+    def decide_approval(self, approval_id: str, approved: bool, by: str) -> dict:
+        """Approve or deny a pending approval (recording who and when); return it."""
+        require_text("by", by)
+        with self._write() as db:
+            cursor = db.execute(
+                "update approvals set status = ?, decided_by = ?, decided_at = ? where id = ? and status = 'pending'",
+                ["approved" if approved else "denied", by, utc_now(), str(approval_id)])
+            if cursor.rowcount != 1:
+                current = self.get_approval(approval_id)
+                raise ApprovalError(
+                    f"approval {approval_id} was already decided ({current['status']} by {current['decided_by']} "
+                    f"at {current['decided_at']}); a decision cannot be changed",
+                    hint="ask for the action again to get a new approval id")
+        return self.get_approval(approval_id)
+
+    def consume_approval(self, approval_id: str, action: str | None = None) -> dict:
+        """Use an approved approval, exactly once; return it (with the exact arguments to run).
+
+        If ``action`` is given the approval must be for that action. A pending, denied,
+        already consumed or unknown approval raises :class:`ApprovalError`.
+        """
+        with self._write() as db:
+            current = self.get_approval(approval_id)
+            if action is not None and current["action"] != action:
+                raise ApprovalError(f"approval {approval_id} is for {current['action']!r}, not {action!r}",
+                                    hint=f"ask for approval of {action!r} itself")
+            cursor = db.execute(
+                "update approvals set status = 'consumed', consumed_at = ? where id = ? and status = 'approved'",
+                [utc_now(), str(approval_id)])
+            if cursor.rowcount != 1:
+                status = current["status"]
+                if status == "pending":
+                    message = f"approval {approval_id} has not been approved yet"
+                    hint = "the user must approve it first"
+                elif status == "denied":
+                    message = f"approval {approval_id} was denied by {current['decided_by']}; the action will not run"
+                    hint = "ask again if the user changes their mind"
+                else:
+                    message = (f"approval {approval_id} was already used at {current['consumed_at']}; "
+                               "an approval runs its action once")
+                    hint = "ask for a new approval to run it again"
+                raise ApprovalError(message, hint=hint)
+        return self.get_approval(approval_id)
+
+    def list_approvals(self, status: str | None = None) -> list[dict]:
+        """Approvals, newest first, optionally only those with ``status``."""
+        if status is not None and status not in APPROVAL_STATUSES:
+            raise ParameterError(f"unknown approval status {status!r}",
+                                 hint=f"use one of: {', '.join(APPROVAL_STATUSES)}")
+        where, params = ("where status = ?", [status]) if status else ("", [])
+        rows = self._rows(f"select * from approvals {where} order by created_at desc, rowid desc", params)
+        return [decode(r, ("arguments",)) for r in rows]

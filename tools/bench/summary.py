@@ -1,0 +1,86 @@
+"""What stored run records say, in figures and words: the quality line of one run and the pooled
+per-category summary of benchmark runs. Plain Python over record dicts (no torch), so the report
+and the CLI can read it without loading a model library.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+
+def quality_text(record: dict) -> str:
+    """Quality loss as measured: identical to the baseline, or where and how the output differs."""
+    lossy = " (typical acceptance is lossy by design)" if record.get("lossy") else ""
+    if record.get("matches_baseline") is None:
+        return "not compared token by token (sampling)" + lossy
+    if record["matches_baseline"]:
+        return f"identical to baseline ({record.get('new_tokens')} tokens)"
+    div = record.get("first_divergence") or {}
+    pos = div.get("position")
+    if div.get("kind") == "near_tie":
+        return f"differs from token {pos}: floating-point near-tie (margin {div.get('margin'):.3g}), not an algorithm error"
+    if div.get("kind") == "length":
+        return f"differs from token {pos}: one output stopped earlier"
+    return (f"differs from token {pos}: baseline token {div.get('baseline_token')}, method token "
+            f"{div.get('method_token')} (margin {div.get('margin')}): real mismatch") + lossy
+
+
+def method_stats(runs: list[dict]) -> dict:
+    """Pooled figures of one method over several prompts.
+
+    speedup = total baseline time / total method time (each prompt's baseline timed beside the method);
+    speedup_mean/min/max are over the per-prompt speedups; mean accepted tokens per step = total new
+    tokens / total target forward passes; acceptance = total accepted / total drafted.
+    """
+    base = sum(r["baseline_wall_time_s"] for r in runs)
+    wall = sum(r["wall_time_s"] for r in runs)
+    per_prompt = [r["speedup"] for r in runs if r.get("speedup") is not None]
+    forwards = sum((r.get("steps") or 0) + 1 for r in runs)
+    drafted = sum(r.get("tokens_drafted") or 0 for r in runs)
+    accepted = sum(r.get("tokens_accepted") or 0 for r in runs)
+    compared = [r for r in runs if r.get("matches_baseline") is not None]
+    return {
+        "prompts": len(runs),
+        "speedup": base / wall if wall else None,
+        "speedup_mean": statistics.mean(per_prompt) if per_prompt else None,
+        "speedup_min": min(per_prompt) if per_prompt else None,
+        "speedup_max": max(per_prompt) if per_prompt else None,
+        "mean_accepted_per_step": sum(r.get("new_tokens") or 0 for r in runs) / forwards if forwards else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "tokens_per_s": sum(r.get("new_tokens") or 0 for r in runs) / wall if wall else None,
+        "identical": sum(1 for r in compared if r["matches_baseline"]),
+        "compared": len(compared),
+        "run_ids": [r["run_id"] for r in runs if r.get("run_id")],
+    }
+
+
+def peer_stats(runs: list[dict]) -> dict[str, dict]:
+    """Pooled speedup of each transformers peer, one measurement per prompt (the first record carrying it)."""
+    seen: dict[str, dict[str, dict]] = defaultdict(dict)  # peer -> prompt -> (peer row, baseline time)
+    for r in runs:
+        for name, row in (r.get("peers") or {}).items():
+            seen[name].setdefault(str(r.get("prompt")), {"peer": row, "baseline": r["baseline_wall_time_s"]})
+    out = {}
+    for name, by_prompt in seen.items():
+        base = sum(v["baseline"] for v in by_prompt.values())
+        wall = sum(v["peer"]["wall_time_s"] for v in by_prompt.values())
+        out[name] = {"prompts": len(by_prompt), "speedup": base / wall if wall else None,
+                     "identical": sum(1 for v in by_prompt.values() if v["peer"].get("matches_baseline"))}
+    return out
+
+
+def summarise(runs: list[dict]) -> dict:
+    """{"categories": {category: {label: stats}}, "overall": {label: stats}, "peers": {...}} for bench runs
+    (records with a ``category``), labels being the methods (peers under "peers")."""
+    by_cat: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    overall: dict[str, list] = defaultdict(list)
+    for r in runs:
+        by_cat[str(r.get("category"))][r["method"]].append(r)
+        overall[r["method"]].append(r)
+    return {
+        "categories": {c: {m: method_stats(rs) for m, rs in ms.items()} for c, ms in by_cat.items()},
+        "overall": {m: method_stats(rs) for m, rs in overall.items()},
+        "peers": {"categories": {c: peer_stats([r for rs in ms.values() for r in rs]) for c, ms in by_cat.items()},
+                  "overall": peer_stats(runs)},
+    }

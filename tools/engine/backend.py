@@ -1,0 +1,146 @@
+"""The narrow seam between the decoders and a model: everything a decoding method asks of a model.
+
+Decoders (tools.engine.autoregressive, prompt_lookup, lookahead, speculative, medusa) and the loop
+(tools.engine.loop) talk to a model only through ``Backend``: a KV cache they can create, measure,
+crop and compact, and one forward over new tokens at explicit positions, optionally under a tree
+visibility pattern, returning logits (all rows, the last few or chosen rows) or final hidden states.
+``TransformersBackend`` implements it over a transformers causal LM (tools.engine.kv); a second
+backend (llama.cpp, say) implements the same methods and every decoder runs on it unchanged.
+
+``as_backend`` accepts a Backend, a transformers model or a ``tools.models.LoadedModel`` (anything
+with ``.model`` and ``.tokenizer``), so existing callers keep passing models.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from tools.engine import kv
+
+
+class Backend(ABC):
+    """What the decoders need from a model. Caches are opaque objects owned by the backend.
+
+    ``visible`` (bool [n, n], on ``device``) says which of the n new tokens each new token attends
+    to; every new token also sees the whole cached prefix. None means causal. ``rows`` picks logits
+    rows: 0 all, an int the last that many, a LongTensor those rows (in that order).
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int  # rows of the LM head (logits width)
+
+    @abstractmethod
+    def new_cache(self) -> Any: ...
+
+    @abstractmethod
+    def cache_length(self, cache) -> int: ...
+
+    @abstractmethod
+    def crop(self, cache, length: int) -> None:
+        """Drop cached positions past ``length``."""
+
+    @abstractmethod
+    def keep_positions(self, cache, start: int, keep: torch.Tensor) -> None:
+        """Keep positions [0, start) and then ``start + keep`` (ascending offsets), dropping the rest."""
+
+    @abstractmethod
+    def forward(self, ids: torch.Tensor, cache, positions: torch.Tensor, visible: torch.Tensor | None = None,
+                rows: int | torch.Tensor = 0) -> torch.Tensor:
+        """Run ids [1, n] at positions [1, n] into ``cache``; return logits [rows kept, vocab]."""
+
+    @abstractmethod
+    def hidden(self, ids: torch.Tensor, cache, positions: torch.Tensor,
+               visible: torch.Tensor | None = None) -> torch.Tensor:
+        """Like ``forward`` but return the final hidden states [n, hidden] (after the final norm)."""
+
+    @abstractmethod
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's logits [rows, vocab] for final hidden states [rows, hidden]."""
+
+    def head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
+        """LM-head weight rows [len(token_ids), hidden] when logits are exactly ``hidden @ rows.T``
+        (so a caller may score a subset of the vocabulary); None when the head is not that simple."""
+        return None
+
+    def sync(self) -> None:
+        """Wait for queued device work, so wall-clock timings are honest (no-op on a CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+@lru_cache(maxsize=None)
+def _takes_logit_rows(forward_cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(forward_cls.forward).parameters
+
+
+class TransformersBackend(Backend):
+    """A transformers causal LM behind the Backend seam (DynamicCache, public forward, 4-D masks)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = torch.device(model.device)
+        self.dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype
+        head = model.get_output_embeddings()
+        rows = getattr(head, "out_features", None)  # also on an int8 (dynamically quantized) head
+        self.vocab_size = int(rows if rows is not None else head.weight.shape[0])
+        self._row_select = _takes_logit_rows(type(model))
+
+    def new_cache(self):
+        return kv.new_cache(self.model)
+
+    def cache_length(self, cache) -> int:
+        return kv.cache_length(cache)
+
+    def crop(self, cache, length: int) -> None:
+        kv.crop(cache, length)
+
+    def keep_positions(self, cache, start: int, keep: torch.Tensor) -> None:
+        kv.keep_positions(cache, start, keep)
+
+    def _mask(self, cache, visible: torch.Tensor | None) -> torch.Tensor | None:
+        return None if visible is None else kv.tree_mask(kv.cache_length(cache), visible, self.dtype)
+
+    def forward(self, ids, cache, positions, visible=None, rows=0) -> torch.Tensor:
+        mask = self._mask(cache, visible)
+        if self._row_select or (isinstance(rows, int) and rows == 0):
+            return kv.forward(self.model, ids, cache, position_ids=positions, attention_mask=mask, logits_to_keep=rows)
+        logits = kv.forward(self.model, ids, cache, position_ids=positions, attention_mask=mask)
+        return logits[-rows:] if isinstance(rows, int) else logits.index_select(0, rows)
+
+    def hidden(self, ids, cache, positions, visible=None) -> torch.Tensor:
+        return kv.hidden_forward(self.model, ids, cache, position_ids=positions,
+                                 attention_mask=self._mask(cache, visible))
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.get_output_embeddings()(hidden)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    def head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
+        head = self.model.get_output_embeddings()
+        cfg = self.model.config
+        if not (isinstance(head, torch.nn.Linear) and head.bias is None
+                and getattr(cfg, "final_logit_softcapping", None) is None
+                and getattr(cfg, "logit_scale", None) is None):
+            return None
+        return head.weight.index_select(0, token_ids).contiguous()
+
+
+def unwrap(model_or_loaded):
+    """Accept a transformers model or a LoadedModel (``.model`` and ``.tokenizer``); return (model, tokenizer)."""
+    if hasattr(model_or_loaded, "model") and hasattr(model_or_loaded, "tokenizer"):
+        return model_or_loaded.model, model_or_loaded.tokenizer
+    return model_or_loaded, None
+
+
+def as_backend(model_or_loaded_or_backend) -> Backend:
+    """A Backend for a Backend (returned as is), a transformers model or a LoadedModel."""
+    if isinstance(model_or_loaded_or_backend, Backend):
+        return model_or_loaded_or_backend
+    return TransformersBackend(unwrap(model_or_loaded_or_backend)[0])

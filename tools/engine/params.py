@@ -1,0 +1,199 @@
+"""The methods' parameter models and THE method table, with no torch import: the CLI builds its options
+and the tools their schemas from here without loading a model library. Defaults are defined here once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools.engine.medusa_trees import AUTO
+from tools.errors import ParameterError
+
+MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
+MAX_CANDIDATE_TOKENS = 64
+MAX_CANDIDATES = 16
+
+
+class BaselineParams(BaseModel):
+    """The baseline has no parameters of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DraftParams(BaseModel):
+    """Draft-model speculative decoding parameters (the ``draft`` method of tools.engine.methods).
+
+    Defaults chosen from a sweep on a 2-core CPU with the default pair (README, "Measured"): start
+    at K=8, adapt K up to 16, stop a draft early when the draft's top probability is below 0.4, and
+    draft with an int8 copy of the draft model on a CPU. None of them changes the output. The field
+    names are SpeculativeDecoder's keyword arguments (whose own defaults are the Lugh API's: k=4, no
+    adaptation, no confidence cut, no quantization).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(8, ge=1, le=16, description="draft tokens per step (the starting K when adaptive)")
+    adaptive_k: bool = Field(True, description="grow K after a fully accepted step, shrink it after a rejection")
+    k_max: int | None = Field(16, ge=1, le=16, description="upper bound for adaptive K (None: 2k)")
+    draft_confidence: float | None = Field(
+        0.4, ge=0.0, lt=1.0, description="stop drafting when the draft's top probability falls below this"
+    )
+    draft_quant: Literal["auto", "none", "int8"] = Field(
+        "auto", description="int8 copy of the draft on CPUs (auto: int8 on a CPU, none on a GPU); output unchanged"
+    )
+    draft_vocab: int | None = Field(
+        None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
+    )
+
+
+class MedusaParams(BaseModel):
+    """Medusa's own parameters (temperature, top-p, top-k and seed come from GenerationSettings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    posterior_threshold: float = Field(0.09, gt=0.0, le=1.0, description="typical acceptance: upper bound on the needed p(x)")
+    posterior_alpha: float = Field(0.3, gt=0.0, le=1.0, description="typical acceptance: scale of exp(-entropy)")
+    tree: str | list[list[int]] = Field(
+        AUTO, description="tree name (auto, chain3, chain4, cpu8, cpu16, mc_sim_7b_63), JSON file, or list of choices"
+    )
+
+
+class PromptLookupParams(BaseModel):
+    """Prompt lookup parameters: n-gram sizes to match, the draft length and the drafts per step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_ngram_size: int = Field(3, description="longest suffix n-gram searched for earlier in the text")
+    min_ngram_size: int = Field(1, description="shortest suffix n-gram tried before giving up on a draft")
+    num_candidate_tokens: int = Field(10, description="tokens copied after the match as a draft")
+    num_candidates: int = Field(3, description="different drafts (from different matches) verified per step")
+    max_candidate_tokens: int = Field(20, description="a fully accepted draft doubles the next one's length, "
+                                                      "up to this (copying runs on)")
+    max_draft_tokens: int = Field(31, description="draft tokens verified per step at most (later drafts are "
+                                                  "cut to fit; ~32 tokens per pass is nearly free on a CPU)")
+
+    def check(self) -> PromptLookupParams:
+        """Return self, or raise ParameterError naming the parameter to change."""
+        if self.min_ngram_size < 1:
+            raise ParameterError(f"min_ngram_size must be at least 1, got {self.min_ngram_size}",
+                                 hint="try min_ngram_size=1")
+        if self.max_ngram_size < self.min_ngram_size:
+            raise ParameterError(
+                f"max_ngram_size ({self.max_ngram_size}) is below min_ngram_size ({self.min_ngram_size})",
+                hint="raise max_ngram_size or lower min_ngram_size (defaults 3 and 1)")
+        if not 1 <= self.num_candidate_tokens <= MAX_CANDIDATE_TOKENS:
+            raise ParameterError(
+                f"num_candidate_tokens must be from 1 to {MAX_CANDIDATE_TOKENS}, got {self.num_candidate_tokens}",
+                hint="try num_candidate_tokens=10")
+        if not self.num_candidate_tokens <= self.max_candidate_tokens <= MAX_CANDIDATE_TOKENS:
+            raise ParameterError(
+                f"max_candidate_tokens must be from num_candidate_tokens ({self.num_candidate_tokens}) to "
+                f"{MAX_CANDIDATE_TOKENS}, got {self.max_candidate_tokens}",
+                hint="set it equal to num_candidate_tokens for a fixed draft length")
+        if self.max_draft_tokens < 1:
+            raise ParameterError(f"max_draft_tokens must be at least 1, got {self.max_draft_tokens}",
+                                 hint="try max_draft_tokens=31")
+        if not 1 <= self.num_candidates <= MAX_CANDIDATES:
+            raise ParameterError(
+                f"num_candidates must be from 1 to {MAX_CANDIDATES}, got {self.num_candidates}",
+                hint="try num_candidates=3 (1 verifies a single draft, as transformers does)")
+        return self
+
+
+class LookaheadParams(BaseModel):
+    """Lookahead decoding parameters: window W, n-gram size N, guess set size G."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int = Field(15, description="W: columns of the lookahead window (parallel Jacobi trajectories)")
+    ngram: int = Field(5, description="N: n-gram size; the window has N-1 levels, candidates N-1 tokens")
+    guess: int = Field(5, description="G: n-grams kept per first token and verified per step at most")
+    pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
+    prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
+                                              "with the pool's n-grams each step; 0 for lookahead alone")
+
+    def lookup_params(self) -> PromptLookupParams | None:
+        """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
+        return PromptLookupParams(num_candidates=self.prompt_lookup) if self.prompt_lookup else None
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1) + the prompt-lookup drafts."""
+        extra = self.prompt_lookup * PromptLookupParams().num_candidate_tokens
+        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1) + extra
+
+    def check(self) -> LookaheadParams:
+        """Return self, or raise ParameterError naming the parameter to change."""
+        if self.ngram < 2:
+            raise ParameterError(f"ngram (N) must be at least 2, got {self.ngram}", hint="try ngram=5 (the default)")
+        if self.window < 1:
+            raise ParameterError(f"window (W) must be at least 1, got {self.window}", hint="try window=15")
+        if self.guess < 0:
+            raise ParameterError(f"guess (G) must be 0 or more, got {self.guess}", hint="try guess=5")
+        if not 0 <= self.prompt_lookup <= MAX_CANDIDATES:
+            raise ParameterError(f"prompt_lookup must be from 0 to {MAX_CANDIDATES}, got {self.prompt_lookup}",
+                                 hint="try prompt_lookup=2, or 0 for lookahead alone")
+        if self.tokens_per_step > MAX_STEP_TOKENS:
+            raise ParameterError(
+                f"W={self.window}, N={self.ngram}, G={self.guess} put 1 + (N-1)*W + G*(N-1) (+ drafts) = "
+                f"{self.tokens_per_step} tokens in each forward pass; the limit is {MAX_STEP_TOKENS}",
+                hint="lower window or guess (or ngram, which multiplies both)",
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Everything specpilot knows about one method, in one place: the CLI options, the tool schemas,
+    the report colours and the dependency check are all read from ``METHODS``."""
+
+    name: str
+    params: type[BaseModel]
+    description: str
+    colour: str  # chart colour
+    lossless: str  # what stays exact, in words
+    needs_draft: bool = False
+    needs_heads: bool = False
+    training: str = "none"  # what has to be trained before the method can run
+
+
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    MethodSpec("baseline", BaselineParams, "plain KV-cached autoregressive generation", "#7f7f7f", "reference"),
+    MethodSpec("draft", DraftParams, "draft-model speculative decoding (rejection sampling, exact)", "#1f77b4",
+               "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True),
+    MethodSpec("medusa", MedusaParams, "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
+               "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True,
+               training="Medusa heads"),
+    MethodSpec("lookahead", LookaheadParams, "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
+               "#2ca02c", "greedy: identical; sampling: lossless"),
+    MethodSpec("ngram", PromptLookupParams, "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
+               "#9467bd", "greedy: identical; sampling: lossless"),
+)}
+METHOD_NAMES = tuple(METHODS)
+ACCELERATED = tuple(name for name in METHOD_NAMES if name != "baseline")  # the methods that speed up decoding
+MethodName = Literal[METHOD_NAMES]  # type: ignore[valid-type]  (the schema's enum, built from the table)
+AcceleratedName = Literal[ACCELERATED]  # type: ignore[valid-type]
+PARAM_MODELS: dict[str, type[BaseModel]] = {name: spec.params for name, spec in METHODS.items()}
+DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
+
+
+def parse_params(method: str, params: dict | None) -> BaseModel:
+    """Validate a method's parameters; raise ParameterError naming the bad field."""
+    if method not in PARAM_MODELS:
+        raise ParameterError(f"unknown method {method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
+    clean = {k: v for k, v in (params or {}).items() if v is not None}
+    try:
+        model = PARAM_MODELS[method](**clean)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        allowed = ", ".join(PARAM_MODELS[method].model_fields)
+        raise ParameterError(
+            f"bad {method} parameter {field}: {err['msg']}", hint=f"{method} takes: {allowed or 'no parameters'}"
+        ) from None
+    check = getattr(model, "check", None)
+    if callable(check):
+        check()
+    return model
