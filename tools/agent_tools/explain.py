@@ -12,18 +12,13 @@ from tools.engine.params import ACCELERATED
 from tools.errors import ParameterError
 from tools.agent_tools.registry import ToolContext, tool
 
-TOPICS = {
-    "draft": "explain_draft.md",
-    "medusa": "explain_medusa.md",
-    "lookahead": "explain_lookahead.md",
-    "tradeoffs": "explain_tradeoffs.md",
-}
 ARXIV = re.compile(r"arXiv[: ]\s*(\d{4}\.\d{4,5})")
 
 
 # a topic per method that has an explanation in prompts/ (read from the method table), and the trade-offs
 TOPIC_NAMES = (*(m for m in ACCELERATED if resources.files("prompts").joinpath(f"explain_{m}.md").is_file()), "tradeoffs")
 Topic = Literal[TOPIC_NAMES]  # type: ignore[valid-type]
+TOPICS = {name: f"explain_{name}.md" for name in TOPIC_NAMES}
 
 
 class ExplainInput(BaseModel):
