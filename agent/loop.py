@@ -19,7 +19,7 @@ from typing import Any, ContextManager
 
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
-from agent.brains.base import RUN_WORDS, Brain, Reply
+from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
 
@@ -54,13 +54,16 @@ class Session:
 
     ``confirm`` asks the person y/n at the terminal; ``None`` is host mode (gated calls return
     ``approval_required``). ``activity(text)`` returns a context manager shown while a tool runs
-    (the chat's spinner); ``progress(text)`` receives progress lines from tools. ``planner`` answers slash
-    commands (default: the brain itself when it is the offline planner, else a new offline planner).
+    (the chat's spinner); ``progress(text)`` receives progress lines from tools; ``stream_text(text)``
+    receives a brain's answer as it arrives (a brain that used it marks its Reply ``streamed``).
+    ``planner`` answers slash commands (default: the brain itself when it is the offline planner, else
+    a new offline planner).
     """
 
     def __init__(self, store: Any, brain: Brain, confirm: Confirm | None = None, session_id: str | None = None,
                  activity: Callable[[str], ContextManager] | None = None,
-                 progress: Callable[[str], None] | None = None, planner: Brain | None = None):
+                 progress: Callable[[str], None] | None = None, planner: Brain | None = None,
+                 stream_text: Callable[[str], None] | None = None):
         self.store = store
         self.brain = brain
         self.confirm = confirm
@@ -68,6 +71,7 @@ class Session:
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.activity = activity or (lambda text: contextlib.nullcontext())
         self.progress = progress
+        self.stream_text = stream_text
         self.task_id: int | None = None
         self.turn_results: list[ToolResult] = []
         self.last_prompt: str | None = None
@@ -111,8 +115,10 @@ class Session:
         text = text.strip()
         if not text:
             return Reply("Say what you would like to do, or /help.")
-        self.store.log_message(self.session_id, "user", text)
         continuing = self.task_id is not None
+        if continuing and is_known_command(text):
+            return self._aside(text)
+        self.store.log_message(self.session_id, "user", text)
         if not continuing:
             self.task_id = self.store.create_task(request=text, kind=_kind(text), plan=[ANSWER_STEP])
         else:
@@ -121,7 +127,7 @@ class Session:
         try:
             if is_deploy_request(text) and not continuing:
                 reply = self._deploy(text)
-            elif text.startswith("/") or self._planner_is_asking():
+            elif self._for_planner(text, continuing):
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
@@ -140,11 +146,30 @@ class Session:
         self.store.log_message(self.session_id, "assistant", reply.text)
         return reply
 
+    def _aside(self, text: str) -> Reply:
+        """A known /command while a question waits for its answer: handled as a task of its own; the
+        question (and its task) stay open, and the reply says so."""
+        waiting, self.task_id = self.task_id, None
+        reply = self.handle(text)
+        if reply.awaiting:  # the command asked a question of its own: that one is pending now
+            return reply
+        self.task_id = waiting
+        left = [step for step in self.store.get_task(waiting)["left"] if step.startswith("waiting for the user")]
+        if left:
+            reply.text += f"\n(Still {left[0]})"
+        return reply
+
     def planner(self):
         """The deterministic planner (slash commands go to it whatever the brain)."""
         if self._planner is None:
             self._planner = self.brain if getattr(self.brain, "name", "") == "offline" else make_brain("offline")
         return self._planner
+
+    def _for_planner(self, text: str, continuing: bool) -> bool:
+        """Whether the deterministic planner answers this message: a known slash command, anything
+        shaped like a command when no question is pending, or anything while the planner asks."""
+        return (is_known_command(text) or (command_name(text) is not None and not continuing)
+                or self._planner_is_asking())
 
     def _planner_is_asking(self) -> bool:
         """Whether the planner (used for slash commands beside another brain) waits for an answer."""
@@ -186,6 +211,9 @@ class Session:
             self.store.update_task(self.task_id, status="unfinished", left=left)
         elif reply.unfinished:
             self.store.update_task(self.task_id, status="unfinished", left=[reply.unfinished])
+        elif reply.not_done:  # the request could not be served: recorded as such, not as done
+            self.store.update_task(self.task_id, status="failed", left=[f"not done: {reply.not_done}"],
+                                   note=f"not done: {reply.not_done}")
         elif self.turn_results and all(r.is_error for r in self.turn_results):
             self.store.update_task(self.task_id, status="failed", left=[ANSWER_STEP])
         else:
@@ -231,11 +259,16 @@ def resolve_waiting(store: Any, tool_input: Any, result: ToolResult) -> None:
 def host_call(store: Any, name: str, tool_input: dict | str | None, gate: Gate | None = None,
               progress: Callable[[str], None] | None = None) -> ToolResult:
     """One tool call from an agent host (JSON CLI, MCP), recorded as a task; gated calls return
-    ``approval_required`` unless ``gate`` can ask. Never raises."""
+    ``approval_required`` unless ``gate`` can ask. Never raises. With a read-only memory the call
+    runs without a task (read-only tools still answer; a tool that stores says why it cannot)."""
     shown = tool_input if isinstance(tool_input, str) else json.dumps(tool_input or {}, ensure_ascii=False, default=str)
-    task_id = store.create_task(request=f"{name} {shown[:300]}", kind=f"tool:{name}", plan=[name])
+    task_id = None
+    if not getattr(store, "read_only", False):
+        task_id = store.create_task(request=f"{name} {shown[:300]}", kind=f"tool:{name}", plan=[name])
     ctx = ToolContext(store=store, progress=progress, task_id=task_id)
     result = (gate or Gate(store)).call(name, tool_input, ctx)
+    if task_id is None:
+        return result
     if result.content.get("status") == "approval_required":
         store.update_task(task_id, status="unfinished", run_ids=result.run_ids,
                           left=[f"waiting for approval {result.content['approval_id']}: {result.content['will_run']}"])
@@ -252,8 +285,8 @@ def host_call(store: Any, name: str, tool_input: dict | str | None, gate: Gate |
 
 
 def _kind(text: str) -> str:
-    if text.startswith("/"):
-        return "command:" + text[1:].split(" ", 1)[0]
+    if command_name(text):
+        return "command:" + command_name(text)
     return "deploy" if is_deploy_request(text) else "request"
 
 

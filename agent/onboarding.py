@@ -1,5 +1,8 @@
 """First-run onboarding: ask which method, collect that method's parameters with the guidance
-defaults offered, save them, then run the first request.
+defaults offered, save them, then offer one short measured run (optional; at most 32 new tokens, on
+the small built-in model where the method allows). 'skip' to any question skips the questions (and
+is remembered); ``specpilot chat --skip-onboarding`` skips them this time. A draft equal to the
+target is refused with the reason.
 
 Every answer is saved as it is given (``onboarding.*`` answers), so an interrupted onboarding
 resumes where it stopped and nothing answered is asked twice; once the parameters are saved the
@@ -10,17 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent.brains.base import Reply
 from agent.brains.offline import find_method
 from agent.loop import Session
 from tools.errors import ParameterError
-from tools.engine.methods import parse_params
-from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from tools.engine.methods import METHODS as METHOD_SPECS, parse_params
+from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for
 
 METHODS = {"draft": "draft model (speculative decoding)", "medusa": "Medusa heads", "lookahead": "lookahead decoding"}
 METHOD_KEY = "onboarding.method"
+SKIPPED_KEY = "onboarding.skipped"
+SKIP_ANSWER = "skip"  # to any question: skip the questions (remembered)
+FIRST_RUN_TOKENS = 32  # the optional first run is short
 FIRST_PROMPT_KEY = "onboarding.first_prompt"
 DEFAULT_FIRST_PROMPT = "Write a Python function that checks whether a string is a palindrome."
 OWN_PARAMS = {"draft": ("k", "adaptive_k"), "medusa": ("posterior_threshold", "posterior_alpha"),
@@ -93,26 +100,56 @@ def _ask(ask: Ask, text: str, default: str) -> str:
     answer = ask(text, default)
     if answer is None:
         raise InputEnded(text)
+    if answer.strip().lower() == SKIP_ANSWER:
+        raise Skipped(text)
     return answer
 
 
 def run_onboarding(session: Session, ask: Ask, say: Say) -> Reply | None:
-    """Ask what is not saved yet, save the method's parameters, then run the first request.
+    """Ask what is not saved yet, save the method's parameters, then offer a short first run.
 
-    Returns the reply to the first request, or None when onboarding was already complete.
+    Returns the reply to the first run, or None when onboarding was already complete, was skipped
+    (the answer 'skip' to any question; remembered, so it is not asked again) or no run was wanted.
     Raises InputEnded when the input closes first (answers so far stay saved).
     """
     store = session.store
     if store.onboarding_complete():
         return None
-    say("Welcome to specpilot. A few questions first; press Enter to take the suggested value.")
+    say("Welcome to specpilot. A few questions first; press Enter to take the suggested value, or answer "
+        f"'{SKIP_ANSWER}' to skip them.")
+    try:
+        method = _choose_method(store, ask, say)
+        params = _save_params(session, method, ask, say)
+    except Skipped:
+        store.save_answer(SKIPPED_KEY, True)
+        store.mark_onboarding_complete()
+        say("Skipped. Save parameters any time, e.g. 'save k=6 for draft' or /save lookahead window=5; "
+            "/help lists what I can do.")
+        return None
+    store.mark_onboarding_complete()
+    say(f"Saved {method} parameters: " + ", ".join(f"{k}={v}" for k, v in params.items())
+        + ". I will not ask for them again.")
+    return _first_run(session, method, params, ask, say)
+
+
+class Skipped(Exception):
+    """The person answered 'skip' to an onboarding question."""
+
+
+def _choose_method(store: Any, ask: Ask, say: Say) -> str:
     method = store.get_answer(METHOD_KEY)
     while method is None:
         options = ", ".join(f"{i}) {m} — {d}" for i, (m, d) in enumerate(METHODS.items(), start=1))
         method = choose_method(_ask(ask, f"Which method do you want to use? {options}", "draft") or "draft")
         if method is None:
-            say("Please answer draft, medusa or lookahead (or 1, 2, 3).")
+            say("Please answer draft, medusa or lookahead (or 1, 2, 3), or skip.")
     store.save_answer(METHOD_KEY, method)
+    return method
+
+
+def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
+    """Collect the method's parameters (guidance's suggestions offered) and save them; return them."""
+    store = session.store
     suggested = session.call_tool("guidance", {"method": method})
     suggested_params = {} if suggested.is_error else suggested.content["suggested_params"]
     if not suggested.is_error:
@@ -120,18 +157,41 @@ def run_onboarding(session: Session, ask: Ask, say: Say) -> Reply | None:
             + ", ".join(f"{k}={suggested_params[k]}" for k in OWN_PARAMS[method] if k in suggested_params))
     params = _collect(store, method, suggested_params, ask, say, use_saved=True)
     while True:
-        saved = session.call_tool("save_params", {"method": method, "params": params, "make_default": True})
+        saved = session.call_tool("save_params", {"method": method, "params": params, "make_default": True,
+                                                  "replace": True})
         if not saved.is_error:
-            break
+            return params
         say(f"Those parameters do not work together: {saved.content['error']} — please answer them again.")
         params = _collect(store, method, suggested_params, ask, say, use_saved=False)
-    store.mark_onboarding_complete()
-    say(f"Saved {method} parameters: " + ", ".join(f"{k}={v}" for k, v in params.items())
-        + ". I will not ask for them again.")
+
+
+def first_run_plan(method: str, params: dict) -> tuple[str, int]:
+    """The target and token count of the optional first run: short (at most FIRST_RUN_TOKENS new tokens),
+    and on the small built-in model instead of the large default target when the method needs neither a
+    draft nor trained heads."""
+    target = str(params.get("target") or DEFAULT_TARGET)
+    spec = METHOD_SPECS[method]
+    if target == DEFAULT_TARGET and not (spec.needs_draft or spec.needs_heads):
+        target = SMALL_TARGET
+    return target, min(int(params.get("max_new_tokens") or FIRST_RUN_TOKENS), FIRST_RUN_TOKENS)
+
+
+def _first_run(session: Session, method: str, params: dict, ask: Ask, say: Say) -> Reply | None:
+    """Offer one short measured run; run it when the person says yes."""
+    target, tokens = first_run_plan(method, params)
+    try:
+        answer = _ask(ask, f"Run a short first measurement now ({method} on {target}, {tokens} new tokens)? y/n", "n")
+    except Skipped:
+        return None
+    if answer.strip().lower() not in ("y", "yes"):
+        say("No first run. Ask for one any time, e.g. 'run " + method + ": <prompt>'.")
+        return None
+    store = session.store
     prompt = store.get_answer(FIRST_PROMPT_KEY) or _ask(ask, "What prompt should I run first?", DEFAULT_FIRST_PROMPT)
     prompt = prompt.strip() or DEFAULT_FIRST_PROMPT
     store.save_answer(FIRST_PROMPT_KEY, prompt)
-    return session.handle(f"/run {method} {prompt}")
+    moved = f" target={target}" if target != params.get("target", DEFAULT_TARGET) else ""
+    return session.handle(f"/run {method} max_new_tokens={tokens}{moved} {prompt}")
 
 
 _MISSING = object()
@@ -143,11 +203,15 @@ def _collect(store: Any, method: str, suggested: dict, ask: Ask, say: Say, use_s
     for q in questions(method, suggested):
         key = f"onboarding.{method}.{q.key}"
         value = store.get_answer(key, _MISSING) if use_saved else _MISSING
+        if q.key == "draft":
+            q = draft_question(str(params.get("target") or DEFAULT_TARGET))
         while value is _MISSING:
             try:
                 value = parse_answer(_ask(ask, q.text, "" if q.default is None else str(q.default)), q.default)
                 if q.key in OWN_PARAMS[method]:
                     parse_params(method, {q.key: value})
+                if q.key == "draft":
+                    check_draft(str(params.get("target") or DEFAULT_TARGET), value)
             except ParameterError as exc:
                 say(f"{exc.user_message()} — please try again.")
                 value = _MISSING
@@ -155,3 +219,32 @@ def _collect(store: Any, method: str, suggested: dict, ask: Ask, say: Say, use_s
         if value != "" and value is not None:
             params[q.key] = value
     return params
+
+
+def draft_question(target: str) -> Question:
+    """The draft question for ``target``: the built-in draft that shares its tokenizer is offered, if any."""
+    draft = builtin_draft_for(target)
+    if draft:
+        return Question("draft", "Draft model (same tokenizer as the target, 5-10x smaller)", draft)
+    return Question("draft", f"Draft model (no built-in model is smaller than {target} and shares its tokenizer: "
+                             "give a smaller model of its family)", "")
+
+
+def check_draft(target: str, draft: str) -> None:
+    """Refuse a draft that is the target itself, or no draft at all; ParameterError says why."""
+    if not draft:
+        raise ParameterError("the draft method needs a draft model", hint="give one, or answer 'skip'")
+    if same_model(target, draft):
+        raise ParameterError(
+            "the draft must be a smaller model than the target, not the target itself: with draft = target every "
+            "token is accepted, so the run would show a high acceptance and a speedup that measure nothing but "
+            "overhead", hint="give a smaller model with the same tokenizer")
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model references name the same model (built-in name, or the same folder or file)."""
+    a, b = a.strip(), b.strip()
+    if a.lower() == b.lower():
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()

@@ -64,6 +64,8 @@ def show_run(record: dict, as_json: bool = False) -> None:
     if record.get("lossy"):
         out.print("note: this mode is lossy by design (typical acceptance); see the output comparison above")
     out.print(f"versions: {', '.join(f'{k} {v}' for k, v in (record.get('versions') or {}).items())}")
+    if record.get("not_stored"):
+        out.print(f"not stored: {record['not_stored']}")
 
 
 def runs_table(rows: list[dict]) -> Table:

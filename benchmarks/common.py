@@ -12,7 +12,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DEFAULT_PROMPTS = REPO.parent / "shared" / "data" / "spec_bench_dev.jsonl"
+# the eval half of the shipped Spec-Bench prompts (prompts/spec_bench.py): README figures are measured on
+# prompts nothing was fitted on; pass --prompts prompts/spec_bench_fit.jsonl for the fit half beside them
+from prompts.spec_bench import EVAL_PATH, FIT_PATH  # noqa: E402
+
+DEFAULT_PROMPTS = EVAL_PATH
+FIT_PROMPTS = FIT_PATH
 
 
 def base_parser(description: str, categories: str) -> argparse.ArgumentParser:
@@ -68,7 +73,8 @@ def run_benchmark(method: str, args, draft: str | None = None, extra_runners=Non
         ids = prompt_ids_for(ctx.target.tokenizer, inp.prompt, True)
         rec = measure_method(inp, ctx, ids, settings_for(inp, ctx),
                              progress=lambda m: print(f"  [{i + 1}/{len(prompts)}] {m}", file=sys.stderr, flush=True))
-        rec.update(question_id=row.get("question_id"), category=row["category"])
+        rec.question_id, rec.category = row.get("question_id"), row["category"]
+        rec = rec.to_store()
         records.append(rec)
         peers = rec["peers"]
         print(f"{row['category']:>15} q{row.get('question_id')}: {method} {rec['speedup']:.2f}x "
@@ -129,7 +135,8 @@ def run_benchmark_methods(methods: list[str], args, params: dict[str, dict]) -> 
         line = f"{row['category']:>15} q{row.get('question_id')}:"
         for m in methods:
             rec = record_from(inputs[m], ctx, ids, settings, parsed[m].model_dump(), timed)
-            rec.update(question_id=row.get("question_id"), category=row["category"])
+            rec.question_id, rec.category = row.get("question_id"), row["category"]
+            rec = rec.to_store()
             records[m].append(rec)
             line += (f" {m} {rec['speedup']:.2f}x (tok/step {rec['mean_accepted_per_step']:.2f}, "
                      f"same={rec['matches_baseline']}) |")

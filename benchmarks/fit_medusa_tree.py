@@ -1,8 +1,10 @@
 """Fit a Medusa tree to a set of heads on this machine (tools.medusa.tree_fit) and store it with them.
 
-1. Answers: the target's own greedy answers to prompts of a JSONL file (Spec-Bench style), written
-   by specpilot's draft-model decoder (greedy, so the target's output) and cached in ``--answers``;
-   categories in ``--exclude`` are left out (keep out what you evaluate Medusa on).
+1. Answers: the target's own greedy answers to prompts of a JSONL file (Spec-Bench style; default:
+   the fit half, prompts/spec_bench_fit.jsonl, so the eval half the benchmarks measure is never
+   fitted on), written by specpilot's draft-model decoder (greedy, so the target's output) and cached
+   in ``--answers``; categories in ``--exclude`` are left out of the fit and only simulated, and
+   ``--held-out FILE`` (e.g. prompts/spec_bench_eval.jsonl) adds prompts that are only simulated.
 2. The target reads each prompt + answer once; the heads' top-k at every answer position are
    compared with the tokens that followed (rank_hits).
 3. A tree is grown greedily over those positions (fit_tree) and cut to the size that maximises
@@ -17,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import DEFAULT_PROMPTS, REPO
+from common import FIT_PROMPTS, REPO
 
 CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 48)
 
@@ -49,8 +51,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--heads", default=str(REPO / "tools/data/medusa/qwen2.5-coder-1.5b-instruct"))
-    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
-    p.add_argument("--exclude", default="coding,math", help="categories left out of the fit")
+    p.add_argument("--prompts", default=str(FIT_PROMPTS), help="prompts to fit on (default: the fit half)")
+    p.add_argument("--exclude", default="", help="categories left out of the fit (only simulated)")
+    p.add_argument("--held-out", default=None, help="JSONL of prompts only simulated, never fitted on "
+                                                   "(e.g. prompts/spec_bench_eval.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
     p.add_argument("--answers", required=True, help="JSONL cache of the target's answers (made when missing)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -87,7 +91,11 @@ def main() -> None:
         for line in cache_file.read_text().splitlines():
             rec = json.loads(line)
             answers[rec["question_id"]] = rec
-    todo = [r for r in wanted if r["question_id"] not in answers]
+    held_rows = [r for r in rows if r["category"] in excluded]  # simulated with the fitted tree, never fitted on
+    if args.held_out:
+        lines = Path(args.held_out).read_text().splitlines()
+        held_rows += [{**r, "category": f"held-out {r['category']}"} for r in (json.loads(x) for x in lines if x.strip())]
+    todo = [r for r in wanted + held_rows if r["question_id"] not in answers]
     if todo:
         draft = models.load("qwen2.5-coder-0.5b-instruct", dtype="bfloat16")
         eos = eos_ids_for(target)
@@ -107,9 +115,8 @@ def main() -> None:
     hits = []
     k = 10
     held_out = {}  # evaluation categories: simulated tokens per step with the fitted tree, for information
-    eval_rows = [r for r in rows if r["category"] in excluded and r["question_id"] in answers]
     with torch.inference_mode():
-        for row in wanted + eval_rows:
+        for row, fitted in [(r, True) for r in wanted] + [(r, False) for r in held_rows]:
             rec = answers[row["question_id"]]
             P, out = len(rec["prompt_ids"]), rec["output_ids"]
             seq = torch.tensor([rec["prompt_ids"] + out])
@@ -117,10 +124,10 @@ def main() -> None:
                                        position_ids=torch.arange(seq.shape[1])[None])
             topk = torch.topk(heads(hidden[P - 1: P - 1 + len(out)]), k, dim=-1).indices.permute(1, 0, 2)
             table = rank_hits(topk.contiguous(), out)
-            if row["category"] in excluded:
-                held_out.setdefault(row["category"], []).append(table)
-            else:
+            if fitted:
                 hits.append(table)
+            else:
+                held_out.setdefault(row["category"], []).append(table)
     hits = torch.cat(hits)
     choices, means = fit_tree(hits, args.max_nodes)
     # tree-masked passes after 800 cached tokens, timed in 8 interleaved rounds
@@ -135,7 +142,8 @@ def main() -> None:
     top1 = [round(float(hits[:, d, 0].float().mean()), 3) for d in range(hits.shape[1])]
     simulated = {cat: round(simulate_tokens_per_step(tables, tree), 3) for cat, tables in held_out.items()}
     info = {"nodes": n, "fit_mean_accepted": round(means[n - 1], 4), "positions": int(hits.shape[0]),
-            "fit_categories": sorted(per_cat), "excluded": sorted(excluded), "head_top1": top1,
+            "fit_prompts": Path(args.prompts).name, "fit_categories": sorted(per_cat), "excluded": sorted(excluded),
+            "head_top1": top1,
             "curve_ms": {str(t): round(s * 1000, 1) for t, s in curve.items()},
             "simulated_tokens_per_step_excluded": simulated,
             "command": "benchmarks/fit_medusa_tree.py " + " ".join(_portable(a) for a in sys.argv[1:])}

@@ -44,6 +44,57 @@ def applied_migrations(db: Database) -> list[str]:
     return [row["name"] for row in db.query(f"select name from [{MIGRATIONS_TABLE}] order by rowid")]
 
 
+def unknown_schema(db: Database) -> str | None:
+    """Why ``db`` was written by a newer specpilot than this one (None when this version knows it):
+    a ``user_version`` above the number of migrations here, or applied migrations this version lacks."""
+    known = [fn.__name__ for fn in MIGRATIONS]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    unknown = [name for name in applied_migrations(db) if name not in known]
+    if unknown:
+        return (f"it has migrations this specpilot does not know ({', '.join(unknown[:5])}); "
+                f"this version knows {len(known)}")
+    if version > len(known):
+        return f"its schema version is {version}, this specpilot knows versions up to {len(known)}"
+    return None
+
+
+def pending_migrations(db: Database) -> list[str]:
+    """Names of the migrations this version has that ``db`` has not had yet."""
+    done = set(applied_migrations(db))
+    return [fn.__name__ for fn in MIGRATIONS if fn.__name__ not in done]
+
+
+_EXPECTED: dict[tuple[str, ...], dict[str, set[str]]] = {}
+
+
+def expected_columns() -> dict[str, set[str]]:
+    """Every table and its columns as the migrations build them (built once in memory)."""
+    key = tuple(fn.__name__ for fn in MIGRATIONS)
+    if key not in _EXPECTED:
+        scratch = Database(memory=True)
+        migrate(scratch)
+        _EXPECTED[key] = {t.name: set(t.columns_dict) for t in scratch.tables}
+        scratch.close()
+    return _EXPECTED[key]
+
+
+def missing_columns(db: Database) -> list[str]:
+    """``table.column`` for each table or column the migrations make that ``db`` lacks (a renamed one)."""
+    have = {t.name: set(t.columns_dict) for t in db.tables}
+    missing = []
+    for table, columns in expected_columns().items():
+        if table not in have:
+            missing.append(table)
+        else:
+            missing += [f"{table}.{c}" for c in sorted(columns - have[table])]
+    return missing
+
+
+def mark_version(db: Database) -> None:
+    """Record the number of applied migrations as the database's ``user_version``."""
+    db.execute(f"PRAGMA user_version = {len(applied_migrations(db))}")
+
+
 def migrate(db: Database) -> list[str]:
     """Apply every migration ``db`` has not had yet; return the names applied now.
 
@@ -67,6 +118,7 @@ def migrate(db: Database) -> list[str]:
             fn(db)
             db[MIGRATIONS_TABLE].insert({"name": fn.__name__, "applied_at": utc_now()})
             applied_now.append(fn.__name__)
+        mark_version(db)
     except BaseException:
         db.rollback()
         raise
@@ -280,3 +332,40 @@ def m008_create_trained_heads(db: Database) -> None:
         not_null=["target", "path", "trained_at"],
     )
     _move_legacy_answer(db, LEGACY_HEADS_KEY, "trained_heads", trained_heads_rows)
+
+
+# The columns the typed run record (tools.bench.record.RunRecord, version 2) has beyond m001's; before
+# m009 these keys were kept in the ``extra`` JSON column. JSON means a list or dict kept as JSON text.
+M009_RUN_COLUMNS = {
+    "record_version": int, "medusa_heads": str, "params_source": str, "sizing": "json", "settings": "json",
+    "chat": int, "baseline_output_ids": "json", "stopped_by": str, "lossy": int, "times": "json",
+    "baseline_times": "json", "repeats": int, "prefill_s": float, "drafted_by_position": "json",
+    "accepted_by_position": "json", "method_extra": "json", "peers": "json", "dtype_reason": str,
+    "device_map": str, "training_required": str, "draft_required": str, "category": str, "question_id": int,
+    "prompt_set": str, "sweep": "json", "legacy": "json",
+}
+
+
+@migration
+def m009_run_record_columns(db: Database) -> None:
+    """Every field of the typed run record gets a column; keys stored in ``extra`` move into them."""
+    for name, kind in M009_RUN_COLUMNS.items():
+        db["runs"].add_column(name, str if kind == "json" else kind)
+    db.execute("update runs set record_version = 1")
+    for row in list(db.query("select run_id, extra from runs where extra is not null")):
+        try:
+            extra = json.loads(row["extra"])
+        except ValueError:
+            continue
+        if not isinstance(extra, dict):
+            continue
+        moved = {k: v for k, v in extra.items() if k in M009_RUN_COLUMNS}
+        if not moved:
+            continue
+        values = {k: (json.dumps(v) if M009_RUN_COLUMNS[k] == "json"
+                      else int(v) if M009_RUN_COLUMNS[k] is int and isinstance(v, bool) else v)
+                  for k, v in moved.items()}
+        values = {k: v for k, v in values.items() if not isinstance(v, (list, dict))}
+        rest = {k: v for k, v in extra.items() if k not in values}
+        values["extra"] = json.dumps(rest) if rest else None
+        db["runs"].update(row["run_id"], values)

@@ -9,6 +9,8 @@ database runs in WAL mode with a busy timeout, and every write takes the write l
 
 from __future__ import annotations
 
+import logging
+import os
 import secrets
 import sqlite3
 import threading
@@ -23,14 +25,18 @@ from memory.approvals import APPROVAL_STATUSES, ApprovalsMixin
 from memory.helpers import (BUSY_TIMEOUT_S, DB_FILENAME, DEFAULT_HOME, HOME_ENV, database_path, decode, dumps,
                             enable_wal, home_dir, loads, require_str_list, require_text, scalar, settings_key)
 from memory.machine import LEGACY_KEYS, MachineMixin
-from memory.migrations import migrate, utc_now
-from tools.errors import ApprovalError, ParameterError, RunNotFoundError
+from memory.migrations import (M009_RUN_COLUMNS, migrate, missing_columns, pending_migrations, unknown_schema,
+                               utc_now)
+from tools.errors import ApprovalError, ParameterError, RunNotFoundError, StoreError
 
 __all__ = ["APPROVAL_STATUSES", "ApprovalError", "BUSY_TIMEOUT_S", "DB_FILENAME", "DEFAULT_HOME", "HOME_ENV",
            "Store", "database_path", "home_dir", "settings_key"]
 
-RUN_JSON_COLUMNS = ("params", "prompt_ids", "output_ids", "first_divergence", "hardware", "versions")
-RUN_BOOL_COLUMNS = ("matches_baseline",)
+log = logging.getLogger(__name__)
+
+RUN_JSON_COLUMNS = ("params", "prompt_ids", "output_ids", "first_divergence", "hardware", "versions",
+                    *(name for name, kind in M009_RUN_COLUMNS.items() if kind == "json"))
+RUN_BOOL_COLUMNS = ("matches_baseline", "chat", "lossy")
 TASK_JSON_COLUMNS = ("plan", "done", "left", "run_ids", "notes")
 TASK_STATUSES = ("running", "unfinished", "done", "failed")
 OPEN_TASK_STATUSES = ("running", "unfinished")
@@ -46,18 +52,83 @@ class Store(ApprovalsMixin, MachineMixin):
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else database_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-        self.db = Database(conn, execute_plugins=False)
         self._lock = threading.RLock()  # one connection may be shared by threads (e.g. the MCP server)
+        self.read_only = self.path.exists() and not os.access(self.path, os.W_OK)
         try:
-            enable_wal(self.db)
-            self.db.execute("PRAGMA synchronous=NORMAL")  # safe in WAL mode: durable up to the last checkpoint
-            self.applied_migrations = migrate(self.db)
+            self.db = self._connect()
+        except sqlite3.Error as exc:
+            raise self._error("opened", exc) from exc
+        try:
+            self.applied_migrations = self._open_schema()
+            self._run_columns = [c for c in self.db["runs"].columns_dict if c != "extra"]
+        except sqlite3.Error as exc:
+            self.db.close()
+            raise self._error("opened", exc) from exc
         except BaseException:
             self.db.close()
             raise
-        self._run_columns = [c for c in self.db["runs"].columns_dict if c != "extra"]
+
+    def _connect(self) -> Database:
+        """The connection: read-write (WAL mode), or read-only when the file cannot be written."""
+        if self.read_only:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                   check_same_thread=False)
+            log.warning("the memory database %s is read-only: reading only, nothing new is stored", self.path)
+            return Database(conn, execute_plugins=False)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder {self.path.parent} for the memory database: {exc}",
+                             hint=f"set {HOME_ENV} to a folder you can write to") from exc
+        db = Database(sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, check_same_thread=False),
+                      execute_plugins=False)
+        try:
+            enable_wal(db)
+            db.execute("PRAGMA synchronous=NORMAL")  # safe in WAL mode: durable up to the last checkpoint
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open_schema(self) -> list[str]:
+        """Refuse a schema this version does not understand; migrate (when writable); check the columns."""
+        newer = unknown_schema(self.db)
+        if newer:
+            raise StoreError(f"the memory database {self.path} was written by a newer specpilot: {newer}",
+                             hint=f"upgrade specpilot, or set {HOME_ENV} to another folder to start a new memory "
+                                  "(the file is left as it is)")
+        if self.read_only:
+            pending = pending_migrations(self.db)
+            if pending:
+                raise StoreError(f"the memory database {self.path} is read-only and needs {len(pending)} schema "
+                                 f"update(s) this version makes ({', '.join(pending[:3])})",
+                                 hint=f"make it writable (chmod u+w {self.path}) or set {HOME_ENV} to another folder")
+            applied = []
+        else:
+            applied = migrate(self.db)
+        missing = missing_columns(self.db)
+        if missing:
+            raise StoreError(f"the memory database {self.path} does not have the tables and columns specpilot "
+                             f"expects (missing: {', '.join(missing[:6])})",
+                             hint=f"move the file aside (it is kept as it is) or set {HOME_ENV} to another folder, "
+                                  "and specpilot starts a new memory")
+        return applied
+
+    def _error(self, doing: str, exc: BaseException) -> StoreError:
+        """A database error as a :class:`StoreError` naming the file and what to do."""
+        text = str(exc)
+        if "readonly" in text or "read-only" in text or self.read_only:
+            hint = f"the file is read-only: make it writable (chmod u+w {self.path}) or set {HOME_ENV} to another folder"
+        elif "locked" in text or "busy" in text:
+            hint = "another specpilot process is writing to it: try again when it has finished"
+        elif "not a database" in text or "malformed" in text or "corrupt" in text:
+            hint = (f"the file is damaged: move it aside (e.g. to {self.path.name}.broken) and specpilot starts a "
+                    "new memory")
+        elif "unable to open" in text:
+            hint = f"check that {self.path.parent} exists and can be written, or set {HOME_ENV} to another folder"
+        else:
+            hint = f"run with -v for the details; moving {self.path} aside starts a new memory"
+        return StoreError(f"the memory database {self.path} could not be {doing}: {text}", hint=hint)
 
     def close(self) -> None:
         """Close the database connection."""
@@ -74,18 +145,34 @@ class Store(ApprovalsMixin, MachineMixin):
     @contextmanager
     def _write(self) -> Iterator[Database]:
         """A write transaction that takes the write lock at once (waits up to the busy timeout)."""
+        if self.read_only:
+            raise StoreError(f"the memory database {self.path} is read-only: nothing can be stored",
+                             hint=f"make it writable (chmod u+w {self.path}) or set {HOME_ENV} to another folder")
         with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._error("written", exc) from exc
             try:
                 yield self.db
+            except sqlite3.Error as exc:
+                self.db.rollback()
+                raise self._error("written", exc) from exc
             except BaseException:
                 self.db.rollback()
                 raise
-            self.db.execute("COMMIT")
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self.db.rollback()
+                raise self._error("written", exc) from exc
 
     def _rows(self, sql: str, params: list | tuple = ()) -> list[dict]:
         with self._lock:
-            return list(self.db.query(sql, params))
+            try:
+                return list(self.db.query(sql, params))
+            except sqlite3.Error as exc:
+                raise self._error("read", exc) from exc
 
     def _exists_in(self, table: str, column: str) -> Callable[[str], bool]:
         """A test of whether ``table`` already has a row whose ``column`` equals a value."""
@@ -112,7 +199,7 @@ class Store(ApprovalsMixin, MachineMixin):
         row: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in record.items():
-            if key in RUN_JSON_COLUMNS:
+            if key in RUN_JSON_COLUMNS and key in self._run_columns:
                 row[key] = dumps(value)
             elif key in self._run_columns and key in RUN_BOOL_COLUMNS and isinstance(value, bool):
                 row[key] = int(value)

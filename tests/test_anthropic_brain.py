@@ -4,6 +4,7 @@ that replays scripted turns (tool_use, then an answer) and records every request
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,8 +29,47 @@ def tool_turn(*calls: tuple[str, dict], text: str | None = None) -> dict:
     return {"stop_reason": "tool_use", "content": content}
 
 
+def unanswered_tool_uses(messages: list[dict]) -> list[str]:
+    """The tool_use ids not answered by a tool_result in the very next message (the real API's 400)."""
+    missing = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or not isinstance(message["content"], list):
+            continue
+        ids = [b["id"] for b in message["content"] if b.get("type") == "tool_use"]
+        following = messages[i + 1]["content"] if i + 1 < len(messages) else []
+        answered = {b.get("tool_use_id") for b in following if isinstance(b, dict) and b.get("type") == "tool_result"} \
+            if isinstance(following, list) else set()
+        missing += [x for x in ids if x not in answered]
+    return missing
+
+
+def sse_events(message: dict) -> list[tuple[str, dict]]:
+    """A scripted message as the Messages API streams it (server-sent events)."""
+    start = {**message, "content": [], "stop_reason": None}
+    events = [("message_start", {"type": "message_start", "message": start})]
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {"type": "text", "text": ""}}))
+            for piece in re.findall(r"\S+\s*", block["text"]):  # word by word
+                events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                       "delta": {"type": "text_delta", "text": piece}}))
+        else:
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {**block, "input": {}}}))
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta", "usage": {"output_tokens": 5},
+                                     "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
 class FakeMessagesAPI:
-    """POST /v1/messages answers with the next scripted turn; ``requests`` holds the bodies received."""
+    """POST /v1/messages answers with the next scripted turn (as JSON, or as server-sent events when the
+    request asks to stream); ``requests`` holds the bodies received. Like the real API it answers 400
+    when a tool_use has no tool_result right after it."""
 
     def __init__(self):
         self.script: list[dict] = []
@@ -47,10 +87,20 @@ class FakeMessagesAPI:
                     error = {"type": "api_error", "message": "scripted failure"}
                     self._send(api.fail_with, {"type": "error", "error": error})
                     return
+                missing = unanswered_tool_uses(body["messages"])
+                if missing:
+                    error = {"type": "invalid_request_error",
+                             "message": f"tool_use ids were found without tool_result blocks: {missing}"}
+                    self._send(400, {"type": "error", "error": error})
+                    return
                 turn = api.script.pop(0) if api.script else text_turn("(script exhausted)")
-                self._send(200, {"id": f"msg_{len(api.requests)}", "type": "message", "role": "assistant",
-                                 "model": body["model"], "stop_sequence": None,
-                                 "usage": {"input_tokens": 10, "output_tokens": 5}, **turn})
+                message = {"id": f"msg_{len(api.requests)}", "type": "message", "role": "assistant",
+                           "model": body["model"], "stop_sequence": None,
+                           "usage": {"input_tokens": 10, "output_tokens": 5}, **turn}
+                if body.get("stream"):
+                    self._send_events(sse_events(message))
+                else:
+                    self._send(200, message)
 
             def _send(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode()
@@ -59,6 +109,16 @@ class FakeMessagesAPI:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _send_events(self, events: list[tuple[str, dict]]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                for name, data in events:
+                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+                self.close_connection = True
 
             def log_message(self, *args):  # keep test output clean
                 return
@@ -214,8 +274,113 @@ def test_key_base_url_and_model_come_from_the_environment(api, store, monkeypatc
     assert api.requests[0]["model"] == DEFAULT_MODEL
 
 
-def test_without_a_key_the_offline_brain_is_used(monkeypatch):
+def test_without_a_key_auto_picks_the_local_brain_when_its_model_is_fetched_else_the_rule_planner(monkeypatch, tmp_path):
     from agent.brains import make_brain
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    assert make_brain("auto").name == "offline"
+    monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path / "no-such-model"))
+    brain = make_brain("auto")
+    assert brain.name == "offline" and "is not fetched" in brain.fallback_reason
+    assert make_brain("local").name == "offline"  # asked for, but missing: the rule planner answers
+    monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path))  # a folder that exists counts as fetched
+    assert make_brain("auto").name == "local"  # (the model is loaded at the first turn, not here)
+
+
+def test_without_a_key_the_anthropic_brain_says_what_to_do(monkeypatch):
+    from agent.brains import make_brain
+    from tools.errors import ParameterError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(ParameterError, match="ANTHROPIC_API_KEY is not set") as raised:
+        make_brain("anthropic")
+    assert "--brain local" in raised.value.user_message()
+    with pytest.raises(ParameterError, match="ANTHROPIC_API_KEY is not set"):
+        AnthropicBrain()
+
+
+# ---- the thread is kept: interrupts and errors during tool calls, streaming ----------------------------
+
+
+@pytest.fixture
+def interrupted_runs(monkeypatch):
+    """run_method's engine stops with Ctrl-C (KeyboardInterrupt) as a person would press it mid-run."""
+    import tools.agent_tools.run_tool as run_tool
+
+    def interrupted(inp, store=None, progress=None, task_id=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_tool, "run_method", interrupted)
+
+
+def test_ctrl_c_during_a_tool_call_leaves_every_tool_use_answered_and_the_next_turn_works(api, store,
+                                                                                          interrupted_runs):
+    api.script = [tool_turn(("recall", {}), ("run_method", {"method": "draft", "prompt": "def fib(n):"}),
+                            ("lookup_runs", {}), text="Let me measure it.")]
+    brain = brain_for(api)
+    session = Session(store, brain)
+    with pytest.raises(KeyboardInterrupt):
+        session.handle("measure draft on 'def fib(n):'")
+    assert unanswered_tool_uses(brain.messages) == []
+    recall, run, lookup = brain.messages[-1]["content"]
+    assert (recall["tool_use_id"], recall["is_error"]) == ("toolu_0_recall", False)  # it finished: its result
+    assert run["tool_use_id"] == "toolu_1_run_method" and run["is_error"]
+    assert "interrupted by the user" in json.loads(run["content"])["error"]
+    assert lookup["tool_use_id"] == "toolu_2_lookup_runs" and lookup["is_error"]  # never started
+    [task] = store.list_tasks()
+    assert task["status"] == "unfinished" and "interrupted" in " ".join(n["text"] for n in task["notes"]).lower()
+
+    api.script = [text_turn("The run was interrupted; nothing was measured.")]
+    reply = Session(store, brain).handle("what happened?")
+    assert reply.text == "The run was interrupted; nothing was measured."  # not a 400
+    last = api.requests[-1]["messages"][-1]
+    assert last["role"] == "user" and last["content"][-1] == {"type": "text", "text": "what happened?"}
+    assert [b["type"] for b in last["content"]] == ["tool_result"] * 3 + ["text"]
+
+
+def test_an_error_during_a_tool_call_is_answered_too(api, store, monkeypatch):
+    api.script = [tool_turn(("recall", {}), ("explain", {"topic": "medusa"}))]
+    brain = brain_for(api)
+    session = Session(store, brain)
+    real_call = session.call_tool
+
+    def failing_call(name, tool_input):
+        if name == "explain":
+            raise RuntimeError("disk full")
+        return real_call(name, tool_input)
+
+    monkeypatch.setattr(session, "call_tool", failing_call)
+    reply = session.handle("explain medusa")
+    assert "Something went wrong" in reply.text and store.list_tasks()[0]["status"] == "failed"
+    assert unanswered_tool_uses(brain.messages) == []
+    assert "failed before it finished (RuntimeError: disk full)" in brain.messages[-1]["content"][1]["content"]
+    api.script = [text_turn("ok")]
+    assert Session(store, brain).handle("try again").text == "ok"
+
+
+def test_an_interrupt_before_any_tool_ran_forgets_the_turn(api, store):
+    api.script = [text_turn("A long answer that the person interrupts.")]
+    brain = brain_for(api)
+
+    def stop(text):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Session(store, brain, stream_text=stop).handle("tell me everything")
+    assert brain.messages == []
+    api.script = [text_turn("short")]
+    assert Session(store, brain).handle("briefly").text == "short"
+    assert api.requests[-1]["messages"] == [{"role": "user", "content": "briefly"}]
+
+
+def test_text_streams_as_it_arrives_including_between_tool_calls(api, store):
+    api.script = [tool_turn(("recall", {}), text="Let me check memory first."),
+                  text_turn("Nothing is saved yet.")]
+    shown: list[str] = []
+    reply = Session(store, brain_for(api), stream_text=shown.append).handle("what do you remember?")
+    assert all(r.get("stream") is True for r in api.requests)  # the SDK's streaming API
+    assert len(shown) > 4 and "".join(shown) == "Let me check memory first.\nNothing is saved yet."
+    assert reply.streamed and reply.text == "Nothing is saved yet."
+    [result] = api.tool_results(1)
+    assert result["tool_use_id"] == "toolu_0_recall" and result["is_error"] is False
+    assert store.list_tasks()[0]["status"] == "done"

@@ -127,7 +127,8 @@ def test_host_mode_returns_approval_required_then_runs_once_after_the_person_app
     early = gate.call("install_packages", {"packages": ["gguf"], "approval_id": approval_id}, ctx(store))
     assert early.is_error and "not been approved yet" in early.content["error"] and pip_calls == []
 
-    decide_at_terminal(store, approval_id, approve=True, stdin=TTY("yes\n"), stdout=io.StringIO())
+    # the person types the confirmation naming the install (a bare yes approves nothing)
+    decide_at_terminal(store, approval_id, approve=True, stdin=TTY("install gguf\n"), stdout=io.StringIO())
     ran = gate.call("install_packages", {"packages": ["gguf"], "approval_id": approval_id}, ctx(store))
     assert not ran.is_error and ran.content["status"] == "installed"
     again = gate.call("install_packages", {"packages": ["gguf"], "approval_id": approval_id}, ctx(store))
@@ -235,7 +236,8 @@ def test_deploy_requests_are_out_of_scope_and_need_approval_before_planning(stor
 def test_a_deploy_approval_given_at_the_terminal_is_used_once(store):
     request = "integrate it into production"
     approval = request_deploy_planning(store, request, confirm=None)
-    decide_at_terminal(store, approval["id"], approve=True, stdin=TTY("yes\n"), stdout=io.StringIO())
+    decide_at_terminal(store, approval["id"], approve=True, stdin=TTY(f"deploy {approval['id']}\n"),
+                       stdout=io.StringIO())
     reply = Session(store, OfflineBrain()).handle(request)
     assert "You approved planning it" in reply.text
     assert store.get_approval(approval["id"])["status"] == "consumed"

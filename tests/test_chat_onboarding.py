@@ -54,6 +54,7 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
     answer(first, "lookahead parameter guess [5]", "")  # Enter keeps the offered default
     answer(first, "max_new_tokens", "12")
     answer(first, "temperature", "")
+    answer(first, "Run a short first measurement now (lookahead on", "y")  # optional, and short
     answer(first, "What prompt should I run first?", "write a python function")
     first.expect(r"Measured now: run ([0-9a-f]{8})")
     run_id = first.match.group(1)
@@ -92,7 +93,15 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
         assert store.all_answers() == answers_before  # nothing asked or saved again
 
 
-def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, specpilot_home):
+@pytest.fixture(scope="module")
+def tiny_draft_folder(tmp_path_factory) -> Path:
+    """A second tiny model folder (same tokenizer), usable as the draft of ``tiny_model_folder``."""
+    from conftest import make_tiny_model_folder
+
+    return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen-draft"))
+
+
+def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, tiny_draft_folder, specpilot_home):
     def piped(lines: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "offline"], cwd=ROOT,
                               input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
@@ -102,14 +111,34 @@ def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder,
     assert cut.returncode == 0 and "your answers so far are saved" in cut.stdout
     with Store() as store:
         assert store.get_answer("onboarding.method") == "draft" and not store.onboarding_complete()
-    # answers: draft model, k=2, adaptive K left at its offered default (on), 8 new tokens, temperature default
-
-    rest = piped([str(tiny_model_folder), "2", "", "8", "", "def fib", "/params", "/quit"])
+    # answers: the target as draft (refused, with the reason), then another draft model, k=2, adaptive K left
+    # at its offered default (on), 8 new tokens, temperature default, yes to the short first run, its prompt
+    rest = piped([str(tiny_model_folder), str(tiny_draft_folder), "2", "", "8", "", "y", "def fib", "/params", "/quit"])
     assert "Which method" not in rest.stdout and "Target model" not in rest.stdout  # already answered
+    assert "the draft must be a smaller model than the target, not the target itself" in rest.stdout
     assert "Draft model" in rest.stdout and re.search(r"Measured now: run [0-9a-f]{8} \(draft", rest.stdout)
     assert "Traceback" not in rest.stderr
     with Store() as store:
-        assert store.get_params("draft") == {"target": str(tiny_model_folder), "draft": str(tiny_model_folder),
+        assert store.get_params("draft") == {"target": str(tiny_model_folder), "draft": str(tiny_draft_folder),
                                              "k": 2, "adaptive_k": True, "max_new_tokens": 8, "temperature": 0.0}
         [run] = store.list_runs()
-        assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_model_folder)
+        assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_draft_folder)
+
+
+def test_onboarding_can_be_skipped_and_is_not_asked_again(specpilot_home):
+    def piped(lines: list[str], *flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "offline", *flags],
+                              cwd=ROOT, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
+                              env=chat_env(specpilot_home))
+
+    flagged = piped(["/quit"], "--skip-onboarding")  # this time only
+    assert "Which method" not in flagged.stdout and "Bye." in flagged.stdout
+    with Store() as store:
+        assert not store.onboarding_complete()
+    skipped = piped(["skip", "/quit"])
+    assert "Which method" in skipped.stdout and "Skipped." in skipped.stdout and "Bye." in skipped.stdout
+    again = piped(["/quit"])
+    assert "Which method" not in again.stdout
+    with Store() as store:
+        assert store.onboarding_complete() and store.get_answer("onboarding.skipped") is True
+        assert store.list_runs() == [] and store.all_params() == {}

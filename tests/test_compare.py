@@ -152,7 +152,8 @@ def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir
     assert list(rows) == ["baseline", "draft", "medusa", "lookahead", "ngram"]
     assert rows["medusa"]["status"] == "not run"  # no heads ship for the tiny model
     assert all(rows[m]["status"] == "measured" for m in ("baseline", "draft", "lookahead", "ngram"))
-    assert rows["lookahead"]["params_source"].startswith("sized to this machine")
+    assert rows["lookahead"]["params_source"] == "sized"  # to this machine's cost curve, each field with its reason
+    assert rows["lookahead"]["sizing"]["window"].startswith("sized: the widest window")
     report = result["report"]
     text = open(report["markdown"]).read()
     assert all(run_id in text for run_id in result["compare"]["run_ids"])

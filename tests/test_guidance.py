@@ -118,3 +118,31 @@ def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypat
     out = advise(store, monkeypatch, method="lookahead", target="tiny")
     assert out["source"].startswith("sized to the cost curve") and out["suggested_params"] == \
         result.content["suggested_lookahead"]
+
+
+def test_the_draft_offered_is_smaller_than_the_target_and_shares_its_tokenizer(store, monkeypatch):
+    small = advise(store, monkeypatch, method="draft", target="smollm2-135m-instruct")
+    assert "draft" not in small["suggested_params"]  # qwen2.5-coder-0.5b-instruct is larger, another tokenizer
+    assert any("no built-in draft is smaller than smollm2-135m-instruct and shares its tokenizer" in r
+               for r in small["reasons"])
+    assert "draft" not in advise(store, monkeypatch, method="draft", target="qwen2.5-coder-0.5b-instruct")[
+        "suggested_params"]  # the smallest of its family here
+    assert advise(store, monkeypatch, method="draft", target="Qwen/Qwen2.5-7B-Instruct")["suggested_params"][
+        "draft"] == "qwen2.5-coder-1.5b-instruct"  # same family, smaller
+    assert "draft" not in advise(store, monkeypatch, method="draft", target="meta-llama/Llama-3.1-70B")[
+        "suggested_params"]  # unknown family: no built-in draft is claimed to fit
+
+
+def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
+    assert advise(store, monkeypatch, method="lookahead")["target_source"] == "built-in default"
+    store.save_params("draft", {"target": "smollm2-135m-instruct", "k": 4})
+    store.save_answer("default_method", "draft")
+    out = advise(store, monkeypatch, method="lookahead")  # nothing saved for lookahead: the default method's
+    assert (out["target"], out["target_source"]) == ("smollm2-135m-instruct", "saved in memory")
+    assert out["next_step"] == {"tool": "measure_cost_curve", "input": {"target": "smollm2-135m-instruct"},
+                                "why": "size W/N/G to this machine"}
+    assert advise(store, monkeypatch, method="draft", target="qwen2.5-coder-1.5b-instruct")["target_source"] == "given"
+    store.save_cost_curve("smollm2-135m-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype="bfloat16",
+                          measured_at="2026-01-01T00:00:00")
+    sized = advise(store, monkeypatch, method="lookahead")
+    assert sized["source"].startswith("sized to the cost curve") and "next_step" not in sized

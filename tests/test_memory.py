@@ -131,15 +131,15 @@ def test_run_round_trips_with_json_decoded(store):
 
 
 def test_unknown_keys_are_kept_in_extra(store):
-    record = {**RUN, "extra": {"method_param": 1}, "peers": [{"name": "assisted", "speedup": 1.6}],
-              "stopped_by": "eos", "prompt": ["a", "chat", "list"]}
+    record = {**RUN, "extra": {"method_param": 1}, "peer_list": [{"name": "assisted", "speedup": 1.6}],
+              "stop_reason": "eos", "prompt": ["a", "chat", "list"]}
     run_id = store.add_run(record)
     stored = store.get_run(run_id)
     for key, value in record.items():
         assert stored[key] == value, key
     raw = store.db["runs"].get(run_id)
     assert raw["prompt"] is None  # a list where a text column is: kept in extra instead
-    assert set(store._run_columns).isdisjoint({"peers", "stopped_by"})
+    assert set(store._run_columns).isdisjoint({"peer_list", "stop_reason"})
 
 
 def test_numpy_and_torch_values_are_stored_plainly(store):

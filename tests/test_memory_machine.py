@@ -130,7 +130,8 @@ def test_an_old_database_keeps_its_curves_and_heads(monkeypatch):
     old_database(monkeypatch, {"cost_curve": curves, "medusa_heads": {"qwen": "/heads/qwen"},
                                "default_method": "draft"})
     with Store() as s:
-        assert s.applied_migrations == ["m007_create_cost_curves", "m008_create_trained_heads"]
+        assert s.applied_migrations[:3] == ["m007_create_cost_curves", "m008_create_trained_heads",
+                                            "m009_run_record_columns"]
         assert s.get_cost_curve("qwen", "Intel CPU") == {
             "target": "qwen", "hardware": "Intel CPU", "dtype": "bfloat16", "curve": {1: 0.1, 4: 0.12},
             "measured_at": "2026-01-01T00:00:00"}

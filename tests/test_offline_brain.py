@@ -8,6 +8,7 @@ import pytest
 import tools.agent_tools.run_tool as run_tool
 from agent.brains.offline import (OfflineBrain, compare_list, find_method, find_methods, find_packages, find_prompt,
                                   find_topic)
+from agent.brains.phrases import SHORT_PROMPT
 from agent.loop import Session
 from memory import Store
 
@@ -248,11 +249,15 @@ def test_compare_reads_which_methods_and_asks_for_a_missing_prompt(store, compar
         ("write a haiku", ["baseline", "lookahead"])]
 
 
-def test_a_comparison_without_a_prompt_explains_the_trade_offs(store, compares):
+def test_a_comparison_without_a_prompt_asks_for_one_and_a_question_about_differences_is_explained(store, compares):
     s = session(store)
-    for text in ("compare medusa and lookahead", "how do medusa and lookahead compare?"):
+    for text in ("how do medusa and lookahead compare?", "what are the differences between medusa and lookahead?"):
         assert "| draft model | Medusa | lookahead |" in s.handle(text).text
+    asked = s.handle("compare medusa and lookahead")  # a request to measure: never an essay, nothing measured
+    assert asked.awaiting and "Which prompt should I compare medusa, lookahead on" in asked.text
     assert compares == []
+    s.handle("any")  # "any" prompt: a short one is picked
+    assert [(i.prompt, i.methods) for i in compares] == [(SHORT_PROMPT, ["baseline", "medusa", "lookahead"])]
     assert "/compare [methods...] <prompt>" in s.handle("/help").text
 
 

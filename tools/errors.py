@@ -44,3 +44,7 @@ class RunNotFoundError(SpecpilotError):
 
 class ApprovalError(SpecpilotError):
     """An approval id is unknown, or its state does not allow what was asked (decide, consume)."""
+
+
+class StoreError(SpecpilotError):
+    """The memory database cannot be opened, read or written (the message names the file)."""

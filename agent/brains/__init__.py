@@ -1,23 +1,64 @@
-"""Brains decide which tools to call: ``anthropic`` (Claude through the official SDK) and
-``offline`` (a deterministic planner, used when there is no API key). What they share with the loop
+"""Brains decide which tools to call: ``anthropic`` (Claude through the official SDK), ``local`` (a
+local instruct model with constrained tool calls, agent.brains.local) and ``offline`` (the rule
+planner: deterministic, used for tests and as the last resort). What they share with the loop
 (Reply, the Brain interface) is in agent.brains.base."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 from tools.errors import ParameterError
 
-BRAINS = ("auto", "anthropic", "offline")
+log = logging.getLogger(__name__)
+
+BRAINS = ("auto", "anthropic", "local", "offline")
+KEY_ENV = "ANTHROPIC_API_KEY"
 
 
 def make_brain(name: str = "auto"):
-    """The brain called ``name``; ``auto`` picks anthropic when ANTHROPIC_API_KEY is set, else offline."""
+    """The brain called ``name``. ``auto``: anthropic when ANTHROPIC_API_KEY is set, else local when
+    its model is fetched, else the rule planner (``offline``). ``local`` falls back to the rule planner
+    (saying why in the log and in the brain's ``fallback_reason``) when its module or model is missing.
+    ``anthropic`` without a key is a ParameterError that says what to do."""
     if name not in BRAINS:
         raise ParameterError(f"unknown brain {name!r}", hint=f"use one of: {', '.join(BRAINS)}")
     if name == "auto":
-        name = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    # the brains import the loop and the method table (torch): loaded here, not with agent.brains.base
-    from agent.brains import anthropic_brain, offline
+        name = "anthropic" if os.environ.get(KEY_ENV) else "local"
+    if name == "anthropic":
+        if not (os.environ.get(KEY_ENV) or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+            raise ParameterError(f"the anthropic brain needs an API key, and {KEY_ENV} is not set",
+                                 hint=f"export {KEY_ENV}=... (from console.anthropic.com), or use --brain local "
+                                      "(a local model) or --brain offline (the rule planner)")
+        # the brains import the loop and the tools (torch): loaded here, not with agent.brains.base
+        from agent.brains import anthropic_brain
 
-    return anthropic_brain.AnthropicBrain() if name == "anthropic" else offline.OfflineBrain()
+        return anthropic_brain.AnthropicBrain()
+    if name == "local":
+        brain, why = _local_brain()
+        if brain is not None:
+            return brain
+        return _offline(fallback_reason=why)
+    return _offline()
+
+
+def _local_brain():
+    """(the local brain, None), or (None, why it cannot be used)."""
+    try:
+        from agent.brains import local
+    except ImportError as exc:
+        return None, f"the local brain is not available ({exc})"
+    if not local.local_model_available():
+        return None, (f"the local brain's model {local.local_model_ref()} is not fetched "
+                      f"(specpilot models fetch {local.local_model_ref()})")
+    return local.LocalBrain(), None
+
+
+def _offline(fallback_reason: str | None = None):
+    from agent.brains import offline
+
+    brain = offline.OfflineBrain()
+    if fallback_reason:
+        log.info("using the rule planner: %s", fallback_reason)
+        brain.fallback_reason = fallback_reason
+    return brain

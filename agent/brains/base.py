@@ -12,6 +12,25 @@ from tools.agent_tools.registry import ToolResult
 
 # a message that asks to run something ("run draft: ...", "benchmark ...")
 RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
+# the slash commands of the chat and the planner; any other text starting with "/" (a path such as
+# /tmp/report.md) is an ordinary message, e.g. the answer to a pending question
+SLASH_COMMANDS = frozenset({
+    "help", "params", "memory", "saved", "tasks", "runs", "lookup", "run", "compare", "deps", "dependencies",
+    "guide", "guidance", "suggest", "explain", "install", "train", "report", "share", "save", "measure",
+    "quit", "exit", "q"})
+COMMAND_SHAPE = re.compile(r"/([A-Za-z][\w-]*)(?=\s|$)")
+
+
+def command_name(text: str) -> str | None:
+    """The command a message starts with ("/run draft ..." -> "run"), or None when it is not shaped
+    like a command (plain words, or a path such as /tmp/report.md)."""
+    match = COMMAND_SHAPE.match(text.strip())
+    return match.group(1).lower() if match else None
+
+
+def is_known_command(text: str) -> bool:
+    """Whether a message is one of the known slash commands."""
+    return command_name(text) in SLASH_COMMANDS
 
 
 @dataclass
@@ -25,6 +44,8 @@ class Reply:
     text: str
     awaiting: str | None = None
     unfinished: str | None = None  # why the request could not be finished (e.g. iteration limit)
+    not_done: str | None = None  # why the request could not be served at all (out of scope, not understood)
+    streamed: bool = False  # the text was already shown as it arrived (the chat does not print it again)
     data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
 
 

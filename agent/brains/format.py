@@ -18,6 +18,9 @@ def format_result(result: ToolResult) -> str:
         return (f"This needs your approval first (approval {c['approval_id']}, action {c['action']}). It would run:\n"
                 f"  {c['will_run']}\nTo approve, run `specpilot tool approve --id {c['approval_id']}` in your "
                 "terminal, then ask again; nothing has been run.")
+    if c.get("status") == "not_executed":
+        shown = json.dumps(c.get("input") or {}, ensure_ascii=False, default=str)
+        return f"Planned, not executed: {result.name} {shown} ({c.get('reason')})."
     formatter = FORMATTERS.get(result.name)
     return formatter(c) if formatter else json.dumps(c, indent=2, ensure_ascii=False, default=str)
 

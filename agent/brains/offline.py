@@ -1,6 +1,10 @@
 """The offline brain: a deterministic planner that maps the user's words and slash commands onto
 the same tools the Claude brain uses, asks for missing parameters, and follows the same workflows
 (memory first, exact figures with their run id, approval before install/train/share). No network.
+
+Words are read by agent.brains.phrases (methods, prompt, target, parameter values, hardware, and
+which kind of request it is); each kind of request is one rule below, tried in order. A request it
+cannot serve is answered as such and recorded as not done, with the reason.
 """
 
 from __future__ import annotations
@@ -8,130 +12,51 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.brains.base import RUN_WORDS, Reply
+from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE,
+                                  DEFAULT_WORD, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING,
+                                  GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, OTHER_ACTIONS, PARAM_WORDS, PAST, QUOTED,
+                                  RECALL_STRONG, RECALL_WEAK, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
+                                  RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION,
+                                  STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS,
+                                  URL_OR_PATH, WHICH, Message, compare_list, find_hardware, find_method, find_methods,
+                                  find_packages, find_params, find_prompt, find_target, find_topic, leading_methods,
+                                  method_of_params, unquote)
 from agent.loop import Session
-from tools.agent_tools.install import PACKAGE_PATTERN
+from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
-from tools.engine.methods import ACCELERATED, METHOD_NAMES
+from tools.agent_tools.saved_params import run_fields
+from tools.engine.methods import ACCELERATED, METHODS, PARAM_MODELS
+from tools.models import builtin_draft_for
 
-# the words that name a method besides its own name; the methods are read from the method table, the
-# accelerated ones first (so "draft versus the baseline" names draft)
-METHOD_SYNONYMS = {
-    "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
-    "lookahead": r"look[- ]?ahead|jacobi",
-    "ngram": r"n-?gram|prompt[- ]lookup",
-    "baseline": r"baseline|plain generation|autoregressive",
-}
-METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
-                for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
-TOPIC_WORDS = {
-    "tradeoffs": r"trade-?offs?|differen\w*|compare|comparison|versus|\bvs\.?\b|which (?:method|one) (?:is|should)",
-    "medusa": r"medusa",
-    "lookahead": r"look[- ]?ahead|jacobi",
-    "draft": r"draft|speculative|assisted",
-}
-# asking to compare methods (on a prompt: measure them; without one: explain the trade-offs)
-COMPARE_WORDS = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head)", re.IGNORECASE)
-# "speculative decoding methods" names all of them, not the draft-model method
-GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", re.IGNORECASE)
-# another request that mentions a comparison ("share the comparison", "write a report comparing ...")
-OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b",
-                           re.IGNORECASE)
-STORED_WORDS = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", re.IGNORECASE)
-LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", re.IGNORECASE)
-RUN_ID = re.compile(r"\b[0-9a-f]{8}\b")
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
-URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
-INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
-                  "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that"}
+__all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
+           "find_topic", "find_params", "find_target", "find_hardware", "leading_methods", "unquote"]
+
 HELP = """I can, offline:
-  run a method on a prompt       run draft: <prompt>      (/run [method] <prompt>)
+  run a method on a prompt       run draft: <prompt>      (/run [method] [k=v ...] <prompt>)
   compare methods on a prompt    compare draft and medusa on 'def fib(n):'   (/compare [methods...] <prompt>)
   look up stored figures         what was the speedup for the medusa run on that prompt?   (/runs, /lookup ID)
+  remember what we did           what did we do last time?   (/params  /tasks)
+  save parameters                save k=6 as my default for draft   (/save METHOD k=v ...)
   suggest parameters             suggest lookahead parameters   (/guide METHOD)
+  measure this machine's cost curve (sizes lookahead)   (/measure [target])
   explain a method               explain medusa   (/explain draft|medusa|lookahead|tradeoffs)
   check dependencies             check dependencies for medusa   (/deps [method])
   install packages (asks first)  install gguf   (/install PKG ...)
   train Medusa heads (asks first)  train medusa heads   (/train [target])
   write a local report           write a report   (/report)
   share a report (asks first)    share the results to https://...   (/share DEST)
-  memory                         /params  /tasks  /runs
-Deploying or serving is outside specpilot (I ask before even planning it)."""
-
-
-def _again(low: str) -> bool:
-    return bool(re.search(r"\b(again|rerun|re-run|fresh|anew)\b", low))
-
-
-def find_method(text: str) -> str | None:
-    """The decoding method a message names, or None."""
-    for method, words in METHOD_WORDS.items():
-        if re.search(rf"\b(?:{words})\b", text, re.IGNORECASE):
-            return method
-    return None
-
-
-def find_topic(text: str) -> str | None:
-    """The concept a message asks to have explained, or None."""
-    for topic, words in TOPIC_WORDS.items():
-        if re.search(words, text, re.IGNORECASE):
-            return topic
-    return None
-
-
-def find_methods(text: str) -> list[str]:
-    """Every decoding method a message names (generic words such as "speculative decoding methods"
-    name none), in the order of METHOD_WORDS."""
-    text = GENERIC_METHODS.sub(" ", text)
-    return [m for m, words in METHOD_WORDS.items() if re.search(rf"\b(?:{words})\b", text, re.IGNORECASE)]
-
-
-def compare_list(named: list[str]) -> list[str]:
-    """The methods to compare: the baseline first, then those named (all of them when none is)."""
-    named = [m for m in named if m != "baseline"]
-    return [m for m in METHOD_NAMES if m == "baseline" or not named or m in named]
-
-
-def leading_methods(text: str) -> tuple[list[str], str]:
-    """Method names (or "all") at the start of ``text``, separated by spaces or commas, and the rest."""
-    named = []
-    while match := LEADING_METHOD.match(text):
-        named.append(match.group(1).lower())
-        text = text[match.end():]
-    return [m for m in named if m != "all"], text.lstrip(" ,:")
-
-
-def unquote(text: str) -> str:
-    """``text`` without one pair of quotes around all of it."""
-    text = text.strip()
-    for left, right in (('"', '"'), ("'", "'"), ("“", "”")):
-        if len(text) > 2 and text.startswith(left) and text.endswith(right):
-            return text[1:-1].strip()
-    return text
-
-
-def find_prompt(text: str) -> str | None:
-    """The prompt inside a run request: quoted text, or everything after the first colon."""
-    quoted = QUOTED.search(text)
-    if quoted:
-        return next(g for g in quoted.groups() if g)
-    colon = re.search(r":(?!//)", text)  # not the colon of a URL
-    if colon:
-        head, tail = text[:colon.start()], text[colon.end():]
-        if tail.strip() and not head.lower().startswith(("http", "https")):
-            return tail.strip()
-    return None
-
-
-def find_packages(text: str) -> list[str]:
-    """Package names after the word 'install' (plain names only; filler words skipped)."""
-    match = re.search(r"\binstall\b(.*)", text, re.IGNORECASE | re.DOTALL)
-    if not match:
-        return []
-    words = re.split(r"[\s,;]+", match.group(1))
-    return [w for w in (w.strip(".!?'\"") for w in words)
-            if w and w.lower() not in INSTALL_FILLER and PACKAGE_PATTERN.fullmatch(w)]
+I measure only this machine; I do not estimate other hardware. Deploying or serving is outside
+specpilot (I ask before even planning it)."""
+GREETING_TEXT = ("Hello! I measure speculative decoding on this machine: run or compare methods on a prompt, look "
+                 "up stored runs, suggest and save parameters, explain the methods. What would you like to do? "
+                 "(/help lists everything)")
+CLOSING_TEXT = "You're welcome. Everything measured is stored; unfinished work will be listed next time."
+# rules for plain words, tried in this order (each returns a Reply, or None to pass)
+WORD_RULES = ("_social", "_other_hardware", "_save_words", "_compare_words", "_run_on_prompt", "_gated_words",
+              "_cost_curve_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",
+              "_explain_words", "_lookup_words", "_run_words")
 
 
 class OfflineBrain:
@@ -145,98 +70,191 @@ class OfflineBrain:
     # ---- entry ---------------------------------------------------------------------------
 
     def respond(self, session: Session, text: str) -> Reply:
-        """Map one message onto tools; ask for what is missing; answer with the tools' exact figures."""
+        """Map one message onto tools; ask for what is missing; answer with the tools' exact figures.
+        While a question is pending, anything but a known /command answers it (a path such as
+        /tmp/report.md included)."""
         text = text.strip()
-        if self.pending is not None and not text.startswith("/"):
+        if self.pending is not None and not is_known_command(text):
             pending, self.pending = self.pending, None
             return self._complete(session, pending, text)
-        self.pending = None
-        if text.startswith("/"):
+        if command_name(text) is not None:  # a known command leaves a pending question pending
             return self._slash(session, text)
         return self._words(session, text)
 
     # ---- slash commands ------------------------------------------------------------------
 
     def _slash(self, session: Session, text: str) -> Reply:
-        command, _, rest = text[1:].strip().partition(" ")
-        command, rest = command.lower() or "help", rest.strip()
-        args = rest.split()
-        if command == "help":
-            return Reply(HELP)
-        if command in ("params", "memory", "saved"):
-            return self._call(session, "recall", {})
-        if command == "tasks":
-            return self._call(session, "recall", {"include_done_tasks": True})
-        if command == "runs":
-            method = find_method(rest) if rest else None
-            return self._call(session, "lookup_runs", {"method": method, "limit": 10} if method else {"limit": 10})
-        if command == "lookup":
-            return self._call(session, "lookup_runs", {"run_id": args[0]} if args else {})
-        if command == "run":
-            method = args[0] if args and args[0] in METHOD_WORDS else None
-            prompt = (rest[len(args[0]):].strip() if method else rest) or None
-            return self._run(session, method, prompt, again=True)
-        if command == "compare":
-            named, prompt = leading_methods(rest)
-            return self._compare(session, named, unquote(prompt) or None)
-        if command in ("deps", "dependencies"):
-            return self._call(session, "check_deps", {"method": find_method(rest) or "all"})
-        if command in ("guide", "guidance", "suggest"):
-            return self._guidance(session, find_method(rest))
-        if command == "explain":
-            return self._explain(session, find_topic(rest) if rest else None)
-        if command == "install":
-            return self._install(session, args)
-        if command == "train":
-            return self._train(session, args[0] if args else None)
-        if command == "report":
-            return self._call(session, "write_report", {})
-        if command == "share":
-            return self._share(session, rest or None)
-        return Reply(f"Unknown command /{command}.\n{HELP}")
+        command, _, rest = text.strip()[1:].partition(" ")
+        command, rest = command.lower(), rest.strip()
+        handler = SLASH.get(command)
+        if handler is None:
+            return Reply(f"Unknown command /{command}.\n{HELP}", not_done=f"unknown command /{command}")
+        return handler(self, session, rest, rest.split())
+
+    def _slash_runs(self, session: Session, rest: str, args: list[str]) -> Reply:
+        method = find_method(rest) if rest else None
+        return self._call(session, "lookup_runs", {"method": method, "limit": 10} if method else {"limit": 10})
+
+    def _slash_run(self, session: Session, rest: str, args: list[str]) -> Reply:
+        method = args[0] if args and args[0] in METHODS else None
+        rest = rest[len(args[0]):].strip() if method else rest
+        options = {}
+        while (word := rest.split(" ", 1)[0]) and "=" in word and find_params(word):  # leading k=v options
+            options.update(find_params(word))
+            rest = rest[len(word):].strip()
+        return self._run(session, method, rest or None, again=True, options=options)
+
+    def _slash_compare(self, session: Session, rest: str, args: list[str]) -> Reply:
+        named, prompt = leading_methods(rest)
+        return self._compare(session, named, unquote(prompt) or None)
+
+    def _slash_save(self, session: Session, rest: str, args: list[str]) -> Reply:
+        method = args[0] if args and args[0] in METHODS else None
+        params = find_params(rest[len(args[0]):] if method else rest)
+        if not params:
+            return Reply("Usage: /save METHOD name=value ... e.g. /save draft k=6 or /save lookahead window=7 ngram=4.",
+                         not_done="no parameter values given to /save")
+        return self._save(session, method or method_of_params(params), params, make_default=False)
+
+    def _slash_measure(self, session: Session, rest: str, args: list[str]) -> Reply:
+        target = find_target(rest) or (args[0] if args else None)
+        return self._call(session, "measure_cost_curve", {"target": target} if target else {})
 
     # ---- words ---------------------------------------------------------------------------
 
     def _words(self, session: Session, text: str) -> Reply:
-        low = text.lower()
-        prompt = find_prompt(text)
-        head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
-        if COMPARE_WORDS.search(head) and not OTHER_ACTIONS.search(head):
-            if prompt:
-                return self._compare(session, find_methods(head), prompt)
-            if STORED_WORDS.search(head):  # "compare the speedups of my medusa and lookahead runs"
-                return self._lookup(session, text, one_method_only=True)
+        msg = Message.read(text)
+        for rule in WORD_RULES:
+            reply = getattr(self, rule)(session, msg)
+            if reply is not None:
+                return reply
+        return self._not_understood(msg)
+
+    def _social(self, session: Session, msg: Message) -> Reply | None:
+        if msg.words <= 8 and not IN_SCOPE.search(msg.head):
+            if GREETING.search(msg.head):
+                return Reply(GREETING_TEXT)
+            if THANKS.search(msg.head):
+                return Reply(CLOSING_TEXT)
+        return None
+
+    def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
+        named = find_hardware(msg.head)
+        if named is None:
+            return None
+        here = detect_hardware("auto")["name"]
+        method = msg.methods[0] if msg.methods else None
+        lines = [f"specpilot measures only the machine it runs on (this one: {here}); it does not estimate or "
+                 f"predict figures for {named}: speedups depend on the hardware, the dtype, the model and the prompts.",
+                 f"I can measure {method or 'a method'} here (e.g. 'run {method or 'draft'}: <prompt>'), or you can "
+                 f"install specpilot on that machine and run `specpilot run --method {method or 'draft'} --prompt "
+                 "\"...\"` there: its figures are then measured and stored on that machine."]
+        stored = session.store.find_runs(method=method, limit=200) if method else session.store.list_runs(limit=200)
+        if stored:
+            lines.append(f"The {len(stored)} {method or ''} run(s) stored here were measured on this machine, not on "
+                         f"{named}; ask 'show my {method or ''} runs' to see them.".replace("  ", " "))
+        return Reply("\n".join(lines), not_done=f"no estimate for other hardware ({named}): specpilot measures only "
+                                                 "this machine; offered to run here or on that machine")
+
+    def _save_words(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.has(SAVE_VERBS):  # "save", "set", "remember", "from now on", "as my default", ...
+            return None
+        params = find_params(msg.head) or find_params(msg.text)
+        if not params:
+            return None
+        method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
+        return self._save(session, method, params, make_default=bool(DEFAULT_WORD.search(msg.head)))
+
+    def _compare_words(self, session: Session, msg: Message) -> Reply | None:
+        wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH)))
+        if not wants or msg.has(OTHER_ACTIONS):
+            return None
+        if msg.prompt:
+            return self._compare(session, msg.methods, msg.prompt, msg.target)
+        if msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
+            return self._compare(session, msg.methods, SHORT_PROMPT, msg.target)
+        if msg.has(STORED):  # "compare the speedups of my medusa and lookahead runs"
+            return self._lookup(session, msg.text, one_method_only=True)
+        if msg.has(TRADEOFF_QUESTION):
             return self._explain(session, "tradeoffs")
-        if RUN_WORDS.match(text) and prompt:  # ("run draft: ... install numpy" is a run)
-            return self._run(session, find_method(head), prompt, again=_again(head.lower()))
-        if re.search(r"\binstall\b", low):
-            return self._install(session, find_packages(text))
-        if re.search(r"\btrain\w*\b", low) and "medusa" in low:
-            return self._train(session, None)
-        if re.search(r"\b(share|upload|publish|send)\b", low):
-            found = URL_OR_PATH.search(text)
+        return self._compare(session, msg.methods, None, msg.target)
+
+    def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.prompt:
+            return None
+        asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION))
+                                              and not msg.has(PAST))
+        if not asked:
+            return None
+        method = msg.methods[0] if msg.methods else None
+        return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
+                         options=find_params(msg.head))
+
+    def _gated_words(self, session: Session, msg: Message) -> Reply | None:
+        if msg.has(INSTALL_WORDS):
+            return self._install(session, find_packages(msg.text))
+        if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
+            return self._train(session, msg.target)
+        if msg.has(SHARE_WORDS):
+            found = URL_OR_PATH.search(msg.text)
             return self._share(session, found.group(1) if found else None)
-        if re.search(r"\breport\b", low):
+        if msg.has(REPORT_WORDS):
             return self._call(session, "write_report", {})
-        if re.search(r"\b(explain|what is|what's|what are|how does|how do|tell me about)\b", low) and \
-                not re.search(r"\b(speedup|figures?|result)\b", low):
-            topic = find_topic(text)
-            if topic:
-                return self._explain(session, topic)
-        if re.search(r"\b(dependenc\w*|deps|requirements?)\b", low) or \
-                re.search(r"\b(is|are)\b.*\binstalled\b", low):
-            return self._call(session, "check_deps", {"method": find_method(text) or "all"})
-        if RUN_ID.search(low) or re.search(r"\b(speedup|figures?|results?|acceptance|tokens/s|how fast)\b", low) and \
-                re.search(r"\b(what|which|show|how|tell|did|was|were)\b", low):
-            return self._lookup(session, text)
-        if re.search(r"\b(suggest\w*|recommend\w*|guidance|advice|advise)\b", low) or \
-                re.search(r"\b(which|what|how)\b.*\b(param\w*|settings?|window|threshold|k value)\b", low):
-            return self._guidance(session, find_method(text))
-        if re.search(r"\b(my|saved) (param\w*|settings?)\b|\bwhat do you remember\b|\bunfinished\b", low):
+        return None
+
+    def _cost_curve_words(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.has(COST_CURVE):
+            return None
+        return self._call(session, "measure_cost_curve", {"target": msg.target} if msg.target else {})
+
+    def _recall_words(self, session: Session, msg: Message) -> Reply | None:
+        if msg.methods and msg.has(FIGURES):  # "what speedup did lookahead get last time?": stored runs
+            return None
+        if msg.has(RECALL_STRONG) or (msg.has(RECALL_WEAK) and not msg.methods and not msg.has(FIGURES)):
             return self._call(session, "recall", {"include_done_tasks": True})
-        if re.search(r"\b(run|try|benchmark|measure|speed up|accelerate|generate|test)\b", low):
-            return self._run(session, find_method(text), find_prompt(text), again=_again(low))
-        return Reply("I did not map that onto anything I can do.\n" + HELP)
+        return None
+
+    def _explicit_explain(self, session: Session, msg: Message) -> Reply | None:
+        topic = find_topic(msg.head) if EXPLAIN_VERB.search(msg.head) else None
+        return self._explain(session, topic) if topic else None
+
+    def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
+        advice = msg.has(GUIDE_WORDS) or (msg.has(PARAM_WORDS) and not msg.has(PAST) and (
+            msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES))))
+        if not advice:
+            return None
+        method = next((m for m in msg.methods if m in ACCELERATED), None) or method_of_words(msg.head)
+        return self._guidance(session, method, msg.target)
+
+    def _explain_words(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
+            return None
+        topic = "tradeoffs" if len([m for m in msg.methods if m != "baseline"]) >= 2 else find_topic(msg.head)
+        return self._explain(session, topic) if topic else None
+
+    def _deps_words(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.has(DEPS_WORDS):
+            return None
+        return self._call(session, "check_deps", {"method": find_method(msg.head) or "all"})
+
+    def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
+        if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and msg.has(ASKING)):
+            return self._lookup(session, msg.text)
+        return None
+
+    def _run_words(self, session: Session, msg: Message) -> Reply | None:
+        if not msg.has(RUN_LOOSE):
+            return None
+        method = msg.methods[0] if msg.methods else None
+        return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
+                         options=find_params(msg.head))
+
+    def _not_understood(self, msg: Message) -> Reply:
+        if IN_SCOPE.search(msg.text):
+            return Reply("I did not map that onto anything I can do.\n" + HELP,
+                         not_done="the request was not understood by the rule planner")
+        return Reply("I did not map that onto anything I can do: it looks outside what specpilot does (measuring "
+                     "speculative decoding on this machine).\n" + HELP, not_done="outside specpilot's scope")
 
     # ---- workflows -----------------------------------------------------------------------
 
@@ -265,20 +283,24 @@ class OfflineBrain:
 
     def _complete(self, session: Session, pending: dict, answer: str) -> Reply:
         tool_input = dict(pending["input"])
-        missing = pending["missing"]
+        missing, tool = pending["missing"], pending["tool"]
         if missing == "method":
             method = find_method(answer)
             if method is None:
-                return self._ask(pending["tool"], tool_input, "method", "Please name a method: "
+                return self._ask(tool, tool_input, "method", "Please name a method: "
                                  f"{', '.join(ACCELERATED)} or baseline.")
-            tool_input["method"] = method
-            if pending["tool"] == "guidance":
-                return self._guidance(session, method)
-            return self._run(session, method, tool_input.get("prompt"), again=tool_input.get("again", False))
-        if missing == "prompt" and pending["tool"] == "compare_methods":
-            return self._compare(session, tool_input["methods"], unquote(answer))
+            if tool == "guidance":
+                return self._guidance(session, method, tool_input.get("target"))
+            if tool == "save_params":
+                return self._save(session, method, tool_input["params"], tool_input.get("make_default", False))
+            return self._run(session, method, tool_input.get("prompt"), again=tool_input.get("again", False),
+                             target=tool_input.get("target"), options=tool_input.get("options"))
         if missing == "prompt":
-            return self._run(session, tool_input.get("method"), answer, again=tool_input.get("again", False))
+            prompt = SHORT_PROMPT if ANY_PROMPT_ANSWER.match(answer) else unquote(answer)
+            if tool == "compare_methods":
+                return self._compare(session, tool_input["methods"], prompt, tool_input.get("target"))
+            return self._run(session, tool_input.get("method"), prompt, again=tool_input.get("again", False),
+                             target=tool_input.get("target"), options=tool_input.get("options"))
         if missing == "destination":
             return self._share(session, answer.strip())
         if missing == "packages":
@@ -288,38 +310,65 @@ class OfflineBrain:
     def _default_method(self, session: Session) -> str | None:
         return session.store.get_answer("default_method")
 
-    def _run(self, session: Session, method: str | None, prompt: str | None, again: bool = False) -> Reply:
+    def _run(self, session: Session, method: str | None, prompt: str | None, again: bool = False,
+             target: str | None = None, options: dict | None = None) -> Reply:
         method = method or self._default_method(session)
+        keep = {"again": again, "target": target, "options": options or {}}
         if method is None:
-            return self._ask("run_method", {"prompt": prompt, "again": again}, "method",
+            return self._ask("run_method", {"prompt": prompt, **keep}, "method",
                              "Which method should I run: draft (a draft model), medusa or lookahead?")
         if not prompt:
-            return self._ask("run_method", {"method": method, "again": again}, "prompt",
-                             f"Which prompt should I run with {method}?")
+            return self._ask("run_method", {"method": method, **keep}, "prompt",
+                             f"Which prompt should I run with {method}? (say 'any' for a short one)")
+        problem = self._draft_problem(session, [method], target)
+        if problem:
+            return Reply(problem, not_done=problem)
         if not again:
-            earlier = self._already_measured(session, method, prompt)
+            earlier = self._already_measured(session, method, prompt, target)
             if earlier is not None:
                 return Reply(f"This was already measured, so I did not run it again (say 'run it again' to "
                              f"measure anew):\n{earlier}")
         session.last_prompt = prompt
-        return self._call(session, "run_method", {"method": method, "prompt": prompt})
+        return self._call(session, "run_method", run_input(method, prompt, target, options or {}))
 
-    def _compare(self, session: Session, named: list[str], prompt: str | None) -> Reply:
+    def _draft_problem(self, session: Session, methods: list[str], target: str | None) -> str | None:
+        """Why the draft method cannot run on ``target`` (no smaller built-in model shares its tokenizer
+        and no draft is saved), or None."""
+        if target is None or not any(METHODS[m].needs_draft for m in methods if m in METHODS):
+            return None
+        saved = session.store.get_params("draft") or {}
+        if builtin_draft_for(target) or (saved.get("draft") and saved.get("target") == target):
+            return None
+        return (f"{target} has no built-in draft model: no smaller built-in model shares its tokenizer, and a "
+                "draft as large as the target measures nothing useful. Save one with '/save draft draft=REF "
+                f"target={target}', or use a method without a draft (lookahead, ngram).")
+
+    def _compare(self, session: Session, named: list[str], prompt: str | None, target: str | None = None) -> Reply:
         """Compare the named methods (all when none is) with the baseline on ``prompt``; each method's
         parameters are left to the tool, which takes those saved in memory."""
         methods = compare_list(named)
         if not prompt:
             shown = ", ".join(methods[1:]) if len(methods) < len(compare_list([])) else "all methods"
-            return self._ask("compare_methods", {"methods": methods}, "prompt",
-                             f"Which prompt should I compare {shown} on (beside the baseline)?")
+            return self._ask("compare_methods", {"methods": methods, "target": target}, "prompt",
+                             f"Which prompt should I compare {shown} on (beside the baseline)? Say 'any' for a short "
+                             "one; for how they differ in principle, ask 'what are the trade-offs?'.")
+        note = self._draft_problem(session, methods, target)
+        if note:
+            methods = [m for m in methods if not METHODS[m].needs_draft]
         session.last_prompt = prompt
-        return self._call(session, "compare_methods", {"prompt": prompt, "methods": methods})
+        tool_input = {"prompt": prompt, "methods": methods, **({"target": target} if target else {})}
+        reply = self._call(session, "compare_methods", tool_input)
+        if prompt == SHORT_PROMPT:
+            reply.text = f"(On a short prompt I picked: {prompt!r}.)\n{reply.text}"
+        if note:
+            reply.text = f"Draft left out: {note}\n{reply.text}"
+        return reply
 
-    def _already_measured(self, session: Session, method: str, prompt: str) -> str | None:
+    def _already_measured(self, session: Session, method: str, prompt: str, target: str | None = None) -> str | None:
         saved = session.store.get_params(method) or {}
         for run in session.store.find_runs(method=method, prompt=prompt, limit=5):
-            if saved.get("target", run.get("target")) == run.get("target"):
-                        return statement(run)
+            if (target or saved.get("target", run.get("target"))) == run.get("target"):
+                return statement(run)
         return None
 
     def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
@@ -343,16 +392,26 @@ class OfflineBrain:
                 tool_input["prompt_contains"] = next(g for g in quoted.groups() if g)
         return self._call(session, "lookup_runs", tool_input)
 
-    def _guidance(self, session: Session, method: str | None) -> Reply:
+    def _guidance(self, session: Session, method: str | None, target: str | None = None) -> Reply:
         method = method or self._default_method(session)
         if method is None or method == "baseline":
-            return self._ask("guidance", {}, "method", "Guidance for which method: "
+            return self._ask("guidance", {"target": target}, "method", "Guidance for which method: "
                              f"{', '.join(ACCELERATED[:-1])} or {ACCELERATED[-1]}?")
-        saved = session.store.get_params(method) or {}
-        tool_input = {"method": method}
-        if saved.get("target"):
-            tool_input["target"] = saved["target"]
-        return self._call(session, "guidance", tool_input)
+        reply = self._call(session, "guidance", {"method": method, **({"target": target} if target else {})})
+        result = reply.data[0] if reply.data else None
+        if result is not None and not result.is_error and result.content.get("next_step"):
+            reply.text += (f"\nTo size it to this machine, say /measure: it measures the cost curve of "
+                           f"{result.content['target']} here (loads the model; about a minute) and stores it.")
+        return reply
+
+    def _save(self, session: Session, method: str | None, params: dict, make_default: bool) -> Reply:
+        method = method or self._default_method(session)
+        if method is None:
+            shown = ", ".join(f"{k}={v}" for k, v in params.items())
+            return self._ask("save_params", {"params": params, "make_default": make_default}, "method",
+                             f"For which method should I save {shown}: {', '.join(ACCELERATED)} or baseline?")
+        make_default = make_default or self._default_method(session) is None
+        return self._call(session, "save_params", {"method": method, "params": params, "make_default": make_default})
 
     def _explain(self, session: Session, topic: str | None) -> Reply:
         if topic is None:
@@ -375,3 +434,45 @@ class OfflineBrain:
                              "Where should the report go (an http(s) URL or a folder outside this machine)? "
                              "Sharing asks for your approval first. To keep it local, say 'write a report'.")
         return self._call(session, "share_results", {"destination": destination})
+
+
+def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
+    """run_method's input: the method's own parameters under ``params``, run fields (target,
+    max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
+    own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
+    top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
+    if target:
+        top["target"] = target
+    return {"method": method, "prompt": prompt, **top, **({"params": own} if own else {})}
+
+
+PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r"\b(?:k|draft length)\b",
+               "medusa": r"\b(?:threshold|alpha|tree|heads?)\b"}
+
+
+def method_of_words(text: str) -> str | None:
+    """The method whose parameter a message names ("the window" -> lookahead), or None."""
+    return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
+
+
+SLASH = {
+    "help": lambda self, session, rest, args: Reply(HELP),
+    "params": lambda self, session, rest, args: self._call(session, "recall", {}),
+    "memory": lambda self, session, rest, args: self._call(session, "recall", {}),
+    "saved": lambda self, session, rest, args: self._call(session, "recall", {}),
+    "tasks": lambda self, session, rest, args: self._call(session, "recall", {"include_done_tasks": True}),
+    "runs": OfflineBrain._slash_runs,
+    "lookup": lambda self, session, rest, args: self._call(session, "lookup_runs", {"run_id": args[0]} if args else {}),
+    "run": OfflineBrain._slash_run,
+    "compare": OfflineBrain._slash_compare,
+    "deps": lambda self, session, rest, args: self._call(session, "check_deps", {"method": find_method(rest) or "all"}),
+    "guide": lambda self, session, rest, args: self._guidance(session, find_method(rest), find_target(rest)),
+    "explain": lambda self, session, rest, args: self._explain(session, find_topic(rest) if rest else None),
+    "install": lambda self, session, rest, args: self._install(session, args),
+    "train": lambda self, session, rest, args: self._train(session, args[0] if args else None),
+    "report": lambda self, session, rest, args: self._call(session, "write_report", {}),
+    "share": lambda self, session, rest, args: self._share(session, rest or None),
+    "save": OfflineBrain._slash_save,
+    "measure": OfflineBrain._slash_measure,
+}
+SLASH.update({"dependencies": SLASH["deps"], "guidance": SLASH["guide"], "suggest": SLASH["guide"]})

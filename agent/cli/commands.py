@@ -1,9 +1,10 @@
-"""The agent's commands: ``chat``, ``tool`` (the JSON CLI), ``mcp`` and ``skill install``.
+"""The agent's commands: ``chat``, ``tool`` (the JSON CLI), ``approvals``, ``mcp`` and ``skill install``.
 
 ``specpilot tool list`` and ``specpilot tool NAME --input JSON`` print one JSON object on stdout and
-nothing else (logs go to stderr). ``specpilot tool approve --id ID`` / ``deny --id ID`` are for the
-person: approving insists on an interactive terminal. ``specpilot tool pending`` lists approvals
-waiting for a decision.
+nothing else (logs go to stderr). ``specpilot tool approve ID`` / ``deny ID`` (or ``--id ID``) are
+for the person: approving shows the exact command on the controlling terminal and needs the typed
+confirmation naming it. ``specpilot tool pending`` lists approvals waiting for a decision;
+``specpilot approvals list [--json]`` is the audit trail of every approval.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import logging
 import sys
 
 from agent.approval import decide_at_terminal
+from agent.brains import BRAINS
 from agent.skill_install import install_skill
 from memory import Store
+from memory.approvals import APPROVAL_STATUSES
 from tools.agent_tools.registry import describe_tools
 from tools.errors import SpecpilotError
 
 APPROVAL_COMMANDS = ("approve", "deny")
+BRAIN_CHOICES = BRAINS
+BRAIN_HELP = ("auto: Claude when ANTHROPIC_API_KEY is set, else the local model when it is fetched, else the rule "
+              "planner (offline)")
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
 
 
@@ -30,12 +36,34 @@ def print_json(value) -> None:
     sys.stdout.flush()
 
 
+def _conversation():
+    """The conversation modules (agent.chat, agent.ask): they load the tools, hence torch, so they are
+    imported when a command runs, not when the command line is read."""
+    from agent import ask, chat
+
+    return chat, ask
+
+
 def cmd_chat(args) -> int:
     """``specpilot chat``: the terminal conversation."""
-    # the chat loads the tools, hence torch: imported when the command runs
-    from agent.chat import run_chat
+    chat, _ = _conversation()
+    return chat.run_chat(brain=args.brain, skip_onboarding=getattr(args, "skip_onboarding", False))
 
-    return run_chat(brain=args.brain)
+
+def cmd_ask(args) -> int:
+    """``specpilot ask TEXT``: one turn, non-interactive (agent.ask)."""
+    _, ask = _conversation()
+    return ask.run_ask(args.text, brain=args.brain, plan_only=args.plan_only, as_json=args.json)
+
+
+def add_ask_arguments(p) -> None:
+    """The arguments of ``specpilot ask`` (registered in agent.cli.main)."""
+    p.add_argument("text", help="the message, e.g. \"what did we do last time?\"")
+    p.add_argument("--brain", choices=BRAIN_CHOICES, default="auto", help=BRAIN_HELP)
+    p.add_argument("--plan-only", action="store_true",
+                   help="run only read-only tools; list the others (model loads, writes, gated) as not executed")
+    p.add_argument("--json", action="store_true", help='one JSON object: {"reply", "tool_calls", "task"}')
+    p.set_defaults(func=cmd_ask)
 
 
 def cmd_tool(args) -> int:
@@ -58,11 +86,11 @@ def cmd_tool(args) -> int:
 
 
 def _decide(args) -> tuple[dict, int]:
-    if not args.id:
-        return {"error": f"give the approval id: specpilot tool {args.name} --id ID"}, EXIT_USAGE
+    approval_id = args.id or args.approval_id
+    if not approval_id:
+        return {"error": f"give the approval id: specpilot tool {args.name} ID (or --id ID)"}, EXIT_USAGE
     with Store() as store:
-        row = decide_at_terminal(store, args.id, approve=args.name == "approve", stdin=sys.stdin,
-                                 stdout=sys.__stderr__)
+        row = decide_at_terminal(store, approval_id, approve=args.name == "approve")  # asks on /dev/tty
     return {"approval_id": row["id"], "status": row["status"], "action": row["action"],
             "decided_by": row["decided_by"], "decided_at": row["decided_at"]}, EXIT_OK
 
@@ -75,6 +103,48 @@ def _call(args) -> tuple[dict, int]:
     with Store() as store:
         result = host_call(store, args.name, raw)
     return result.content, (EXIT_TOOL_ERROR if result.is_error else EXIT_OK)
+
+
+APPROVAL_COLUMNS = ("id", "tool", "action", "input", "status", "decided_by", "decided_at", "created_at",
+                    "consumed_at", "expires_at", "will_run")
+
+
+def approval_entry(row: dict) -> dict:
+    """One approval as the audit trail shows it: the tool, its exact input, status, who decided and when."""
+    arguments = row.get("arguments") or {}
+    tool_name = arguments.get("tool") if isinstance(arguments, dict) else None
+    exact = arguments.get("input", arguments) if isinstance(arguments, dict) and tool_name else arguments
+    entry = {**row, "tool": tool_name or row.get("action"), "input": exact, "will_run": row.get("reason")}
+    return {key: entry.get(key) for key in APPROVAL_COLUMNS}
+
+
+def cmd_approvals_list(args) -> int:
+    """``specpilot approvals list [--json]``: every approval, newest first."""
+    with Store() as store:
+        rows = [approval_entry(r) for r in store.list_approvals(status=args.status)]
+    if args.json:
+        print_json({"approvals": rows})
+        return EXIT_OK
+    if not rows:
+        print("no approvals recorded" + (f" with status {args.status}" if args.status else ""))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="approvals (newest first)")
+    for column in ("id", "tool", "input", "status", "decided_by", "decided_at", "created_at"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(*(_cell(r[c]) for c in ("id", "tool", "input", "status", "decided_by", "decided_at",
+                                               "created_at")))
+    Console(highlight=False, width=None if sys.stdout.isatty() else 240).print(table)
+    return EXIT_OK
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def cmd_mcp(args) -> int:
@@ -94,19 +164,27 @@ def cmd_skill_install(args) -> int:
 
 
 def add_agent_commands(subparsers) -> None:
-    """Register chat, tool, mcp and skill on the ``specpilot`` command's subparsers."""
+    """Register chat, tool, approvals, mcp and skill on the ``specpilot`` command's subparsers."""
     p = subparsers.add_parser("chat", help="talk to specpilot in the terminal")
-    p.add_argument("--brain", choices=["auto", "anthropic", "offline"], default="auto",
-                   help="auto: Claude when ANTHROPIC_API_KEY is set, else the offline planner")
+    p.add_argument("--brain", choices=BRAIN_CHOICES, default="auto", help=BRAIN_HELP)
+    p.add_argument("--skip-onboarding", action="store_true", help="do not ask the first-run questions this time")
     p.set_defaults(func=cmd_chat)
 
     p = subparsers.add_parser("tool", help="call one tool with JSON input (prints JSON only)",
                               description="specpilot tool list | specpilot tool NAME --input JSON | "
-                                          "specpilot tool pending | specpilot tool approve|deny --id ID")
+                                          "specpilot tool pending | specpilot tool approve|deny ID")
     p.add_argument("name", help="a tool name, or list / pending / approve / deny")
+    p.add_argument("approval_id", nargs="?", default=None, metavar="ID", help="the approval id (approve / deny)")
     p.add_argument("--input", default=None, help="the tool's input as a JSON object")
-    p.add_argument("--id", default=None, help="the approval id (approve / deny)")
+    p.add_argument("--id", default=None, help="the approval id (approve / deny), as --id ID")
     p.set_defaults(func=cmd_tool)
+
+    p = subparsers.add_parser("approvals", help="the audit trail: every approval, its status, who decided and when")
+    asub = p.add_subparsers(dest="approvals_command", required=True)
+    a = asub.add_parser("list", help="every approval: id, tool, exact input, status, decided_by, decided_at")
+    a.add_argument("--status", default=None, choices=APPROVAL_STATUSES, help="only approvals with this status")
+    a.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    a.set_defaults(func=cmd_approvals_list)
 
     p = subparsers.add_parser("mcp", help="serve specpilot's tools over MCP (stdio)")
     p.set_defaults(func=cmd_mcp)

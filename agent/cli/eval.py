@@ -10,6 +10,7 @@ import json
 import sys
 import types
 
+from rich.markup import escape
 from rich.table import Table
 
 from agent.cli.options import (add_generation_options, add_method_argument, add_method_options, method_params,
@@ -112,10 +113,18 @@ def compare_table(result: dict) -> Table:
 
 
 def _print_params(rows: list[dict]) -> None:
+    """Each measured method's parameters and where they came from; the reasons of those sized to this machine."""
     for row in rows:
         if row.get("status") == "measured" and row.get("params"):
-            params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+            params = ", ".join(f"{k}={_shown(v)}" for k, v in row["params"].items())
             out.print(f"{row['method']} params ({row.get('params_source')}): {params}")
+            for name, why in (row.get("sizing") or {}).items():
+                if why.startswith("sized"):
+                    out.print(f"[dim]  {name}: {escape(why)}[/dim]", highlight=False)
+
+
+def _shown(value) -> str:
+    return f"<tree of {len(value)} nodes>" if isinstance(value, list) else str(value)
 
 
 def _run_and_show(args, name: str, run, table, details=None) -> int:
@@ -273,6 +282,16 @@ def _confirm(args):
     return None
 
 
+def save_checked_params(store: Store, method: str, params: dict) -> None:
+    """Save ``params`` for ``method`` once they validate as a run would read them (ParameterError names
+    a bad field, e.g. an invalid value saved earlier that this save would carry over)."""
+    # the check reads the run's input model, which loads torch: imported when parameters are saved
+    from tools.agent_tools.saved_params import validate_saved_params
+
+    validate_saved_params(method, params)
+    store.save_params(method, params)
+
+
 def cmd_tune(args) -> int:
     tuning = _bench().tune
     gen = _generation(args)
@@ -292,7 +311,7 @@ def cmd_tune(args) -> int:
             out.print(tune_table(result))
             out.print(result["recommendation"])
         if confirm(question):
-            Store().save_params(args.method, result["would_save"])
+            save_checked_params(Store(), args.method, result["would_save"])
             result["saved"] = True
         if args.json:
             _print_json(result)
@@ -332,7 +351,7 @@ def cmd_tune_from_last_sweep(args) -> int:
         return 0
     if confirm(f"save {best['label']} as your {args.method} parameters?"):
         saved = store.get_params(args.method) or {}
-        store.save_params(args.method, {**saved, **bench.compare.own_params(args.method, best["params"])})
+        save_checked_params(store, args.method, {**saved, **bench.compare.own_params(args.method, best["params"])})
         out.print("saved to memory")
     else:
         out.print("not saved")
@@ -383,7 +402,8 @@ def add_eval_commands(sub) -> None:
 
     p = sub.add_parser("tune", help="sweep a method's parameters on a few prompts and recommend the best")
     add_method_argument(p, "--method", required=True, names=_tunable)
-    p.add_argument("--prompts", default=None, help="JSONL prompt set (default: shipped set)")
+    p.add_argument("--prompts", default=None, help="JSONL prompt set (default: the fit half of the shipped "
+                                                   "Spec-Bench prompts)")
     p.add_argument("--category", default=None)
     p.add_argument("--limit", type=int, default=None, help="prompts to sweep on (default 3, spread over categories)")
     p.add_argument("--grid", default=None, help='JSON list of settings to measure, e.g. \'[{"k": 3}, {"k": 5}]\'')

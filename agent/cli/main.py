@@ -10,12 +10,13 @@ import json
 import logging
 import os
 import sys
+import traceback
 import warnings
 
 from pydantic import ValidationError
 from rich.table import Table
 
-from agent.cli.commands import add_agent_commands
+from agent.cli.commands import add_agent_commands, add_ask_arguments
 from agent.cli.eval import add_eval_commands, cmd_demo
 from agent.cli.guide import add_guide_commands
 from agent.cli.medusa import add_medusa_commands
@@ -24,6 +25,7 @@ from agent.cli.options import (Parser, add_generation_options, add_method_argume
 from agent.render import err, out, runs_table, show_run
 from memory import Store
 from tools import models
+from tools.bench.record import RunRecord
 from tools.errors import SpecpilotError
 
 log = logging.getLogger("specpilot")
@@ -84,7 +86,11 @@ def cmd_runs_list(args) -> int:
 
 
 def cmd_runs_show(args) -> int:
-    show_run(Store().get_run(args.run_id), as_json=args.json)
+    stored = Store().get_run(args.run_id)
+    if args.json:  # the typed record (tools.bench.record.RunRecord), older records brought up to it
+        print(json.dumps(RunRecord.from_stored(stored).to_store(), default=str))
+    else:
+        show_run(stored)
     return 0
 
 
@@ -134,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("ask", help="one turn with the agent, non-interactive (scripts, evaluation); never onboards")
+    add_ask_arguments(p)
+
     # command groups that live in their own modules
     for register in (add_medusa_commands, add_guide_commands, add_eval_commands, add_agent_commands):
         register(sub)
@@ -150,21 +159,30 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_libraries()
     try:
         return int(args.func(args) or 0)
-    except SpecpilotError as exc:
-        print(f"error: {exc.user_message()}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted: runs and methods that finished are stored (specpilot runs list); "
               "`specpilot bench` resumes where it stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a last guard: the user sees a message, not a traceback
-        if isinstance(exc, ValidationError):
-            e = exc.errors()[0]
-            print(f"error: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}", file=sys.stderr)
-            return 2
-        log.debug("unexpected error", exc_info=True)
-        print(f"error: {type(exc).__name__}: {exc}\n  (run with -v for details)", file=sys.stderr)
-        return 1
+        return report_error(exc, args.verbose)
+
+
+def report_error(exc: Exception, verbose: bool) -> int:
+    """Print ``exc`` as ``error: ...`` on stderr and return the exit code: 2 for an error the user can
+    fix (a SpecpilotError, bad input), 1 for anything else. With ``-v`` the traceback comes first."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, SpecpilotError):
+        print(f"error: {exc.user_message()}", file=sys.stderr)
+        return 2
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']} (got {e.get('input')!r:.80})"
+                             for e in exc.errors())
+        print(f"error: {problems}", file=sys.stderr)
+        return 2
+    more = "" if verbose else "\n  (run with -v to see the traceback)"
+    print(f"error: {type(exc).__name__}: {exc}{more}", file=sys.stderr)
+    return 1
 
 
 def _quiet_libraries() -> None:

@@ -1,24 +1,29 @@
-"""``specpilot medusa train``: train Medusa heads on a frozen target (asks for approval first)."""
+"""``specpilot medusa train``: train Medusa heads on a frozen target (asks for approval first).
+
+Training goes through the same gate as the agent's train_medusa tool (agent.approval): an approval
+holding the exact command is recorded, and the person approves it on the controlling terminal by
+typing ``train TARGET``; with no terminal it stays pending, to be approved with ``specpilot tool
+approve ID`` and used with ``--approval-id ID``. ``--yes`` skips nothing: it is accepted for old
+scripts and goes through the same gate.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import types
 from pathlib import Path
 
+from agent.approval import approve_command
 from agent.render import err
+from memory import Store
 from tools import models
 
-
-def ask_yes_no(plan: str) -> bool:
-    """Show exactly what will run and ask y/n on the terminal; no terminal means no."""
-    print(plan, file=sys.stderr)
-    if not sys.stdin.isatty():
-        print("no terminal to confirm on: rerun with --yes to approve", file=sys.stderr)
-        return False
-    answer = input("Start training? [y/N] ").strip().lower()
-    return answer in ("y", "yes")
+TRAIN_ACTION = "train"
+TRAIN_COMMAND = "specpilot medusa train"
+TRAIN_OPTIONS = ("target", "out", "heads", "layers", "data", "self_distill", "steps", "max_tokens", "batch_size",
+                 "learning_rate", "dtype", "device_map", "restart")
 
 
 def _medusa() -> types.SimpleNamespace:
@@ -29,7 +34,39 @@ def _medusa() -> types.SimpleNamespace:
     return types.SimpleNamespace(data=data, train=train)
 
 
+def training_arguments(args) -> dict:
+    """What an approval of this training covers: the command and every option that shapes it."""
+    return {"tool": TRAIN_COMMAND, "input": {name: getattr(args, name) for name in TRAIN_OPTIONS}}
+
+
+def training_command(args) -> str:
+    """The command as the person would type it (shown before they approve)."""
+    words = ["specpilot", "medusa", "train"]
+    for name in TRAIN_OPTIONS:
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        elif value not in (None, False):
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def approve_training(args) -> dict:
+    """The person's approval of exactly this training (asked on the terminal, or given by --approval-id)."""
+    if args.yes:
+        print("note: --yes no longer skips the approval; training is approved on the terminal "
+              "(or with --approval-id after `specpilot tool approve ID`)", file=sys.stderr)
+    what = (f"{training_command(args)}  (loads {args.target}, caches its hidden states, trains the heads and "
+            f"writes them to {args.out}; this can take a long time on a CPU)")
+    with Store() as store:
+        return approve_command(store, TRAIN_ACTION, training_arguments(args), what, approval_id=args.approval_id)
+
+
 def cmd_medusa_train(args) -> int:
+    approval = approve_training(args)  # before anything loads: nothing runs without a person's approval
     train = _medusa().train
     files = [Path(f) for f in args.data] if args.data else train.default_training_files()
     overrides = {"num_heads": args.heads, "num_layers": args.layers, "steps": args.steps,
@@ -37,8 +74,12 @@ def cmd_medusa_train(args) -> int:
                  "learning_rate": args.learning_rate, "labels": "text" if args.data and not args.self_distill else "self"}
     config = train.TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype, device_map=args.device_map)
-    report = train.train_heads(target, files, args.out, config,
-                               confirm=(lambda plan: True) if args.yes else ask_yes_no, resume=not args.restart)
+
+    def approved(plan: str) -> bool:  # the person approved exactly this command above
+        print(f"{plan}\n(approved: approval {approval['id']}, by {approval['decided_by']})", file=sys.stderr)
+        return True
+
+    report = train.train_heads(target, files, args.out, config, confirm=approved, resume=not args.restart)
     summary = report.as_dict()
     summary.pop("loss_history", None)
     print(json.dumps(summary, default=str, indent=None if args.json else 1))
@@ -74,7 +115,10 @@ def add_medusa_commands(sub) -> None:
     t.add_argument("--dtype", default="bfloat16")
     t.add_argument("--device-map", default=None)
     t.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in --out")
-    t.add_argument("--yes", action="store_true", help="approve without asking")
+    t.add_argument("--yes", action="store_true",
+                   help="kept for old scripts: training is still approved on the terminal (or with --approval-id)")
+    t.add_argument("--approval-id", default=None,
+                   help="an approval a person gave with `specpilot tool approve ID` for exactly this command")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_medusa_train)
     d = msub.add_parser("make-data", help="write self-distillation text: chat answers to prompts built from "

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tools.errors import SpecpilotError
+from tools.errors import ParameterError
 
 # parameter-model fields that have no command-line flag (set them in memory or through the tools)
 NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens"})
@@ -156,17 +156,23 @@ def method_params(args) -> dict:
 
 # ---------------------------------------------------------------------------- generation and prompt
 def prompt_text(args) -> str:
-    if args.prompt_file:
-        path = Path(args.prompt_file)
-        if not path.is_file():
-            raise SpecpilotError(f"prompt file {path} does not exist", hint="check the path")
-        return path.read_text()
-    if args.prompt:
-        return args.prompt
-    # tools.bench.compare loads torch: imported only when the demo prompt is needed
-    from tools.bench.compare import DEMO_PROMPT
+    """The prompt of run / compare: the --prompt-file's text (UTF-8), else --prompt, else (neither given)
+    the demo prompt. An empty or whitespace-only prompt is refused, never replaced by the demo prompt."""
+    # tools.bench loads torch: imported only when a prompt is needed, not when the command line is read
+    if args.prompt_file is not None:
+        from tools.bench.context import read_prompt_file
 
-    return DEMO_PROMPT
+        text, source = read_prompt_file(args.prompt_file), f"the prompt file {Path(args.prompt_file).expanduser()}"
+    elif args.prompt is not None:
+        text, source = args.prompt, "--prompt"
+    else:
+        from tools.bench.compare import DEMO_PROMPT
+
+        return DEMO_PROMPT
+    if not text.strip():
+        raise ParameterError(f"{source} is empty" + (" (only whitespace)" if text else ""),
+                             hint="give the text to run on (leave out --prompt and --prompt-file for the demo prompt)")
+    return text
 
 
 def add_generation_options(p: argparse.ArgumentParser) -> None:

@@ -105,7 +105,7 @@ def relevant(pkg: Package, method: str) -> tuple[bool, bool]:
     return needed, optional
 
 
-@tool("check_deps", DepsInput)
+@tool("check_deps", DepsInput, read_only=True)
 def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
     """Check the Python packages a decoding method needs (torch, transformers, accelerate, gguf, and the
     optional upstream medusa-llm and lade): imports each one and reports its version, whether it is

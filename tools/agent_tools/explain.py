@@ -39,7 +39,7 @@ def prompt_text(name: str) -> str:
                              hint="reinstall specpilot") from None
 
 
-@tool("explain", ExplainInput)
+@tool("explain", ExplainInput, read_only=True)
 def explain(inp: ExplainInput, ctx: ToolContext) -> dict:
     """Explain draft-model speculative decoding, Medusa, lookahead decoding, or the trade-offs between
     them, from specpilot's reference texts (which cite Leviathan et al. 2022, Chen et al. 2023,

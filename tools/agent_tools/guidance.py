@@ -24,7 +24,7 @@ from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.methods import PARAM_MODELS, AcceleratedName
 from tools.bench.protocol import hardware_info
 from tools import models
-from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from tools.models import DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
 
 ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
@@ -40,7 +40,8 @@ class GuidanceInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: AcceleratedName
-    target: str = Field(DEFAULT_TARGET, description="the target model reference")
+    target: str | None = Field(None, description="the target model reference (default: the target saved in "
+                                                 "memory, else the built-in default target)")
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
                                                                  "(read from the model name when not given)")
     hardware: Literal["auto", "cpu", "gpu"] = Field("auto", description="auto detects a CUDA GPU")
@@ -94,19 +95,45 @@ def _defaults(method: str) -> dict:
     return PARAM_MODELS[method]().model_dump()
 
 
+def saved_target(store, method: str | None = None) -> str | None:
+    """The target saved in memory: the method's, else the default method's, else any saved one."""
+    default = store.get_answer("default_method")
+    saved = store.all_params() or {}
+    for name in (method, default, *saved):
+        target = (saved.get(name) or {}).get("target") if name else None
+        if target:
+            return str(target)
+    return None
+
+
+def resolve_target(store, method: str | None, given: str | None) -> tuple[str, str]:
+    """The target to advise for and where it came from: given, saved in memory, or the built-in default."""
+    if given:
+        return given, "given"
+    found = saved_target(store, method)
+    return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
+
+
 def draft_advice(size_b: float | None, hw: dict, target: str) -> tuple[dict, list[str], str]:
-    params = {"draft": DEFAULT_DRAFT, **_defaults("draft")}
+    draft = models.builtin_draft_for(target, size_b)
+    params = {**({"draft": draft} if draft else {}), **_defaults("draft")}
     reasons = []
     if size_b:
         low, high = size_b / DRAFT_RATIO[1], size_b / DRAFT_RATIO[0]
         reasons.append(f"pick a draft 5-10x smaller than the {size_b:g}B target, i.e. about {low:.2g}B-{high:.2g}B "
                        "parameters, from the same family (the same tokenizer and vocabulary is required)")
-        draft_size = size_from_name(DEFAULT_DRAFT)
-        if target == DEFAULT_TARGET and draft_size:
-            reasons.append(f"the built-in draft {DEFAULT_DRAFT} is {size_b / draft_size:.0f}x smaller: the only "
-                           "offline draft with the same vocabulary; its acceptance and speedup must be measured")
     else:
         reasons.append("pick a same-family draft 5-10x smaller than the target (same tokenizer and vocabulary)")
+    draft_size = size_from_name(draft) if draft else None
+    if draft and size_b and draft_size:
+        reasons.append(f"the built-in draft {draft} is {size_b / draft_size:.0f}x smaller and shares the target's "
+                       "tokenizer; its acceptance and speedup must be measured")
+    elif draft:
+        reasons.append(f"the built-in draft {draft} is smaller and shares the target's tokenizer")
+    else:
+        reasons.append(f"no built-in draft is smaller than {target} and shares its tokenizer: give your own draft "
+                       "(--draft REF, a smaller model of the same family), or use a method without a draft "
+                       "(lookahead, ngram)")
     reasons.append(f"start at k={params['k']} drafted tokens per step, let it adapt (adaptive_k, up to "
                    f"{params['k_max']}) and stop a draft early when the draft's top probability is below "
                    f"{params['draft_confidence']}: long drafts pay when acceptance is high, the early stop limits "
@@ -132,19 +159,29 @@ def medusa_advice(hw: dict) -> tuple[dict, list[str], str]:
     return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)"
 
 
+def size_lookahead(curve: dict) -> tuple[LookaheadParams, str]:
+    """Lookahead W/N/G sized to a measured cost curve ({tokens: seconds}) and the reasoning.
+
+    TODO(issue 12): lookahead sizing from the machine's cost curve is being rebuilt in its own sizing
+    module; when it lands, call it here (the only place guidance sizes lookahead)."""
+    return suggest_lookahead_params(curve)
+
+
 def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str]:
     defaults = LookaheadParams()
     curve = stored_cost_curve(store, target, hw["name"])
     if curve is not None:
-        params, reasoning = suggest_lookahead_params(curve["curve"])
+        params, reasoning = size_lookahead(curve["curve"])
         return params.model_dump(), [reasoning], (f"sized to the cost curve measured on this machine "
                                                   f"({curve['measured_at']}, {curve['dtype']})")
     params = defaults.model_dump()
-    reasons = [f"W={defaults.window}, N={defaults.ngram}, G={defaults.guess} is the usual starting point; each step "
-               f"then holds {defaults.tokens_per_step} tokens"]
+    reasons = [f"W={defaults.window}, N={defaults.ngram}, G={defaults.guess} is the source's starting point, sized "
+               f"for a GPU (each step holds {defaults.tokens_per_step} tokens); no cost curve of {target} is stored "
+               "for this machine"]
     if hw["kind"] == "cpu":
-        reasons.append("on a CPU a pass over that many tokens costs several one-token passes, so this start is "
-                       "probably too large: measure the cost curve (measure_cost_curve) to size W/N/G to this CPU")
+        reasons.append("on a CPU a pass over that many tokens costs several one-token passes, so do not use this "
+                       f"start as it is: measure the cost curve of {target} here (measure_cost_curve, about a "
+                       "minute) and ask again: W/N/G are then sized to this CPU")
     return params, reasons, "only the source's default starting point (Lookahead Decoding, arXiv 2402.02057)"
 
 
@@ -158,39 +195,47 @@ def ngram_advice() -> tuple[dict, list[str], str]:
         "specpilot's defaults (3-gram matches, 10-token drafts, 3 drafts per step; transformers uses 2, 10, 1)"
 
 
-@tool("guidance", GuidanceInput)
+@tool("guidance", GuidanceInput, read_only=True)
 def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
-    """Suggest starting parameters for a method, tailored to the target's size and the hardware: draft
-    5-10x smaller than the target; Medusa threshold 0.09, alpha 0.3 and a tree sized to the hardware;
-    lookahead W=15, N=5, G=5 as a start (sized to a measured cost curve when one is stored). Uses
-    measured sweeps from memory when present. This is advice to be measured, never a result."""
-    size_b = inp.target_size_b or size_from_name(inp.target)
+    """Suggest starting parameters for a method, tailored to the target's size and the hardware: a draft
+    smaller than the target that shares its tokenizer (or none, said so); Medusa threshold 0.09, alpha
+    0.3 and a tree sized to the hardware; lookahead sized to this machine's measured cost curve when one
+    is stored (else the source's W=15, N=5, G=5 with measure_cost_curve as the next step). The target
+    saved in memory is used when none is given. Uses measured sweeps from memory when present. This is
+    advice to be measured, never a result."""
+    target, target_source = resolve_target(ctx.store, inp.method, inp.target)
+    size_b = inp.target_size_b or size_from_name(target)
     hw = detect_hardware(inp.hardware)
     if inp.method == "draft":
-        params, reasons, source = draft_advice(size_b, hw, inp.target)
+        params, reasons, source = draft_advice(size_b, hw, target)
     elif inp.method == "medusa":
         params, reasons, source = medusa_advice(hw)
     elif inp.method == "lookahead":
-        params, reasons, source = lookahead_advice(ctx.store, inp.target, hw)
+        params, reasons, source = lookahead_advice(ctx.store, target, hw)
     else:
         params, reasons, source = ngram_advice()
     if size_b and hw.get("gpu_memory_gb") and 2 * size_b > 0.8 * hw["gpu_memory_gb"] * hw.get("gpu_count", 1):
         reasons.append(f"a {size_b:g}B model needs about {2 * size_b:.0f} GB in bfloat16: use device_map='auto' to "
                        "spread it over the GPUs (and CPU)")
-    out = {"method": inp.method, "target": inp.target, "target_size_b": size_b, "hardware": hw,
-           "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
-    sweep = measured_sweep(ctx.store, inp.method, inp.target)
-    if sweep:
-        best = sweep[0]
-        out["measured"] = sweep[:5]
-        out["measured_best"] = (f"measured here: {json.dumps(best['params'], sort_keys=True)} gave a median speedup "
-                                f"of {best['median_speedup']:.2f}x over {best['runs']} run(s) "
-                                f"(run ids {', '.join(best['run_ids'])})")
-        if len(sweep) == 1:
-            out["measured_best"] += "; only one setting was measured, so this is not a sweep"
-    else:
-        out["measured_best"] = "no stored runs of this method on this target: the suggestion is not measured yet"
+    out = {"method": inp.method, "target": target, "target_source": target_source, "target_size_b": size_b,
+           "hardware": hw, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
+    if inp.method == "lookahead" and source.startswith("only the source's default"):
+        out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
+                            "why": "size W/N/G to this machine"}
+    out.update(measured_summary(measured_sweep(ctx.store, inp.method, target)))
     return out
+
+
+def measured_summary(sweep: list[dict]) -> dict:
+    """The ``measured`` rows and the ``measured_best`` sentence of a guidance answer."""
+    if not sweep:
+        return {"measured_best": "no stored runs of this method on this target: the suggestion is not measured yet"}
+    best = sweep[0]
+    sentence = (f"measured here: {json.dumps(best['params'], sort_keys=True)} gave a median speedup "
+                f"of {best['median_speedup']:.2f}x over {best['runs']} run(s) (run ids {', '.join(best['run_ids'])})")
+    if len(sweep) == 1:
+        sentence += "; only one setting was measured, so this is not a sweep"
+    return {"measured": sweep[:5], "measured_best": sentence}
 
 
 class CostCurveInput(BaseModel):
@@ -198,7 +243,8 @@ class CostCurveInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    target: str = Field(DEFAULT_TARGET, description="the target model reference")
+    target: str | None = Field(None, description="the target model reference (default: the target saved in "
+                                                 "memory, else the built-in default target)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     repeats: int = Field(5, ge=1, le=20)
 
@@ -206,16 +252,17 @@ class CostCurveInput(BaseModel):
 @tool("measure_cost_curve", CostCurveInput)
 def measure_cost_curve(inp: CostCurveInput, ctx: ToolContext) -> dict:
     """Measure on this machine how one forward pass of the target costs with 1, 2, 4 ... 64 new tokens,
-    store the curve, and size lookahead W/N/G to it. Loads the target model (can take a while)."""
-
-    ctx.report(f"loading {inp.target}")
-    loaded = models.load(inp.target, dtype=inp.dtype)
+    store the curve, and size lookahead W/N/G to it (the target saved in memory when none is given).
+    Loads the target model (can take a while)."""
+    target, _ = resolve_target(ctx.store, None, inp.target)
+    ctx.report(f"loading {target}")
+    loaded = models.load(target, dtype=inp.dtype)
     ctx.report("timing forward passes")
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
     hw_name = detect_hardware("gpu" if loaded.device.startswith("cuda") else "cpu")["name"]
-    ctx.store.save_cost_curve(inp.target, hw_name, curve, dtype=loaded.dtype)
-    params, reasoning = suggest_lookahead_params(curve)
-    return {"target": inp.target, "hardware": hw_name, "dtype": loaded.dtype,
+    ctx.store.save_cost_curve(target, hw_name, curve, dtype=loaded.dtype)
+    params, reasoning = size_lookahead(curve)
+    return {"target": target, "hardware": hw_name, "dtype": loaded.dtype,
             "curve_ms": {n: round(t * 1000, 2) for n, t in curve.items()}, "flat_tokens": flat_tokens(curve),
             "suggested_lookahead": params.model_dump(), "reasoning": reasoning,
             "source": "measured now on this machine and stored"}

@@ -1,39 +1,78 @@
 """Install Python packages with pip (gated: runs only after the user approves the exact command).
 
-Package names are checked against a strict pattern (a name, optional extras, at most one version
-specifier), so nothing that looks like an option, a path or a URL reaches pip, and pip runs as an
+A package is a PEP 508 name with optional extras and an optional version specifier, and nothing
+else: :func:`check_package` parses it with ``packaging.requirements.Requirement`` and refuses
+anything pip could read as a path, an archive (``evil-1.0.tar.gz`` is a local file to pip, whose
+``setup.py`` would run), a URL, ``name @ url``, an environment marker or an option. pip runs as an
 argument list (``[sys.executable, "-m", "pip", "install", ...]``), never through a shell.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import sys
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools.errors import DependencyError, ParameterError
 from tools.agent_tools.registry import ToolContext, tool
 
-# PEP 508 name (letters, digits, . _ -, starting and ending alphanumeric), optional [extras],
-# optional single specifier such as ==1.2.3 or >=0.10.
-PACKAGE_PATTERN = re.compile(
-    r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?"
-    r"(?:\[[A-Za-z0-9][A-Za-z0-9._-]*(?:,[A-Za-z0-9][A-Za-z0-9._-]*)*\])?"
-    r"(?:(?:==|>=|<=|~=|!=|>|<)[A-Za-z0-9][A-Za-z0-9.*+!_-]{0,63})?"
-)
 MAX_PACKAGES = 10
+MAX_SPEC_CHARS = 200
 PIP_TIMEOUT_S = 1800
+# pip treats a requirement ending in one of these as a local archive file (and builds it)
+ARCHIVE_SUFFIXES = (".zip", ".whl", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz",
+                    ".tar.lz", ".tar.lzma", ".egg")
+FORBIDDEN_TEXT = ("://", "/", "\\", "@", ";")
+ACCEPTED = ("PyPI names, optionally with extras and a version specifier, e.g. gguf, gguf>=0.10 or "
+            "transformers[torch]==5.0.1; never paths, archives (.tar.gz, .whl, .zip), URLs, name @ url, "
+            "environment markers or pip options such as -e or --index-url")
+
+
+def _refuse(spec: object, why: str) -> ParameterError:
+    return ParameterError(f"{spec!r} is not a package name specpilot will install: {why}. Accepted: {ACCEPTED}",
+                          hint="give plain PyPI names, e.g. gguf or gguf>=0.10")
+
+
+def _text_problem(spec: str) -> str | None:
+    """Why ``spec`` is refused before parsing (options, paths, URLs, archives, odd characters), or None."""
+    lowered = spec.lower()
+    if not spec:
+        return "it is empty"
+    if len(spec) > MAX_SPEC_CHARS:
+        return f"it is longer than {MAX_SPEC_CHARS} characters"
+    if spec.startswith("-"):
+        return "it starts with '-', so pip would read it as an option"
+    if any(c.isspace() or not c.isprintable() for c in spec):
+        return "it contains spaces or control characters"
+    found = next((t for t in FORBIDDEN_TEXT if t in spec), None)
+    if found is not None:
+        return f"it contains {found!r} (paths, URLs, name @ url and markers are not package names)"
+    if lowered.endswith(ARCHIVE_SUFFIXES):
+        return "it names an archive file, which pip would build and run from disk"
+    return None
 
 
 def check_package(spec: str) -> str:
-    """Return ``spec`` if it is a plain requirement (name[extras]specifier); else raise ParameterError."""
-    if not isinstance(spec, str) or not PACKAGE_PATTERN.fullmatch(spec):
-        raise ParameterError(f"{spec!r} is not a package name specpilot will install",
-                             hint="give plain PyPI names, optionally with one version, e.g. gguf or gguf>=0.10 "
-                                  "(no options, paths or URLs)")
+    """Return ``spec`` if it is a PEP 508 name with optional extras and version specifier; else raise
+    ParameterError saying what is accepted."""
+    if not isinstance(spec, str):
+        raise _refuse(spec, f"it is a {type(spec).__name__}, not text")
+    problem = _text_problem(spec)
+    if problem is None:
+        try:
+            requirement = Requirement(spec)
+        except InvalidRequirement as exc:
+            problem = f"it is not a valid requirement ({str(exc).splitlines()[0]})"
+        else:
+            if requirement.url or requirement.marker is not None:
+                problem = "it carries a URL or an environment marker"
+            elif requirement.name.lower().endswith(ARCHIVE_SUFFIXES):
+                problem = "it names an archive file, which pip would build and run from disk"
+    if problem is not None:
+        raise _refuse(spec, problem)
     return spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.agent_tools.saved_params import split_saved_params
+from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine.methods import ACCELERATED, MethodName
 from tools.errors import RunNotFoundError
 from tools.agent_tools.registry import ToolContext, tool
@@ -81,7 +81,7 @@ def summarise_run(run: dict) -> dict:
     return out
 
 
-@tool("lookup_runs", LookupInput)
+@tool("lookup_runs", LookupInput, read_only=True)
 def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
     """Look up stored runs and restate their measured figures (speedup, tokens/s, acceptance) with run
     id, model, prompt and hardware, exactly as stored. Use it to answer questions such as "what was
@@ -128,7 +128,7 @@ def task_line(task: dict) -> str:
     return f"task {task['id']} ({task['status']}): {task['request']} — done: {done} / not done: {left}"
 
 
-@tool("recall", RecallInput)
+@tool("recall", RecallInput, read_only=True)
 def recall(inp: RecallInput, ctx: ToolContext) -> dict:
     """Read what memory holds before acting: saved parameters per method, onboarding answers,
     unfinished tasks (as "done: … / not done: …") and the newest runs. Never ask the user again for
@@ -158,15 +158,19 @@ class SaveParamsInput(BaseModel):
                                           "{'window': 15, 'ngram': 5, 'guess': 5}; generation settings may "
                                           "be included (max_new_tokens, temperature)")
     make_default: bool = Field(True, description="also make this the method used when none is named")
+    replace: bool = Field(False, description="replace every saved parameter of the method (default: update "
+                                             "the given ones and keep the others)")
 
 
 @tool("save_params", SaveParamsInput)
 def save_params(inp: SaveParamsInput, ctx: ToolContext) -> dict:
     """Save a method's parameters (and optionally make it the default method) so they are not asked
-    for again. The method's own parameters are validated before saving."""
-    split_saved_params(inp.method, inp.params)  # raises ParameterError naming a bad field
-    ctx.store.save_params(inp.method, inp.params)
+    for again. The method's own parameters and the run-level ones (target, max_new_tokens, ...) are
+    validated before saving. The given parameters update those saved (``replace`` drops the others)."""
+    params = dict(inp.params) if inp.replace else {**(ctx.store.get_params(inp.method) or {}), **inp.params}
+    validate_saved_params(inp.method, params)  # raises ParameterError naming a bad field
+    ctx.store.save_params(inp.method, params)
     if inp.make_default:
         ctx.store.save_answer("default_method", inp.method)
-    return {"saved": {"method": inp.method, "params": inp.params},
+    return {"saved": {"method": inp.method, "params": params}, "changed": inp.params,
             "default_method": ctx.store.get_answer("default_method")}

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 GATED_ACTIONS = ("install", "train", "share")
 APPROVAL_FIELD = "approval_id"
+# prompt text one tool call may carry (JSON CLI, MCP, the chat): a longer one ties up the machine for
+# minutes; the command line reads longer prompt files (both check the model's context before measuring)
+MAX_PROMPT_BYTES = 64 * 1024
+PROMPT_FIELDS = ("prompt",)  # input fields holding prompt text, in any tool's input model
 
 # Modules whose import registers their tools, in the order tools are listed.
 TOOL_MODULES = (
@@ -69,6 +73,9 @@ class Tool:
     description: str
     gate: str | None = None  # one of GATED_ACTIONS, or None for tools that need no approval
     describe: Callable[[BaseModel], str] | None = None  # exactly what a gated call will do
+    # reads memory or the machine only: loads no model, writes no file or memory, needs no approval
+    # (``specpilot ask --plan-only`` runs these and only lists the others)
+    read_only: bool = False
 
     def input_schema(self) -> dict:
         """The JSON schema of the tool's input (pydantic's, with titles kept for readability)."""
@@ -98,8 +105,11 @@ _REGISTRY: dict[str, Tool] = {}
 
 
 def tool(name: str, input_model: type[BaseModel], gate: str | None = None,
-         describe: Callable[[BaseModel], str] | None = None) -> Callable:
-    """Register the decorated function as the tool ``name`` (its docstring is the description)."""
+         describe: Callable[[BaseModel], str] | None = None, read_only: bool = False) -> Callable:
+    """Register the decorated function as the tool ``name`` (its docstring is the description);
+    ``read_only``: it loads no model, writes nothing and needs no approval."""
+    if read_only and gate is not None:
+        raise ValueError(f"gated tool {name!r} cannot be read-only")
     if gate is not None and gate not in GATED_ACTIONS:
         raise ValueError(f"unknown gate {gate!r}; use one of {GATED_ACTIONS}")
     if input_model.model_config.get("extra") != "forbid":
@@ -112,7 +122,7 @@ def tool(name: str, input_model: type[BaseModel], gate: str | None = None,
         if not doc:
             raise ValueError(f"tool {name!r} needs a docstring: it is the description the model reads")
         _REGISTRY[name] = Tool(name=name, func=func, input_model=input_model, description=doc, gate=gate,
-                               describe=describe)
+                               describe=describe, read_only=read_only)
         return func
 
     return register
@@ -147,11 +157,36 @@ def parse_input(tool_: Tool, raw: dict | str | None) -> BaseModel:
     if not isinstance(raw, dict):
         raise ParameterError(f"the input of {tool_.name} must be a JSON object, got {type(raw).__name__}")
     try:
-        return tool_.input_model.model_validate(raw)
+        inp = tool_.input_model.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
         fields = ", ".join(tool_.input_model.model_fields)
         raise ParameterError(f"bad input for {tool_.name}: {problems}", hint=f"{tool_.name} takes: {fields}") from None
+    for name in PROMPT_FIELDS:
+        check_prompt(tool_.name, name, getattr(inp, name, None))
+    return inp
+
+
+def check_prompt(tool_name: str, field_name: str, text: object) -> None:
+    """Refuse prompt text a tool should not run on: empty or only whitespace, not valid Unicode (a lone
+    surrogate), or over MAX_PROMPT_BYTES of UTF-8. ParameterError naming the tool, the field and the size."""
+    if not isinstance(text, str):
+        return
+    where = f"{field_name} of {tool_name}"
+    if not text.strip():
+        raise ParameterError(f"the {where} is empty" + (" (only whitespace)" if text else ""),
+                             hint="give the text to run on")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ParameterError(f"the {where} is not valid Unicode text: a lone surrogate at character {exc.start}",
+                             hint="send UTF-8 text (JSON \\u escapes must form surrogate pairs)") from None
+    if size > MAX_PROMPT_BYTES:
+        raise ParameterError(
+            f"the {where} is {size:,} bytes of UTF-8; a tool call takes at most {MAX_PROMPT_BYTES:,} bytes "
+            f"({MAX_PROMPT_BYTES // 1024} KiB)",
+            hint="shorten the prompt, or measure a longer one from the command line: "
+                 "`specpilot run --prompt-file FILE` (still checked against the model's context)")
 
 
 def approval_arguments(tool_: Tool, inp: BaseModel) -> dict:
@@ -203,6 +238,6 @@ def anthropic_tools() -> list[dict]:
 
 
 def describe_tools() -> list[dict]:
-    """Every tool for listings (JSON CLI, docs): name, description, gate and input schema."""
-    return [{"name": t.name, "description": t.description, "gate": t.gate, "input_schema": t.input_schema()}
-            for t in load_tools().values()]
+    """Every tool for listings (JSON CLI, docs): name, description, gate, read_only and input schema."""
+    return [{"name": t.name, "description": t.description, "gate": t.gate, "read_only": t.read_only,
+             "input_schema": t.input_schema()} for t in load_tools().values()]

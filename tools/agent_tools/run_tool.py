@@ -46,7 +46,8 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
         out["output_text"] = text[:OUTPUT_SHOWN] + f"... ({len(text)} characters in the stored run)"
     stored = ctx.store.get_run(record["run_id"]) if record.get("run_id") else record
     out["statement"] = statement(stored)
-    out["source"] = f"measured now on this machine; stored as run {record.get('run_id')}"
+    out["source"] = (f"measured now on this machine; stored as run {record['run_id']}" if record.get("run_id")
+                     else f"measured now on this machine; not stored: {record.get('not_stored')}")
     return out
 
 

@@ -1,9 +1,12 @@
 """Saved parameters of a method: which of them fill the run's own fields (target, draft, generation
-settings) and which are the method's parameters, validated."""
+settings) and which are the method's parameters, validated — both when they are saved
+(:func:`validate_saved_params`) and when a run reads them back (:func:`split_saved_params`)."""
 
 from __future__ import annotations
 
-from tools.bench.run import RunInput
+from pydantic import ValidationError
+
+from tools.bench.run import MeasureOptions, RunInput
 from tools.engine.methods import PARAM_MODELS, parse_params
 from tools.errors import ParameterError
 
@@ -23,3 +26,35 @@ def split_saved_params(method: str, saved: dict) -> tuple[dict, dict]:
     own = {k: v for k, v in saved.items() if k not in fields}
     parse_params(method, own)
     return top, own
+
+
+def _problems(exc: ValidationError) -> str:
+    """Each bad field of a validation error with what it got, e.g. ``max_new_tokens: ... (got 'lots')``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']} (got {e.get('input')!r:.60})"
+                     for e in exc.errors())
+
+
+def check_run_fields(method: str, top: dict) -> None:
+    """Validate run-level fields (target, draft, max_new_tokens, ...) as a run would read them: against
+    MeasureOptions, and RunInput's own run-level fields (peers); ParameterError naming every bad field."""
+    measure = {k: v for k, v in top.items() if k in MeasureOptions.model_fields}
+    rest = {k: v for k, v in top.items() if k not in measure}
+    try:
+        MeasureOptions.model_validate(measure)
+        if rest:  # method and prompt are placeholders: only the saved fields can be wrong
+            RunInput.model_validate({**rest, "method": method, "prompt": "saved parameters"})
+    except ValidationError as exc:
+        raise ParameterError(f"cannot save these {method} parameters: {_problems(exc)}",
+                             hint=f"run-level fields take the types of a run's input: "
+                                  f"{', '.join(sorted(run_fields()))}; {method}'s own: "
+                                  f"{', '.join(PARAM_MODELS[method].model_fields) or 'none'}") from None
+
+
+def validate_saved_params(method: str, params: object) -> None:
+    """Check parameters before they are saved for ``method``, so that a later run cannot fail on them:
+    the method's own against its parameter model, the run-level ones against MeasureOptions (and
+    RunInput). ParameterError names the bad field; nothing is saved by this function."""
+    if not isinstance(params, dict):
+        raise ParameterError(f"{method} parameters must be a JSON object, got {type(params).__name__}")
+    top, _ = split_saved_params(method, params)
+    check_run_fields(method, top)

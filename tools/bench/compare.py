@@ -26,7 +26,8 @@ from memory.store import settings_key
 from tools import models
 from tools.bench import protocol as measure
 from tools.bench.protocol import Progress
-from tools.bench.context import generation_settings, medusa_heads_for, prepare, prompt_ids_for
+from tools.bench.record import RunRecord
+from tools.bench.context import checked_prompt_ids, generation_settings, medusa_heads_for, prepare, size_candidates
 from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, RunInput, measure_candidates, record_from
 from tools.bench.summary import quality_text
 from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, MethodName, parse_params
@@ -120,7 +121,8 @@ def row_from_record(record: dict, cand: Candidate | None, target: str, heads_pat
     """The compare table's row for a measured method (figures copied from the record)."""
     method = record["method"]
     keys = ("run_id", "wall_time_s", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_per_step",
-            "matches_baseline", "first_divergence", "new_tokens", "times", "baseline_times", "params", "lossy")
+            "matches_baseline", "first_divergence", "new_tokens", "times", "baseline_times", "params", "lossy",
+            "sizing")
     return {"method": cand.label if cand else method, "status": "measured", "reason": None,
             **{k: record.get(k) for k in keys}, "params_source": record.get("params_source"),
             "quality": quality_text(record), "training_required": training_text(method, target, heads_path),
@@ -172,14 +174,19 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
             if method in methods and method not in rows:
                 mark_not_run(method, reason)
         ctx = prepared.ctx
-        prompt_ids = prompt_ids_for(ctx.target.tokenizer, inp.prompt, inp.chat)
+        prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
         settings = generation_settings(inp, ctx)
         common = common_settings(inp, heads_path)
+        # parameters not given or saved are sized to this machine (tools.bench.sizing), each with its reason
+        sizings = size_candidates([c for c in candidates if c.method not in rows], inp.params, store, ctx,
+                                  progress=progress)
 
         def finished(cand: Candidate, timed: dict) -> None:
-            record = make_record(inp, inp.prompt, ctx, prompt_ids, settings, cand, timed, heads_path)
-            record.update(task_id=task_id, settings_key=run_key(cand.method, record["params"], inp.prompt, common))
-            record["run_id"] = store.add_run(record)
+            rec = make_record(inp, inp.prompt, ctx, prompt_ids, settings, cand, timed, heads_path)
+            rec.task_id, rec.settings_key = task_id, run_key(cand.method, rec.params, inp.prompt, common)
+            rec.sizing = sizings[cand.method].reasons() if cand.method in sizings else None
+            rec.run_id = store.add_run(rec.to_store())
+            record = rec.to_store()
             records[cand.method] = record
             rows[cand.method] = row_from_record(record, cand, inp.target, heads_path)
             store.update_task(task_id, done=[cand.method], run_ids=[record["run_id"]])
@@ -228,7 +235,7 @@ def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: Ge
 
 
 def make_record(inp: BaseModel, prompt: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
-                cand: Candidate, timed: dict, heads_path: str | None) -> dict:
+                cand: Candidate, timed: dict, heads_path: str | None) -> RunRecord:
     """The run record of one finished candidate on ``prompt`` (every figure from ``timed``), not stored
     yet; ``inp`` is the compare, bench or tune input the candidate was measured with."""
     params = cand.params.model_dump()
@@ -236,11 +243,11 @@ def make_record(inp: BaseModel, prompt: str, ctx: MethodContext, prompt_ids: lis
     shared.update(medusa_heads=heads_path)
     run_inp = RunInput(**shared, method=cand.method, prompt=prompt, params=params, peers=getattr(inp, "peers", False))
     record = record_from(run_inp, ctx, prompt_ids, settings, params, timed)
-    record["params_source"] = cand.source
-    record["training_required"] = training_text(cand.method, inp.target, heads_path)
-    record["draft_required"] = draft_text(cand.method, record.get("draft"))
+    record.params_source = cand.source
+    record.training_required = training_text(cand.method, inp.target, heads_path)
+    record.draft_required = draft_text(cand.method, record.draft)
     if METHODS[cand.method].needs_heads:
-        record["medusa_heads"] = heads_path
+        record.medusa_heads = heads_path
     return record
 
 

@@ -10,13 +10,16 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from memory import Store
 from tools import models
 from tools.bench import peers
 from tools.bench.protocol import Runner
+from tools.bench.machine_cost import machine_cost
+from tools.bench.sizing import Sizing, size_params
 from tools.engine import quantize
-from tools.engine.methods import METHODS, MethodContext
+from tools.engine.methods import METHODS, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
-from tools.errors import ParameterError, SpecpilotError
+from tools.errors import ParameterError, SpecpilotError, StoreError
 from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
 
 _LOADED: dict[tuple, models.LoadedModel] = {}
@@ -28,6 +31,26 @@ def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | Non
     if key not in _LOADED:
         _LOADED[key] = models.load(ref, dtype=dtype, device_map=device_map, threads=threads)
     return _LOADED[key]
+
+
+def read_prompt_file(path: str | Path, what: str = "prompt file") -> str:
+    """The text of a prompt file (UTF-8, a byte-order mark dropped); a SpecpilotError naming the file
+    when it is missing, unreadable or not UTF-8."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ParameterError(f"{what} {file} does not exist", hint="check the path")
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ParameterError(f"cannot read {what} {file}: {exc.strerror or exc}",
+                             hint="check the file's permissions") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ParameterError(
+            f"{what} {file} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} ({exc.reason})",
+            hint=f"save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {file} > prompt-utf8.txt`, and pass that file",
+        ) from None
 
 
 def prompt_ids_for(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -43,6 +66,45 @@ def prompt_ids_for(tokenizer, prompt: str, chat: bool) -> list[int]:
     if not ids:
         raise ParameterError("the prompt gives no tokens", hint="give a non-empty prompt")
     return [int(t) for t in ids]
+
+
+# transformers' "no limit" for a tokenizer's model_max_length is int(1e30): a length above this is no limit
+NO_LIMIT = 10**9
+
+
+def context_length(loaded: models.LoadedModel) -> tuple[int | None, str]:
+    """The model's context in tokens and where it was read: the config's max_position_embeddings, else
+    the tokenizer's model_max_length; (None, "") when neither holds a real limit."""
+    config = getattr(loaded.model, "config", None)
+    for value, source in ((getattr(config, "max_position_embeddings", None), "max_position_embeddings in its config"),
+                          (getattr(loaded.tokenizer, "model_max_length", None), "model_max_length of its tokenizer")):
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < NO_LIMIT:
+            return value, source
+    return None, ""
+
+
+def check_fits_context(loaded: models.LoadedModel, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Raise ParameterError, naming both numbers and the limit, when the prompt's tokens plus
+    ``max_new_tokens`` do not fit the model's context (a longer run would be silent garbage)."""
+    limit, source = context_length(loaded)
+    if limit is None or prompt_tokens + max_new_tokens <= limit:
+        return
+    ways = [f"shorten the prompt to at most {limit - max_new_tokens} tokens" if limit > max_new_tokens else "",
+             f"lower max_new_tokens (--max-new-tokens) to {limit - prompt_tokens} or less"
+             if limit > prompt_tokens else ""]
+    raise ParameterError(
+        f"the prompt is {prompt_tokens} tokens and max_new_tokens is {max_new_tokens}: {prompt_tokens + max_new_tokens}"
+        f" tokens, more than the {limit}-token context of {loaded.ref} ({source})",
+        hint=" or ".join(w for w in ways if w)
+        or f"shorten the prompt and lower max_new_tokens so that together they fit in {limit} tokens")
+
+
+def checked_prompt_ids(inp: BaseModel, ctx: MethodContext, prompt: str) -> list[int]:
+    """The prompt's ids (:func:`prompt_ids_for`), checked to fit the target's context with
+    ``inp.max_new_tokens`` before any measuring (ParameterError otherwise)."""
+    ids = prompt_ids_for(ctx.target.tokenizer, prompt, inp.chat)
+    check_fits_context(ctx.target, len(ids), inp.max_new_tokens)
+    return ids
 
 
 def eos_ids_for(loaded: models.LoadedModel) -> list[int]:
@@ -127,6 +189,56 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
                 raise
             unavailable[method] = f"Medusa heads unusable: {heads_path}: {exc.user_message()}"
     return Prepared(ctx=ctx, unavailable=unavailable, heads_path=heads_path)
+
+
+# ---------------------------------------------------------------------------- parameters
+def sized_params(methods: list[str], given: dict[str, dict], store, ctx: MethodContext, allow_measure: bool = True,
+                 progress=None) -> dict[str, Sizing]:
+    """Each method's parameters, field by field: given > saved in memory > sized to this machine's
+    cost curve (tools.bench.sizing: read from memory, else measured once and stored when
+    ``allow_measure``, else a conservative CPU curve) > default. Returns {method: Sizing} (its
+    ``params``, ``source``, ``reasons()`` for the run record and ``lines()`` to print); the baseline
+    has none. Bad given or saved values raise ParameterError naming the field."""
+    wanted = [m for m in dict.fromkeys(methods) if m != "baseline"]
+    if not wanted:
+        return {}
+    saved = {m: (store.get_params(m) or {}) if store is not None else {} for m in wanted}
+    chosen = {m: {**saved[m], **(given.get(m) or {})} for m in wanted}
+    needs_draft = [m for m in wanted if METHODS[m].needs_draft and ctx.draft is not None]
+    quant = next((chosen[m].get("draft_quant") for m in needs_draft if chosen[m].get("draft_quant")), "auto")
+    machine = machine_cost(store, ctx.target, ctx.draft if needs_draft else None, quant, allow_measure, progress)
+    heads = ctx.medusa_heads
+    return {m: size_params(m, machine, given.get(m), saved[m], num_heads=getattr(heads, "num_heads", None),
+                           heads_tree=getattr(heads, "tree_choices", None)) for m in wanted}
+
+
+def sized_run_params(inp: BaseModel, ctx: MethodContext, store=None, allow_measure: bool = True,
+                     progress=None) -> Sizing | None:
+    """The parameters of one run (tools.bench.run.run_method): ``inp.params`` as given, the rest from
+    memory or sized to this machine (:func:`sized_params`); None for the baseline. A memory database
+    that cannot be opened leaves memory out (the curve is then measured, or the CPU fallback used)."""
+    if inp.method == "baseline":
+        return None
+    if store is None:
+        try:
+            store = Store()
+        except StoreError:
+            store = None
+    return sized_params([inp.method], {inp.method: dict(inp.params)}, store, ctx, allow_measure, progress)[inp.method]
+
+
+def size_candidates(candidates: list, given: dict[str, dict], store, ctx: MethodContext, allow_measure: bool = True,
+                    progress=None) -> dict[str, Sizing]:
+    """Re-resolve the parameters of compare/bench candidates (tools.bench.run.Candidate) whose source
+    is given, memory or default with :func:`sized_params`, in place (params and source); sweeps and
+    relabelled candidates keep theirs. Returns {method: Sizing} of those re-resolved."""
+    todo = [c for c in candidates if c.method != "baseline" and c.source in ("given", "memory", "default")]
+    sizings = sized_params([c.method for c in todo], given, store, ctx, allow_measure, progress)
+    for cand in todo:
+        sizing = sizings[cand.method]
+        cand.params = parse_params(cand.method, sizing.params)
+        cand.source = sizing.source
+    return sizings
 
 
 # ---------------------------------------------------------------------------- peers

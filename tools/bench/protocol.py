@@ -113,56 +113,76 @@ def measure_rounds(runners: dict[str, Runner], settings: GenerationSettings, rep
     whose call raises one of RUNNER_ERRORS is dropped with ``on_failed(name, reason)``; the others go
     on. A required runner's error propagates.
     """
-    alive = dict(runners)
-    lead = [n for n in lead if n in alive]
+    rounds = _Rounds(runners, settings, lead, required, on_finished, on_failed, progress)
+    rounds.warm_up(warmup)
+    for r in range(repeats):
+        rounds.time_round(r, repeats)
+    return {name: rounds.timed[name] for name in rounds.alive}
 
-    def say(text: str) -> None:
-        if progress:
-            progress(text)
 
-    def attempt(name: str, s: GenerationSettings) -> DecodeResult | None:
-        if name in required:
-            return alive[name](s)
+class _Rounds:
+    """The state of one :func:`measure_rounds` call: the runners still alive and their timings."""
+
+    def __init__(self, runners: dict[str, Runner], settings: GenerationSettings, lead: Sequence[str],
+                 required: Collection[str], on_finished: Callable[[str, dict[str, Timed]], None] | None,
+                 on_failed: Callable[[str, str], None] | None, progress: Progress):
+        self.alive = dict(runners)
+        self.lead = [n for n in lead if n in self.alive]
+        self.settings, self.required, self.progress = settings, required, progress
+        self.on_finished, self.on_failed = on_finished, on_failed
+        self.timed: dict[str, Timed] = {}
+        self.finished: set[str] = set()
+
+    def say(self, text: str) -> None:
+        if self.progress:
+            self.progress(text)
+
+    def attempt(self, name: str, s: GenerationSettings) -> DecodeResult | None:
+        """Run ``name`` once; a failing runner that is not required is dropped (None)."""
+        if name in self.required:
+            return self.alive[name](s)
         try:
-            return alive[name](s)
+            return self.alive[name](s)
         except RUNNER_ERRORS as exc:
             reason = exc.user_message() if isinstance(exc, SpecpilotError) else f"{type(exc).__name__}: {exc}"
-            del alive[name]
-            if on_failed:
-                on_failed(name, reason)
+            del self.alive[name]
+            if self.on_failed:
+                self.on_failed(name, reason)
             return None
 
-    warm = settings.model_copy(update={"max_new_tokens": min(WARMUP_TOKENS, settings.max_new_tokens)})
-    for name in list(alive):
-        for _ in range(warmup):
-            say(f"warm-up: {name}")
-            if attempt(name, warm) is None:
-                break
-    timed = {name: Timed() for name in alive}
-    finished: set[str] = set()
+    def warm_up(self, warmup: int) -> None:
+        """``warmup`` short runs of each runner (WARMUP_TOKENS tokens), before anything is timed."""
+        warm = self.settings.model_copy(update={"max_new_tokens": min(WARMUP_TOKENS, self.settings.max_new_tokens)})
+        for name in list(self.alive):
+            for _ in range(warmup):
+                self.say(f"warm-up: {name}")
+                if self.attempt(name, warm) is None:
+                    break
+        self.timed = {name: Timed() for name in self.alive}
 
-    def finish_ready() -> None:
-        reference = {n: timed[n] for n in lead if n in alive}
-        if on_finished is None or any(len(t.times) < repeats for t in reference.values()):
-            return
-        for name in list(alive):
-            if name not in finished and len(timed[name].times) == repeats:
-                finished.add(name)
-                on_finished(name, {**reference, name: timed[name]})
-
-    for r in range(repeats):
-        rest = [n for n in alive if n not in lead]
+    def time_round(self, r: int, repeats: int) -> None:
+        """Round ``r``: the lead runners in order, then the others rotated by ``r``."""
+        rest = [n for n in self.alive if n not in self.lead]
         shift = r % len(rest) if rest else 0
-        for name in [n for n in lead if n in alive] + rest[shift:] + rest[:shift]:
-            if name not in alive:
+        for name in [n for n in self.lead if n in self.alive] + rest[shift:] + rest[:shift]:
+            if name not in self.alive:
                 continue
-            say(f"{name}: repeat {r + 1}/{repeats}")
-            result = attempt(name, settings)
+            self.say(f"{name}: repeat {r + 1}/{repeats}")
+            result = self.attempt(name, self.settings)
             if result is not None:
-                timed[name].times.append(result.wall_time_s)
-                timed[name].result = result
-            finish_ready()
-    return {name: timed[name] for name in alive}
+                self.timed[name].times.append(result.wall_time_s)
+                self.timed[name].result = result
+            self.finish_ready(repeats)
+
+    def finish_ready(self, repeats: int) -> None:
+        """Report each runner that has all its repeats, once every lead runner has all of its."""
+        reference = {n: self.timed[n] for n in self.lead if n in self.alive}
+        if self.on_finished is None or any(len(t.times) < repeats for t in reference.values()):
+            return
+        for name in list(self.alive):
+            if name not in self.finished and len(self.timed[name].times) == repeats:
+                self.finished.add(name)
+                self.on_finished(name, {**reference, name: self.timed[name]})
 
 
 def alternate(runners: dict[str, Runner], settings: GenerationSettings, repeats: int = 3, warmup: int = 1,

@@ -17,17 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from memory import Store
 from tools import models
 from tools.bench import protocol as measure
-from tools.bench.context import (eos_ids_for, generation_settings, load_cached, peer_runners, prepare,
-                                 prompt_ids_for, uses_int8_draft)
+from tools.bench.context import (checked_prompt_ids, eos_ids_for, generation_settings, load_cached, peer_runners,
+                                 prepare, prompt_ids_for, uses_int8_draft)
 from tools.bench.peers import PEER_LABELS
+from tools.bench.record import PeerFigures, RunRecord
 from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params, run
 from tools.engine.types import GenerationSettings
-from tools.errors import ParameterError
+from tools.errors import ParameterError, StoreError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MeasureOptions", "RunInput", "Candidate", "measure_candidates", "record_from", "measure_method",
-           "run_method", "build_context", "settings_for", "load_cached", "prompt_ids_for", "eos_ids_for"]
+           "run_method", "store_record", "build_context", "settings_for", "load_cached", "prompt_ids_for", "eos_ids_for"]
 
 # the one bound on new tokens is GenerationSettings' (tools.engine.types); read it from that field
 MAX_NEW_TOKENS = next(m.le for m in GenerationSettings.model_fields["max_new_tokens"].metadata if hasattr(m, "le"))
@@ -123,83 +124,57 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
                            on_failed=failed, progress=progress)
 
 
-def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, dict]:
+def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, PeerFigures]:
     """The record's figures of each transformers peer timed beside the baseline."""
     base = timed["baseline"]
     rows = {}
     for name in PEER_LABELS:
         if name in timed:
             t = timed[name]
-            rows[name] = {
-                "wall_time_s": t.median,
-                "tokens_per_s": t.result.new_tokens / t.median if t.median else None,
-                "speedup": base.median / t.median if t.median else None,
-                "new_tokens": t.result.new_tokens,
-                "matches_baseline": (t.result.output_ids == base.result.output_ids) if greedy else None,
-                "times": t.times,
-            }
+            rows[name] = PeerFigures(
+                wall_time_s=t.median,
+                tokens_per_s=t.result.new_tokens / t.median if t.median else None,
+                speedup=base.median / t.median if t.median else None,
+                new_tokens=t.result.new_tokens,
+                matches_baseline=(t.result.output_ids == base.result.output_ids) if greedy else None,
+                times=t.times,
+            )
     return rows
 
 
 def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
-                params: dict, timed: dict[str, measure.Timed]) -> dict:
-    """Assemble the stored record from measured timings (every figure comes from ``timed``)."""
-    base = timed["baseline"]
-    main = timed[inp.method]
+                params: dict, timed: dict[str, measure.Timed]) -> RunRecord:
+    """Assemble the run record from measured timings (every figure comes from ``timed``)."""
+    base, main = timed["baseline"], timed[inp.method]
     res = main.result
-    tok = ctx.target.tokenizer
-    greedy = settings.greedy
-    divergence = None
-    matches = None
-    if greedy:
+    divergence = matches = None
+    if settings.greedy:
         matches = res.output_ids == base.result.output_ids
         if not matches:
             divergence = measure.diagnose_divergence(
                 ctx.target.model, prompt_ids, base.result.output_ids, res.output_ids, ctx.target.dtype
             )
-    new_tokens = res.new_tokens
     wall = main.median
-    return {
-        "method": inp.method,
-        "target": inp.target,
-        "draft": (ctx.draft.ref if ctx.draft is not None and inp.method == "draft" else None),
-        "params": params,
-        "settings": settings.model_dump(),
-        "prompt": inp.prompt,
-        "chat": inp.chat,
-        "prompt_ids": list(prompt_ids),
-        "output_ids": list(res.output_ids),
-        "output_text": tok.decode(res.output_ids, skip_special_tokens=True),
-        "baseline_output_ids": list(base.result.output_ids),
-        "new_tokens": new_tokens,
-        "wall_time_s": wall,
-        "tokens_per_s": new_tokens / wall if wall else None,
-        "baseline_wall_time_s": base.median,
-        "baseline_tokens_per_s": base.result.new_tokens / base.median if base.median else None,
-        "speedup": base.median / wall if wall else None,
-        "times": main.times,
-        "baseline_times": base.times,
-        "repeats": inp.repeats,
-        "prefill_s": res.prefill_s,
-        "acceptance_rate": res.acceptance_rate,
-        "tokens_drafted": res.tokens_drafted,
-        "tokens_accepted": res.tokens_accepted,
-        "steps": res.steps,
-        "mean_accepted_per_step": res.mean_accepted_per_step,
-        "drafted_by_position": res.drafted_by_position,
-        "accepted_by_position": res.accepted_by_position,
-        "stopped_by": res.stopped_by,
-        "method_extra": res.extra,
-        "lossy": bool(res.extra.get("lossy", False)),
-        "matches_baseline": matches,
-        "first_divergence": divergence,
-        "peers": peer_rows(timed, greedy),
-        "hardware": measure.hardware_info(ctx.target.device),
-        "dtype": ctx.target.dtype,
-        "dtype_reason": ctx.target.dtype_reason,
-        "device_map": inp.device_map,
-        "versions": measure.versions(),
-    }
+    return RunRecord(
+        method=inp.method, target=inp.target,
+        draft=ctx.draft.ref if ctx.draft is not None and inp.method == "draft" else None,
+        params=params, settings=settings.model_dump(), prompt=inp.prompt, chat=inp.chat,
+        prompt_ids=list(prompt_ids), output_ids=list(res.output_ids),
+        output_text=ctx.target.tokenizer.decode(res.output_ids, skip_special_tokens=True),
+        baseline_output_ids=list(base.result.output_ids), new_tokens=res.new_tokens,
+        wall_time_s=wall, tokens_per_s=res.new_tokens / wall if wall else None,
+        baseline_wall_time_s=base.median,
+        baseline_tokens_per_s=base.result.new_tokens / base.median if base.median else None,
+        speedup=base.median / wall if wall else None, times=main.times, baseline_times=base.times,
+        repeats=inp.repeats, prefill_s=res.prefill_s, acceptance_rate=res.acceptance_rate,
+        tokens_drafted=res.tokens_drafted, tokens_accepted=res.tokens_accepted, steps=res.steps,
+        mean_accepted_per_step=res.mean_accepted_per_step, drafted_by_position=res.drafted_by_position,
+        accepted_by_position=res.accepted_by_position, stopped_by=res.stopped_by, method_extra=res.extra,
+        lossy=bool(res.extra.get("lossy", False)), matches_baseline=matches, first_divergence=divergence,
+        peers=peer_rows(timed, settings.greedy), hardware=measure.hardware_info(ctx.target.device),
+        dtype=ctx.target.dtype, dtype_reason=ctx.target.dtype_reason, device_map=inp.device_map,
+        versions=measure.versions(),
+    )
 
 
 def build_context(inp: RunInput, progress: measure.Progress = None) -> MethodContext:
@@ -223,16 +198,46 @@ def measure_method(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], set
 
 def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
                task_id: int | None = None) -> dict:
-    """Measure ``inp.method`` against the baseline, store the run, and return its record."""
+    """Measure ``inp.method`` against the baseline, store the run, and return its record.
+
+    Without ``task_id`` the run gets a task of its own (kind "run"): done when stored, unfinished on
+    Ctrl-C, failed on an error, and left "running" by a killed process (read back as unfinished).
+    A run that was measured but cannot be stored (a read-only or broken database) is still returned,
+    with ``run_id`` None and ``not_stored`` saying why, so the figures are never lost silently.
+    """
     if inp.method not in METHOD_NAMES:
         raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
     parse_params(inp.method, inp.params)  # fail fast, before loading models
-    ctx = build_context(inp, progress)
-    prompt_ids = prompt_ids_for(ctx.target.tokenizer, inp.prompt, inp.chat)
-    settings = generation_settings(inp, ctx)
-    record = measure_method(inp, ctx, prompt_ids, settings, progress)
-    if task_id is not None:
-        record["task_id"] = task_id
     store = store if store is not None else Store()
-    record["run_id"] = store.add_run(record)
-    return record
+    own_task = task_id is None and not getattr(store, "read_only", False)
+    if own_task:
+        shown = inp.prompt if len(inp.prompt) <= 60 else inp.prompt[:57] + "..."
+        task_id = store.create_task(f"run {inp.method} on {shown!r}", "run", [inp.method])
+    try:
+        ctx = build_context(inp, progress)
+        prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
+        record = measure_method(inp, ctx, prompt_ids, generation_settings(inp, ctx), progress)
+    except BaseException as exc:
+        if own_task:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            store.update_task(task_id, status="unfinished" if interrupted else "failed",
+                              note="interrupted by the user" if interrupted else f"stopped by an error: {exc}")
+        raise
+    record.task_id = task_id
+    out = store_record(record, store)
+    if own_task and out.get("run_id"):
+        store.update_task(task_id, status="done", done=[inp.method], run_ids=[out["run_id"]])
+    return out
+
+
+def store_record(record: RunRecord, store=None) -> dict:
+    """Store ``record``; return it as the dict callers print, with ``not_stored`` when storing failed."""
+    try:
+        store = store if store is not None else Store()
+        record.run_id = store.add_run(record.to_store())
+    except StoreError as exc:
+        log.warning("run measured but not stored: %s", exc)
+        out = record.to_store()
+        out["not_stored"] = exc.user_message()
+        return out
+    return record.to_store()

@@ -20,7 +20,8 @@ from pydantic import Field
 from memory import Store
 from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, resolve_candidates, run_key
-from tools.bench.context import Prepared, generation_settings, medusa_heads_for, prepare, prompt_ids_for
+from tools.bench.context import (Prepared, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
+                                 read_prompt_file)
 from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, measure_candidates
 from tools.bench.summary import method_stats, peer_stats, summarise
 from tools.engine.methods import ACCELERATED, MethodName
@@ -58,7 +59,7 @@ def load_prompt_set(path: str | Path | None, category: str | None = None, limit:
         raise ParameterError(f"prompt file {file} does not exist",
                              hint="pass --prompts FILE.jsonl with question_id, category and prompt per line")
     rows, per_category = [], defaultdict(int)
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_prompt_file(file).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -134,18 +135,31 @@ class _BenchRun:
             left = self.store.get_task(self.task_id)["left"]
             self.store.update_task(self.task_id, left=[s for s in left if s not in skipped])
 
+    def skip(self, row: dict, todo: list[Candidate], reason: str, say) -> None:
+        """Take this prompt's steps of ``todo`` off the task's plan, noting why it was not measured."""
+        steps = {step_name(row, c.method) for c in todo}
+        left = self.store.get_task(self.task_id)["left"]
+        self.store.update_task(self.task_id, left=[s for s in left if s not in steps],
+                               note=f"q{row['question_id']}: not run: {reason}")
+        say(f"not run: {reason}")
+
     def measure(self, row: dict, todo: list[Candidate], say) -> None:
         """Time ``todo`` beside the baseline on one prompt; store each run as soon as it is finished."""
         inp, ctx = self.inp, self.prepared.ctx
-        prompt_ids = prompt_ids_for(ctx.target.tokenizer, row["prompt"], inp.chat)
+        try:
+            prompt_ids = checked_prompt_ids(inp, ctx, row["prompt"])  # fits the context, before any measuring
+        except ParameterError as exc:  # one prompt too long for the model: skip it, measure the others
+            self.skip(row, todo, exc.user_message(), say)
+            return
         settings = generation_settings(inp, ctx)
 
         def finished(cand: Candidate, timed: dict) -> None:
-            record = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, self.heads_path)
-            record.update(task_id=self.task_id, category=row["category"], question_id=row["question_id"],
-                          prompt_set=self.prompt_set,
-                          settings_key=run_key(cand.method, record["params"], row["prompt"], self.common))
-            record["run_id"] = self.store.add_run(record)
+            rec = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, self.heads_path)
+            rec.task_id, rec.category, rec.question_id = self.task_id, row["category"], row["question_id"]
+            rec.prompt_set = self.prompt_set
+            rec.settings_key = run_key(cand.method, rec.params, row["prompt"], self.common)
+            rec.run_id = self.store.add_run(rec.to_store())
+            record = rec.to_store()
             self.records.append(record)
             self.measured += 1
             self.store.update_task(self.task_id, done=[step_name(row, cand.method)], run_ids=[record["run_id"]])

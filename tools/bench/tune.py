@@ -19,9 +19,10 @@ from typing import Literal
 from pydantic import Field
 
 from memory import Store
+from prompts.spec_bench import FIT_PATH
 from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, run_key
-from tools.bench.context import generation_settings, medusa_heads_for, prepare, prompt_ids_for
+from tools.bench.context import checked_prompt_ids, generation_settings, medusa_heads_for, prepare
 from tools.bench.run import Candidate, MeasureOptions, measure_candidates
 from tools.bench.suite import load_prompt_set
 from tools.bench.summary import method_stats
@@ -46,7 +47,8 @@ class TuneInput(MeasureOptions):
     """The method to sweep, the prompts to sweep it on, and the settings every measurement shares."""
 
     method: TunableName
-    prompts: str | None = Field(None, description="JSONL prompt file (default: the shipped demo prompts)")
+    prompts: str | None = Field(None, description="JSONL prompt file (default: the fit half of the shipped "
+                                                  "Spec-Bench prompts; never tune on what you evaluate on)")
     category: str | None = None
     limit: int = Field(DEFAULT_TUNE_PROMPTS, ge=1, le=100, description="prompts to sweep on (spread over categories)")
     grid: list[dict] | None = Field(None, description="settings to measure instead of the built-in sweep")
@@ -124,8 +126,10 @@ def sized_lookahead_params(store, target, progress=None) -> tuple[dict, str]:
 
 
 def pick_prompts(path: str | None, category: str | None, limit: int) -> list[dict]:
-    """``limit`` prompts taken in turn from each category (so a sweep sees more than one kind of text)."""
-    rows = load_prompt_set(path, category)
+    """``limit`` prompts taken in turn from each category (so a sweep sees more than one kind of text);
+    without ``path``, from the fit half of the Spec-Bench prompts (prompts.spec_bench: the eval half is
+    what benchmarks measure, so a sweep never sees it)."""
+    rows = load_prompt_set(path or FIT_PATH, category)
     by_cat: dict[str, list[dict]] = {}
     for row in rows:
         by_cat.setdefault(row["category"], []).append(row)
@@ -204,16 +208,17 @@ def sweep_candidates(method: str, base: dict, grid: list[dict]) -> list[Candidat
 def sweep_prompt(inp: TuneInput, store, task_id: int, ctx, heads_path: str | None, row: dict,
                  candidates: list[Candidate], by_label: dict[str, list[dict]], failures: dict[str, str], say) -> None:
     """Time every setting beside the baseline on one prompt; store each run as a run of the sweep."""
-    prompt_ids = prompt_ids_for(ctx.target.tokenizer, row["prompt"], inp.chat)
+    prompt_ids = checked_prompt_ids(inp, ctx, row["prompt"])  # fits the context, before any measuring
     settings = generation_settings(inp, ctx)
     common = common_settings(inp, heads_path)
 
     def finished(cand: Candidate, timed: dict) -> None:
-        record = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, heads_path)
-        record.update(task_id=task_id, category=row["category"], question_id=row["question_id"],
-                      sweep={"task_id": task_id, "label": cand.label},
-                      settings_key=run_key(cand.method, record["params"], row["prompt"], common))
-        record["run_id"] = store.add_run(record)
+        rec = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, heads_path)
+        rec.task_id, rec.category, rec.question_id = task_id, row["category"], row["question_id"]
+        rec.sweep = {"task_id": task_id, "label": cand.label}
+        rec.settings_key = run_key(cand.method, rec.params, row["prompt"], common)
+        rec.run_id = store.add_run(rec.to_store())
+        record = rec.to_store()
         by_label[cand.label].append(record)
         store.update_task(task_id, done=[f"q{row['question_id']} {cand.label}"], run_ids=[record["run_id"]])
 

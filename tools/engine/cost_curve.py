@@ -29,7 +29,8 @@ MAX_SUGGESTED_NGRAM = 5
 
 @torch.inference_mode()
 def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats: int = 5,
-                       seed: int = 0, masked: bool = False) -> dict[int, float]:
+                       seed: int = 0, masked: bool = False, stop_ratio: float | None = None,
+                       stop_from: int = 16, raw: dict[int, list[float]] | None = None) -> dict[int, float]:
     """Return {n: median seconds of one forward over n new tokens with ``cache_len`` cached tokens}.
 
     Timed in rounds: each round times every size once, so a drift in the machine's speed (a GPU's
@@ -37,6 +38,11 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
     then ``repeats`` timed rounds. The cache is cropped back to ``cache_len`` before every pass and
     logits are computed for all n rows (as verification does). With ``masked`` the n tokens go
     through an explicit 4-D mask (a chain), as tree verification does, rather than the causal path.
+    With ``stop_ratio`` the warm-up round times the sizes in increasing order and the sizes after the
+    first one of at least ``stop_from`` tokens costing more than ``stop_ratio`` x the smallest are
+    left out of the timed rounds (a CPU whose cost climbs early is not made to time 64-token passes
+    nothing will use; the small sizes are always timed, so one slow warm-up pass cuts little).
+    ``raw``, when given, receives every timed pass ({n: [seconds, ...]}), to judge the spread.
     """
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 1:
@@ -44,7 +50,7 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
     if cache_len < 1 or repeats < 1:
         raise ParameterError("cache_len and repeats must be at least 1")
     device = model.device
-    vocab = int(model.get_output_embeddings().weight.shape[0])
+    vocab = _vocab_size(model)
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab, (1, cache_len + max(sizes)), generator=g).to(device)
     cache = kv.new_cache(model)
@@ -56,16 +62,33 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
                      kv.tree_mask(cache_len, chain, model.dtype) if masked else None)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(repeats + 1):
-        for n, (ids, positions, mask) in passes.items():
+        for n, (ids, positions, mask) in list(passes.items()):
             kv.crop(cache, cache_len)
             sync(device)
             t0 = time.perf_counter()
             kv.forward(model, ids, cache, positions, attention_mask=mask)
             sync(device)
+            took = time.perf_counter() - t0
             if r:  # round 0 warms up
-                times[n].append(time.perf_counter() - t0)
+                times[n].append(took)
+            elif n == sizes[0]:
+                first = took
+            elif stop_ratio is not None and n >= stop_from and took > stop_ratio * first:
+                for m in [m for m in passes if m > n]:
+                    del passes[m], times[m]
+                break
     kv.crop(cache, cache_len)
+    if raw is not None:
+        raw.update(times)
     return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def _vocab_size(model) -> int:
+    """Rows of the output projection (the config's vocab_size when the head is quantized)."""
+    weight = getattr(model.get_output_embeddings(), "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return int(weight.shape[0])
+    return int(model.config.vocab_size)
 
 
 def isotonic(values: list[float]) -> list[float]:

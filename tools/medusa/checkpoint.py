@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,9 +177,25 @@ def _check_base(base: str | None, model) -> None:
         log.warning("Medusa heads were trained for %s; the loaded target is %s", base, name)
 
 
-def _load_ours(folder: Path) -> MedusaCheckpoint:
+def read_weights(path: Path) -> dict:
+    """The tensors of a Medusa weights file (safetensors, or upstream's ``.pt``); a ModelIntegrityError
+    naming the file when it is corrupt or partial."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    try:
+        if path.suffix == ".pt":
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(str(path))
+    except (SafetensorError, OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ModelIntegrityError(
+            f"cannot read the Medusa weights {path}: the file is corrupt or partial ({reason})",
+            hint="download or copy the heads folder again, or train new heads: "
+                 "`specpilot medusa train --target TARGET --out FOLDER` (asks first)") from exc
+
+
+def _load_ours(folder: Path) -> MedusaCheckpoint:
     try:
         cfg = json.loads((folder / CONFIG_NAME).read_text())
         num_heads, num_layers = int(cfg["medusa_num_heads"]), int(cfg["medusa_num_layers"])
@@ -192,7 +209,7 @@ def _load_ours(folder: Path) -> MedusaCheckpoint:
     weights = folder / WEIGHTS_NAME
     if not weights.exists():
         raise ModelIntegrityError(f"{weights} is missing", hint="re-save the heads")
-    state = load_file(str(weights))
+    state = read_weights(weights)
     heads = MedusaHeads(hidden, vocab, num_heads, num_layers, shared_projection=shared)
     _load_state(heads, state, folder)
     heads.to(_DTYPES.get(cfg.get("dtype"), torch.float32))
@@ -248,12 +265,7 @@ def _load_upstream(folder: Path, model=None) -> MedusaCheckpoint:
         raise ModelIntegrityError(f"{folder / UPSTREAM_CONFIG} lacks medusa_num_heads / medusa_num_layers: {exc}",
                                   hint="is this an upstream Medusa checkpoint?") from exc
     pt, st = folder / UPSTREAM_WEIGHTS[0], folder / UPSTREAM_WEIGHTS[1]
-    if pt.exists():
-        state = torch.load(pt, map_location="cpu", weights_only=True)
-    else:
-        from safetensors.torch import load_file
-
-        state = load_file(str(st))
+    state = read_weights(pt if pt.exists() else st)
     ours, num_heads, num_layers, hidden, vocab, shared = upstream_state_to_ours(state, cfg_layers)
     if num_heads != cfg_heads:
         log.warning("upstream config says %d Medusa heads, the weights hold %d: using the weights", cfg_heads, num_heads)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory.store import home_dir
@@ -43,6 +42,7 @@ from memory.store import home_dir
 from tools.engine.medusa import MedusaHeads
 from tools.errors import ParameterError, SpecpilotError
 from tools.medusa.checkpoint import save_heads
+from tools.medusa.losses import evaluate_heads, head_losses, sample_candidates
 
 log = logging.getLogger(__name__)
 
@@ -239,73 +239,6 @@ def build_examples(data: dict[str, torch.Tensor], num_heads: int, labels: str) -
     return torch.cat(rows), torch.cat(targets)
 
 
-# ---------------------------------------------------------------------------------------- loss
-def sample_candidates(labels: torch.Tensor, vocab: int, candidate_tokens: int,
-                      generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Token ids a sampled softmax scores: the P distinct labels (sorted) then uniformly drawn others.
-
-    Returns (ids [<= candidate_tokens], logit correction per id, P). Each of the m drawn tokens
-    stands for (V - P) / m tokens, so its logit is raised by log((V - P) / m).
-    """
-    positives = torch.unique(labels)  # sorted
-    m = max(min(candidate_tokens - positives.numel(), vocab - positives.numel()), 1)
-    is_pos = torch.zeros(vocab, dtype=torch.bool)
-    is_pos[positives.cpu()] = True
-    perm = torch.randperm(vocab, generator=generator)
-    negatives = perm[~is_pos[perm]][:m].to(labels.device)
-    ids = torch.cat([positives, negatives])
-    correction = torch.zeros(ids.numel(), device=labels.device)
-    if negatives.numel():
-        correction[positives.numel():] = math.log((vocab - positives.numel()) / negatives.numel())
-    return ids, correction, positives.numel()
-
-
-def head_losses(feats: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                candidate_tokens: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy per head for features [H, B, h] against labels [B, H] with projection ``weight`` [V, h].
-
-    Returns (loss per head [H], top-1 hit rate per head [H] among the scored tokens). When V exceeds
-    ``candidate_tokens`` only ``sample_candidates`` are scored (sampled softmax), so no step
-    projects onto the full vocabulary.
-    """
-    vocab = weight.shape[0]
-    targets = labels.T.contiguous()  # [H, B]
-    if vocab <= candidate_tokens:
-        logits = feats @ weight.float().T
-        if bias is not None:
-            logits = logits + bias.float()
-    else:
-        ids, correction, n_pos = sample_candidates(labels, vocab, candidate_tokens, generator)
-        logits = feats @ weight.index_select(0, ids).float().T + correction
-        if bias is not None:
-            logits = logits + bias.index_select(0, ids).float()
-        targets = torch.searchsorted(ids[:n_pos], targets)
-    losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape).mean(dim=1)
-    hits = (logits.argmax(dim=-1) == targets).float().mean(dim=1)
-    return losses, hits
-
-
-@torch.no_grad()
-def evaluate_heads(heads: MedusaHeads, hidden: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor,
-                   bias: torch.Tensor | None = None, rows_per_chunk: int = 64) -> tuple[list[float], list[float]]:
-    """Top-1 and top-5 accuracy per head over the full vocabulary on held-out (hidden [P, h], labels [P, H])."""
-    if hidden.shape[0] == 0:
-        return [], []
-    top1 = torch.zeros(heads.num_heads)
-    top5 = torch.zeros(heads.num_heads)
-    for i in range(0, hidden.shape[0], rows_per_chunk):
-        feats = heads.features(hidden[i: i + rows_per_chunk].float())  # [H, b, h]
-        logits = feats.to(weight.dtype) @ weight.T  # in the target's dtype: no float32 copy of the lm_head
-        if bias is not None:
-            logits = logits + bias
-        best = logits.topk(min(5, logits.shape[-1]), dim=-1).indices  # [H, b, 5]
-        y = labels[i: i + rows_per_chunk].T.to(best.device)  # [H, b]
-        top1 += (best[..., 0] == y).float().sum(dim=1).cpu()
-        top5 += (best == y[..., None]).any(dim=-1).float().sum(dim=1).cpu()
-    n = hidden.shape[0]
-    return (top1 / n).tolist(), (top5 / n).tolist()
-
-
 def _lr_at(step: int, config: TrainConfig) -> float:
     if step < config.warmup_steps:
         return config.learning_rate * (step + 1) / config.warmup_steps
@@ -356,76 +289,134 @@ def train_heads(target, data_files: Sequence[str | Path], out: str | Path, confi
     """
     config = config or TrainConfig()
     model, tokenizer, ref = _unwrap(target, tokenizer)
-    base_model = base_model or ref
     if tokenizer is None:
         raise ParameterError("training needs the target's tokenizer", hint="pass a LoadedModel or tokenizer=")
-    out = Path(out).expanduser()
-    chunks = tokenize_files(tokenizer, data_files, config.seq_len, config.max_tokens, config.num_heads + 3)
-    n_tokens = sum(len(c) for c in chunks)
-    head = model.get_output_embeddings()
-    vocab, hidden_size = head.weight.shape
-    bad = [t for c in chunks for t in c if t >= vocab]
-    if bad:
-        raise ParameterError(f"token id {bad[0]} is outside the target's vocabulary ({vocab})",
-                             hint="tokenise with the target's own tokenizer")
-    key = _fingerprint(model, chunks)
-    data_info = describe_data(data_files)
-    cache_folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    cache_folder = cache_folder / key
-    state_path = out / STATE_NAME
-    state = torch.load(state_path, map_location="cpu", weights_only=True) if resume and state_path.exists() else None
-    if state is not None and (state["data_key"], state["num_heads"], state["num_layers"], state["labels"]) != (
-            key, config.num_heads, config.num_layers, config.labels):
-        raise ParameterError(f"{out} holds a training checkpoint for other data or another head shape",
-                             hint="choose another output folder, or turn resuming off to start over")
-    start = int(state["step"]) if state else 0
-    plan = (f"Train {config.num_heads} Medusa heads ({config.num_layers} ResBlock layer(s) each, shared lm_head) "
-            f"on the frozen target {base_model or 'model'}: {n_tokens} tokens from {len(data_files)} file(s), "
-            f"labels={config.labels}, steps {start}->{config.steps}, batch {config.batch_size}. "
-            f"Hidden states are cached in {cache_folder} "
-            f"(~{n_tokens * hidden_size * head.weight.element_size() / 2**20:.0f} MB); heads are written to {out}.")
-    if not confirm(plan):
+    run = _TrainingRun(model, config, Path(out).expanduser(), base_model or ref)
+    run.read_data(tokenizer, data_files, cache_dir)
+    run.load_state(resume)
+    if not confirm(run.plan(len(data_files))):
         raise TrainingDeclined("Medusa training was not approved; nothing was trained or written")
-
     bar = _progress(progress)
-    report = TrainReport(out=str(out), steps_done=start, resumed_from=start, tokens=n_tokens, positions=0,
-                         final_loss=None, cache_path=str(cache_folder), config=config.model_dump())
     if bar:
         bar.start()
     try:
+        return run.train(bar)
+    finally:
+        if bar:
+            bar.stop()
+
+
+class _TrainingRun:
+    """One call of :func:`train_heads`: the data, the checkpoint it resumes from, the loop, the evaluation."""
+
+    def __init__(self, model, config: TrainConfig, out: Path, base_model: str | None):
+        self.model, self.config, self.out, self.base_model = model, config, out, base_model
+        self.head = model.get_output_embeddings()
+        self.vocab, self.hidden_size = self.head.weight.shape
+        self.state: dict | None = None
+
+    def read_data(self, tokenizer, data_files: Sequence[str | Path], cache_dir: str | Path | None) -> None:
+        """Tokenise the training files, check the ids, and name the hidden-state cache after the data."""
+        c = self.config
+        self.chunks = tokenize_files(tokenizer, data_files, c.seq_len, c.max_tokens, c.num_heads + 3)
+        self.n_tokens = sum(len(chunk) for chunk in self.chunks)
+        bad = [t for chunk in self.chunks for t in chunk if t >= self.vocab]
+        if bad:
+            raise ParameterError(f"token id {bad[0]} is outside the target's vocabulary ({self.vocab})",
+                                 hint="tokenise with the target's own tokenizer")
+        self.key = _fingerprint(self.model, self.chunks)
+        self.data_info = describe_data(data_files)
+        self.cache_folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / self.key
+
+    def load_state(self, resume: bool) -> None:
+        """The checkpoint in ``out`` to continue from (when resuming), refused if it is for other data."""
+        c, state_path = self.config, self.out / STATE_NAME
+        if not (resume and state_path.exists()):
+            return
+        self.state = torch.load(state_path, map_location="cpu", weights_only=True)
+        if (self.state["data_key"], self.state["num_heads"], self.state["num_layers"], self.state["labels"]) != (
+                self.key, c.num_heads, c.num_layers, c.labels):
+            raise ParameterError(f"{self.out} holds a training checkpoint for other data or another head shape",
+                                 hint="choose another output folder, or turn resuming off to start over")
+
+    @property
+    def start(self) -> int:
+        return int(self.state["step"]) if self.state else 0
+
+    def plan(self, n_files: int) -> str:
+        """What the run will do, shown to the person who approves it."""
+        c = self.config
+        mb = self.n_tokens * self.hidden_size * self.head.weight.element_size() / 2**20
+        return (f"Train {c.num_heads} Medusa heads ({c.num_layers} ResBlock layer(s) each, shared lm_head) "
+                f"on the frozen target {self.base_model or 'model'}: {self.n_tokens} tokens from {n_files} file(s), "
+                f"labels={c.labels}, steps {self.start}->{c.steps}, batch {c.batch_size}. "
+                f"Hidden states are cached in {self.cache_folder} (~{mb:.0f} MB); heads are written to {self.out}.")
+
+    def train(self, bar) -> TrainReport:
+        """Cache the hidden states, train up to ``config.steps`` (checkpointing), evaluate on held-out rows."""
+        c, start = self.config, self.start
+        report = TrainReport(out=str(self.out), steps_done=start, resumed_from=start, tokens=self.n_tokens,
+                             positions=0, final_loss=None, cache_path=str(self.cache_folder), config=c.model_dump())
         t0 = time.perf_counter()
-        data = cache_hidden_states(model, chunks, cache_folder, bar)
+        data = cache_hidden_states(self.model, self.chunks, self.cache_folder, bar)
         report.cache_seconds = time.perf_counter() - t0
-        rows, labels = build_examples(data, config.num_heads, config.labels)
-        n_eval = min(config.eval_positions, rows.numel() // 5)
-        train_rows, train_labels = rows[: rows.numel() - n_eval], labels[: rows.numel() - n_eval]
-        report.positions = int(train_rows.numel())
-        hidden = data["hidden"]
-        weight = head.weight.detach()
-        bias = head.bias.detach() if getattr(head, "bias", None) is not None else None
-        with torch.random.fork_rng(devices=[]):  # seeded biases without touching the caller's RNG
-            torch.manual_seed(config.seed)
-            heads = MedusaHeads(hidden_size, vocab, config.num_heads, config.num_layers, shared_projection=True)
-        heads.to(weight.device).float().train()
-        optimizer = torch.optim.AdamW(heads.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-        history: list = []
-        if state:
-            heads.load_state_dict(state["heads"])
-            optimizer.load_state_dict(state["optimizer"])
-            history = [tuple(h) for h in state["history"]]
-        weights = torch.tensor([config.head_decay ** k for k in range(config.num_heads)], device=weight.device)
-        task = bar.add_task("training Medusa heads", total=config.steps, completed=start, status="") if bar else None
-        step = start
+        rows, labels = build_examples(data, c.num_heads, c.labels)
+        n_eval = min(c.eval_positions, rows.numel() // 5)
+        report.positions = int(rows.numel() - n_eval)
+        heads, optimizer, history = self.new_heads()
         t1 = time.perf_counter()
+        step = self.loop(heads, optimizer, history, data["hidden"], rows[: rows.numel() - n_eval],
+                         labels[: rows.numel() - n_eval], bar)
+        report.train_seconds = time.perf_counter() - t1
+        if step == start and not (self.out / STATE_NAME).exists():
+            self.save(heads, optimizer, step, history)
+        heads.eval()
+        bias = self.bias()
+        report.head_top1, report.head_top5 = evaluate_heads(
+            heads, data["hidden"][rows[rows.numel() - n_eval:]].to(self.head.weight.device),
+            labels[rows.numel() - n_eval:], self.head.weight.detach(), bias)
+        report.steps_done, report.loss_history = step, history
+        report.final_loss = history[-1][1] if history else None
+        meta = json.loads((self.out / "medusa_config.json").read_text())
+        meta.setdefault("training", {})["held_out"] = {"positions": n_eval, "top1": report.head_top1,
+                                                       "top5": report.head_top5}
+        (self.out / "medusa_config.json").write_text(json.dumps(meta, indent=2) + "\n")
+        return report
+
+    def bias(self) -> torch.Tensor | None:
+        return self.head.bias.detach() if getattr(self.head, "bias", None) is not None else None
+
+    def new_heads(self) -> tuple[MedusaHeads, torch.optim.Optimizer, list]:
+        """Seeded heads and their optimizer, restored from the checkpoint when resuming."""
+        c, device = self.config, self.head.weight.device
+        with torch.random.fork_rng(devices=[]):  # seeded biases without touching the caller's RNG
+            torch.manual_seed(c.seed)
+            heads = MedusaHeads(self.hidden_size, self.vocab, c.num_heads, c.num_layers, shared_projection=True)
+        heads.to(device).float().train()
+        optimizer = torch.optim.AdamW(heads.parameters(), lr=c.learning_rate, weight_decay=c.weight_decay)
+        history: list = []
+        if self.state:
+            heads.load_state_dict(self.state["heads"])
+            optimizer.load_state_dict(self.state["optimizer"])
+            history = [tuple(h) for h in self.state["history"]]
+        return heads, optimizer, history
+
+    def loop(self, heads: MedusaHeads, optimizer, history: list, hidden: torch.Tensor, train_rows: torch.Tensor,
+             train_labels: torch.Tensor, bar) -> int:
+        """The optimisation steps; a checkpoint every ``checkpoint_every`` steps and on Ctrl-C."""
+        c, weight, bias = self.config, self.head.weight.detach(), self.bias()
+        weights = torch.tensor([c.head_decay ** k for k in range(c.num_heads)], device=weight.device)
+        task = bar.add_task("training Medusa heads", total=c.steps, completed=self.start, status="") if bar else None
+        step = self.start
         try:
-            while step < config.steps:
-                gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)  # same batches after a resume
-                pick = torch.randint(train_rows.numel(), (config.batch_size,), generator=gen)
+            while step < c.steps:
+                gen = torch.Generator().manual_seed(c.seed * 1_000_003 + step)  # same batches after a resume
+                pick = torch.randint(train_rows.numel(), (c.batch_size,), generator=gen)
                 x = hidden[train_rows[pick]].to(weight.device).float()
-                y = train_labels[pick].to(weight.device)
                 for group in optimizer.param_groups:
-                    group["lr"] = _lr_at(step, config)
-                losses, hits = head_losses(heads.features(x), y, weight, bias, config.candidate_tokens, gen)
+                    group["lr"] = _lr_at(step, c)
+                losses, hits = head_losses(heads.features(x), train_labels[pick].to(weight.device), weight, bias,
+                                           c.candidate_tokens, gen)
                 loss = (losses * weights).sum() / weights.sum()
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -435,27 +426,13 @@ def train_heads(target, data_files: Sequence[str | Path], out: str | Path, confi
                 if bar:
                     bar.update(task, completed=step, status=f"loss {loss.item():.3f}  "
                                f"hit@1 {' '.join(f'{h:.2f}' for h in hits.tolist())}")
-                if step % config.checkpoint_every == 0 or step == config.steps:
-                    _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
+                if step % c.checkpoint_every == 0 or step == c.steps:
+                    self.save(heads, optimizer, step, history)
         except KeyboardInterrupt:
-            _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
-            log.warning("training interrupted at step %d; checkpoint saved in %s (run again to resume)", step, out)
+            self.save(heads, optimizer, step, history)
+            log.warning("training interrupted at step %d; checkpoint saved in %s (run again to resume)", step, self.out)
             raise
-        report.train_seconds = time.perf_counter() - t1
-        if step == start and not (out / STATE_NAME).exists():
-            _save(out, heads, optimizer, step, key, config, base_model, history, data_info)
-        heads.eval()
-        eval_rows = rows[rows.numel() - n_eval:]
-        report.head_top1, report.head_top5 = evaluate_heads(
-            heads, hidden[eval_rows].to(weight.device), labels[rows.numel() - n_eval:], weight, bias)
-        report.steps_done = step
-        report.loss_history = history
-        report.final_loss = history[-1][1] if history else None
-        meta = json.loads((out / "medusa_config.json").read_text())
-        meta.setdefault("training", {})["held_out"] = {"positions": n_eval, "top1": report.head_top1,
-                                                       "top5": report.head_top5}
-        (out / "medusa_config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    finally:
-        if bar:
-            bar.stop()
-    return report
+        return step
+
+    def save(self, heads: MedusaHeads, optimizer, step: int, history: list) -> None:
+        _save(self.out, heads, optimizer, step, self.key, self.config, self.base_model, history, self.data_info)

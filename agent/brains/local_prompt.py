@@ -1,0 +1,101 @@
+"""The local brain's prompt: a short system text, the tools in one line each, and worked examples.
+
+It is the fixed prefix whose KV cache is kept (and saved to disk), so it holds nothing that changes
+between turns. The examples are written for this prompt (not taken from any evaluation set) and
+show each kind of request once: a tool call with its key arguments, or a short answer where the
+right thing is to ask or decline. Chat markup is ChatML (Qwen2.5, SmolLM2).
+"""
+
+from __future__ import annotations
+
+import json
+
+from agent.brains.tool_grammar import signature
+from tools.agent_tools.registry import Tool
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CALL_OPEN = '{"name": "'
+ARGS_OPEN = '", "arguments": '
+CALL_CLOSE = "}"
+REPLY = "reply"  # the pseudo-tool of an answer in words
+REPLY_LINE = f"{REPLY}(text*: text) - answer in words: ask for what is missing, decline, greet or say goodbye"
+
+SYSTEM = """You are specpilot. You measure speculative decoding methods on this machine: draft (draft-model \
+speculative decoding), medusa, lookahead, ngram (prompt lookup) and baseline (plain generation). Call one tool \
+when a tool serves the request; otherwise call reply with one short sentence.
+Rules:
+- Figures come only from runs measured here. For other hardware (another GPU or computer) call no tool: say that \
+specpilot measures only this machine and will not estimate, and offer to run it here.
+- Running or comparing needs the user's own prompt text. If none is given, ask for it.
+- Deploying, serving and topics other than decoding speed are out of scope: say so briefly."""
+
+# one line per tool (the registry's own descriptions are written for larger models)
+SHORT = {
+    "run_method": "measure one method against plain generation on the user's prompt",
+    "compare_methods": "measure several methods side by side on the user's prompt",
+    "lookup_runs": "restate figures of runs already stored (past results, speedups, acceptance)",
+    "recall": "read memory: saved parameters, unfinished and earlier tasks, recent runs",
+    "save_params": "save a method's parameters as the user's defaults",
+    "guidance": "suggest starting parameters for a method",
+    "measure_cost_curve": "measure the target's forward-pass cost curve on this machine",
+    "explain": "explain how a method works, or the trade-offs between methods",
+    "check_deps": "check the Python packages a method needs",
+    "install_packages": "install Python packages with pip (asks the user first)",
+    "train_medusa": "train Medusa heads for the target (asks the user first)",
+    "write_report": "write a report of stored runs on this machine",
+    "share_results": "send a report to a URL or folder outside this machine (asks the user first)",
+}
+
+EXAMPLES: list[tuple[str, str | tuple[str, dict]]] = [
+    ("show me what you remember", ("recall", {})),
+    ("keep guess=4 for lookahead from now on", ("save_params", {"method": "lookahead", "params": {"guess": 4}})),
+    ('benchmark ngram on "Translate good morning to French"',
+     ("run_method", {"method": "ngram", "prompt": "Translate good morning to French"})),
+    ("race lookahead against ngram on 'Reverse a string in Go'",
+     ("compare_methods", {"methods": ["lookahead", "ngram"], "prompt": "Reverse a string in Go"})),
+    ("list my lookahead results", ("lookup_runs", {"method": "lookahead"})),
+    ("which draft model and k suit me?", ("guidance", {"method": "draft"})),
+    ("tell me how draft-model speculative decoding works", ("explain", {"topic": "draft"})),
+    ("is everything installed for lookahead?", ("check_deps", {"method": "lookahead"})),
+    ("pip install gguf", ("install_packages", {"packages": ["gguf"]})),
+    ("send the results to https://example.com/hook", ("share_results", {"destination": "https://example.com/hook"})),
+    ("run draft", "Which prompt should I run draft on? Please give it in quotes."),
+    ("what speedup would lookahead get on an A100?",
+     "specpilot measures only this machine and will not estimate other hardware. I can run lookahead here, "
+     "or you can run specpilot on that machine."),
+    ("write me a poem about cats", "That is outside what I do: I measure speculative decoding on this machine."),
+    ("hello", "Hello! I can run, compare and explain speculative decoding methods on this machine. "
+              "What would you like to do?"),
+]
+
+
+def reply_call(text: str) -> str:
+    return call_text(REPLY, {"text": text})
+
+
+def call_text(name: str, arguments: dict) -> str:
+    """A tool call as the model writes it."""
+    return f"{CALL_OPEN}{name}{ARGS_OPEN}{json.dumps(arguments, ensure_ascii=False)}{CALL_CLOSE}"
+
+
+def system_text(tools: dict[str, Tool]) -> str:
+    lines = [signature(t, SHORT.get(name) or t.description.split(". ")[0][:160]) for name, t in tools.items()]
+    examples = []
+    for user, answer in EXAMPLES:
+        if isinstance(answer, tuple) and answer[0] not in tools:
+            continue
+        shown = reply_call(answer) if isinstance(answer, str) else call_text(*answer)
+        examples.append(f"user: {user}\nassistant: {shown}")
+    return (f"{SYSTEM}\n\n# Tools\n" + "\n".join([*lines, REPLY_LINE]) + "\n\n"
+            f"Answer with one JSON object: {CALL_OPEN}NAME{ARGS_OPEN}{{...}}{CALL_CLOSE}\n\n# Examples\n"
+            + "\n".join(examples))
+
+
+def prefix_text(tools: dict[str, Tool]) -> str:
+    """The fixed prefix: the system message."""
+    return f"{IM_START}system\n{system_text(tools)}{IM_END}\n"
+
+
+def user_turn(text: str) -> str:
+    """A user message and the start of the assistant's answer."""
+    return f"{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n"

@@ -1,0 +1,336 @@
+"""What the rule planner reads in a message: the methods, prompt, target model, parameter values and
+hardware it names, and which kind of request it is.
+
+Requests are matched on the words that carry their meaning (a figure word, a verb of saving, a
+hardware name), not on whole phrasings, so the same request in other words maps the same way.
+Everything here is plain text processing: no tools, no memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tools.agent_tools.install import check_package
+from tools.agent_tools.saved_params import run_fields
+from tools.engine.methods import ACCELERATED, METHOD_NAMES, PARAM_MODELS
+from tools.errors import ParameterError
+from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, SMALL_TARGET
+
+I = re.IGNORECASE
+
+# the words that name a method besides its own name; the methods are read from the method table, the
+# accelerated ones first (so "draft versus the baseline" names draft)
+METHOD_SYNONYMS = {
+    "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
+    "lookahead": r"look[- ]?ahead|jacobi",
+    "ngram": r"n-?gram|prompt[- ]lookup",
+    "baseline": r"baseline|plain(?: generation| decoding)?|autoregressive|normal generation|no speculation",
+}
+METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
+                for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
+TOPIC_WORDS = {
+    "tradeoffs": r"trade-?offs?|differ\w*|compare|comparison|versus|\bvs\.?\b|which (?:method|one) (?:is|should)|"
+                 r"pros and cons|(?:three|four|all the|the) methods",
+    "medusa": r"medusa",
+    "lookahead": r"look[- ]?ahead|jacobi",
+    "draft": r"draft|speculative|assisted",
+}
+# "speculative decoding methods" names all of them, not the draft-model method
+GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", I)
+LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
+RUN_ID = re.compile(r"\b[0-9a-f]{8}\b")
+QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
+URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
+INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
+                  "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that"}
+
+# ---- kinds of request (each a few meaning-bearing words) -------------------------------------
+COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against each other)", I)
+SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
+WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
+# a question about differences rather than a request to measure them
+TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|how do .* compare|how does .* compare|"
+                               r"what(?:'s| is| are) the (?:difference|trade))", I)
+# another request that mentions a comparison ("share the comparison", "write a report comparing ...")
+OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b", I)
+STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
+PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
+FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+                     r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers)\b", I)
+RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest) (?:\w+ )?run\b", I)
+ASKING = re.compile(r"\b(?:what|which|show|how|tell|did|was|were|list|give|see|find|display)\b", I)
+SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
+RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute)\b", I)
+RUN_LOOSE = re.compile(r"\b(?:run|try|benchmark|measure|speed up|accelerate|generate|test|time)\b", I)
+AGAIN = re.compile(r"\b(?:again|rerun|re-run|fresh|anew)\b", I)
+
+RECALL_STRONG = re.compile(
+    r"\b(?:last time|last session|previous (?:session|time|conversation|chat)|(?:our|the|my) history|"
+    r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
+    r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
+    r"(?:did|have) (?:i|we) (?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|where (?:were|did) we|"
+    r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
+    r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup)\b", I)
+RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
+                         r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|"
+                        r"keep using|make|switch|persist|stick with)\b", I)
+DEFAULT_WORD = re.compile(r"\bdefault\b", I)
+GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning)\b", I)
+PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|"
+                         r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
+ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recommended|pick|choose|which|what|how)\b", I)
+STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible)\b", I)
+EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce)\b", I)
+EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|what are|how does|how do|how is|tell me about|why|"
+                           r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work)\b", I)
+DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
+                        r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
+                        r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed))\b|"
+                        r"\b(?:is|are)\b.*\binstalled\b", I)
+INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
+TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*)\b", I)
+SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send)\b", I)
+REPORT_WORDS = re.compile(r"\breport\b", I)
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
+                        r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward)", I)
+GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
+THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
+                    r"done for (?:today|now)|nothing else|all good)\b", I)
+# a hardware other than this machine: named GPUs and accelerators, Apple chips, "my GPU", "another machine"
+OTHER_HARDWARE = re.compile(
+    r"\b(?:[hab]\d{2,3}|l4|l40s?|t4|v100|p100|rtx ?\d{4}(?: ?ti| ?super)?|gtx ?\d{3,4}|[34]0[5-9]0(?: ?ti)?|"
+    r"mi\d{3}x?|tpu(?: ?v\d)?|gaudi\d?|m[1-4](?: (?:pro|max|ultra))?(?: mac\w*| chip)?|apple silicon|"
+    r"mac ?book\w*|mac (?:mini|studio|pro)|an? mac|my mac|jetson|raspberry pi|"
+    r"(?:my|a|an|the|their) (?:gpus?|graphics card|server|cluster|phone|cloud instance)|"
+    r"(?:another|other|different|their|a bigger|a faster|a cloud|a remote) (?:gpus?|graphics card|machine|"
+    r"computer|server|laptop|hardware|box|cluster|workstation|desktop|phone|instance)|in the cloud|"
+    r"on (?:aws|gcp|azure))\b", I)
+FOLLOW_UP = re.compile(r"^\W*(?:and |but )?(?:on|what about|how about|with|for)\b", I)
+ESTIMATE = re.compile(r"\b(?:estimate\w*|predict\w*|expect\w*|would|will|could|might|guess|how (?:much )?fast\w*|"
+                      r"speed-?ups?|faster|perform\w*|benefit|worth|tok(?:ens)?/s|run|measure|benchmark)\b", I)
+IN_SCOPE = re.compile(r"\b(?:decod\w*|speculat\w*|draft|medusa|lookahead|ngram|model\w*|tokens?|speed\w*|fast\w*|"
+                      r"runs?|method\w*|measur\w*|benchmark\w*|prompt\w*|gpu|cpu|latency|inference|llm)\b", I)
+# "a short prompt", "any prompt", "a prompt of your choice": the planner picks one
+SOME_PROMPT = re.compile(r"\b(?:a|any|some|one)\s+(?:\w+\s+)?(?:prompt|example|text|input)\b(?! (?:like|such as))|"
+                         r"\bprompt of your choice\b|\byou (?:pick|choose)\b", I)
+ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you (?:pick|choose)|default|"
+                               r"a short one|short|pick one|your choice|doesn'?t matter|up to you)\W*$", I)
+SHORT_PROMPT = "Write a Python function that reverses a string."
+# built-in models by the words people use for them
+TARGET_WORDS = {
+    SMALL_TARGET: r"smol\w*|small(?:est)?(?: built-?in)? model|tiny model|little model|135m",
+    "qwen2.5-coder-0.5b-instruct": r"qwen[\w.-]*0\.5b[\w.-]*|0\.5b(?: model)?",
+    DEFAULT_TARGET: r"qwen[\w.-]*1\.5b[\w.-]*|1\.5b(?: model)?|default (?:target|model)|big(?:ger)? model",
+}
+
+# ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------
+PARAM_ALIASES = {
+    "k_max": r"k[_ ]max|max(?:imum)? k", "adaptive_k": r"adaptive[_ ]k", "k": r"k|draft length",
+    "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?:es)?",
+    "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
+    "max_new_tokens": r"max[_ ]new[_ ]tokens|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
+    "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
+}
+CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
+NUMBER = r"-?\d+(?:\.\d+)?"
+VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
+MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _param_names() -> dict[str, str]:
+    """{regex: field} for every alias and every exact field name, longest first (so top_k wins over k)."""
+    names = {alias: name for name, alias in PARAM_ALIASES.items()}
+    for model in PARAM_MODELS.values():
+        names.update({re.escape(f): f for f in model.model_fields})
+    names.update({re.escape(f): f for f in run_fields()})
+    return dict(sorted(names.items(), key=lambda kv: -len(kv[0])))
+
+
+PARAM_NAMES = _param_names()
+ASSIGNMENT = re.compile(rf"(?<![\w-])(?P<name>{'|'.join(f'(?:{a})' for a in PARAM_NAMES)})(?![\w-]){CONNECTOR}{VALUE}",
+                        I)
+
+
+@dataclass
+class Message:
+    """One message, read: the prompt it carries, the rest (``head``), the methods and target it names."""
+
+    text: str
+    prompt: str | None
+    head: str
+    methods: list[str] = field(default_factory=list)
+    target: str | None = None
+
+    @classmethod
+    def read(cls, text: str) -> Message:
+        prompt = find_prompt(text)
+        head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
+        return cls(text=text, prompt=prompt, head=head, methods=find_methods(without_values(head)),
+                   target=find_target(head))
+
+    def has(self, pattern: re.Pattern) -> bool:
+        """Whether the instruction part (not the prompt) matches ``pattern``."""
+        return bool(pattern.search(self.head))
+
+    @property
+    def words(self) -> int:
+        return len(self.head.split())
+
+
+def field_of(alias: str) -> str | None:
+    """The parameter field an alias names ("W" -> window, "top-p" -> top_p)."""
+    return next((name for pattern, name in PARAM_NAMES.items() if re.fullmatch(pattern, alias, I)), None)
+
+
+def typed(name: str, raw: str):
+    """A parameter value as its type: int, float, bool, or text for model references and names."""
+    low = raw.lower()
+    if re.fullmatch(NUMBER, raw):
+        return float(raw) if "." in raw or name in ("temperature", "top_p", "posterior_threshold",
+                                                    "posterior_alpha", "draft_confidence") else int(raw)
+    if low in BOOL_WORDS:
+        return BOOL_WORDS[low]
+    return raw if name in MODEL_FIELDS else None
+
+
+def assignments(text: str) -> list[tuple[re.Match, str, object]]:
+    """The parameter assignments in ``text``: (match, field, typed value). A one-letter name needs a
+    number after it; a model field (target, draft) needs "=", ":", "to" or "is" before its reference."""
+    found, pos = [], 0
+    while match := ASSIGNMENT.search(text, pos):
+        name = field_of(match.group("name"))
+        raw = match.group("value")
+        value = typed(name, raw) if name else None
+        connector = text[match.end("name"):match.start("value")].strip().lower()
+        if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
+                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is")):
+            pos = match.start() + 1
+            continue
+        found.append((match, name, value))
+        pos = match.end()
+    return found
+
+
+TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:new |max(?:imum)? |output )?tokens\b(?!\s*/)", I)  # "64 new tokens"
+
+
+def find_params(text: str) -> dict:
+    """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens")."""
+    found = TOKENS_FIRST.search(text)
+    params = {"max_new_tokens": int(found.group(1))} if found else {}
+    return {**params, **{name: value for _, name, value in assignments(text)}}
+
+
+def without_values(text: str) -> str:
+    """``text`` without its parameter assignments (so "ngram=4 for lookahead" names only lookahead)."""
+    for match, _, _ in reversed(assignments(text)):
+        text = text[:match.start()] + " " + text[match.end():]
+    return text
+
+
+def method_of_params(params: dict) -> str | None:
+    """The one method whose own parameters these are (window -> lookahead), or None."""
+    owners = {m for m, model in PARAM_MODELS.items() for p in params if p in model.model_fields}
+    return owners.pop() if len(owners) == 1 else None
+
+
+def find_method(text: str) -> str | None:
+    """The decoding method a message names, or None."""
+    for method, words in METHOD_WORDS.items():
+        if re.search(rf"\b(?:{words})\b", text, I):
+            return method
+    return None
+
+
+def find_methods(text: str) -> list[str]:
+    """Every decoding method a message names (generic words such as "speculative decoding methods"
+    name none), in the order of METHOD_WORDS."""
+    text = GENERIC_METHODS.sub(" ", text)
+    return [m for m, words in METHOD_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)]
+
+
+def find_topic(text: str) -> str | None:
+    """The concept a message asks to have explained, or None."""
+    for topic, words in TOPIC_WORDS.items():
+        if re.search(words, text, I):
+            return topic
+    return None
+
+
+def find_target(text: str) -> str | None:
+    """The built-in target model a message names ("the small model" -> smollm2-135m-instruct), or None."""
+    for name in BUILTIN_MODELS:
+        if name in text.lower():
+            return name
+    for name, words in TARGET_WORDS.items():
+        if re.search(rf"\b(?:{words})(?![\w.])", text, I):
+            return name
+    return None
+
+
+def find_hardware(text: str) -> str | None:
+    """Hardware other than this machine that a message asks about ("an H100", "my GPU"), or None."""
+    match = OTHER_HARDWARE.search(text)
+    if match is None:
+        return None
+    placed = re.search(r"\b(?:on|with|using|for|to|about)\s+(?:an?\s+|the\s+)?$", text[:match.start()], I)
+    follow_up = bool(placed) and (len(text.split()) <= 6 or FOLLOW_UP.match(text))  # "on an H100?"
+    return match.group(0) if follow_up or ESTIMATE.search(text) else None
+
+
+def compare_list(named: list[str]) -> list[str]:
+    """The methods to compare: the baseline first, then those named (all of them when none is)."""
+    named = [m for m in named if m != "baseline"]
+    return [m for m in METHOD_NAMES if m == "baseline" or not named or m in named]
+
+
+def leading_methods(text: str) -> tuple[list[str], str]:
+    """Method names (or "all") at the start of ``text``, separated by spaces or commas, and the rest."""
+    named = []
+    while match := LEADING_METHOD.match(text):
+        named.append(match.group(1).lower())
+        text = text[match.end():]
+    return [m for m in named if m != "all"], text.lstrip(" ,:")
+
+
+def unquote(text: str) -> str:
+    """``text`` without one pair of quotes around all of it."""
+    text = text.strip()
+    for left, right in (('"', '"'), ("'", "'"), ("“", "”")):
+        if len(text) > 2 and text.startswith(left) and text.endswith(right):
+            return text[1:-1].strip()
+    return text
+
+
+def find_prompt(text: str) -> str | None:
+    """The prompt inside a run request: quoted text, or everything after the first colon."""
+    quoted = QUOTED.search(text)
+    if quoted:
+        return next(g for g in quoted.groups() if g)
+    colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
+    if colon:
+        head, tail = text[:colon.start()], text[colon.end():]
+        if tail.strip() and not head.lower().startswith(("http", "https")):
+            return tail.strip()
+    return None
+
+
+def find_packages(text: str) -> list[str]:
+    """Package names after the word 'install' (plain names only; filler words skipped)."""
+    match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I)
+    if not match:
+        return []
+    words = re.split(r"[\s,;]+", match.group(1))
+    return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]
+
+
+def is_package(word: str) -> bool:
+    """Whether a word is a package name specpilot would install (no option, path, URL or archive)."""
+    try:
+        check_package(word)
+    except ParameterError:
+        return False
+    return True

@@ -1,0 +1,240 @@
+"""The registry's tools as the local model sees them, and the grammar of a tool call's arguments.
+
+Each tool's pydantic input schema becomes a short list of :class:`Arg` (name, kind, allowed values):
+the arguments a person sets in words (method, prompt, target, params, ...); plumbing (approval ids,
+threads, seeds, device maps) is left out, so the prompt stays short and the model cannot invent it.
+:func:`signature` renders a tool in one line for the prompt; :func:`decode_arguments` decodes the
+JSON arguments with a ConstrainedLM: keys, enum values and booleans are chosen among the allowed
+ones, numbers are digits, strings are free text (usually copied from the user's words), and a
+method's ``params`` take that method's own parameter names. Required keys come before the object
+may close. The result is a dict that the caller validates with the tool's input model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tools.agent_tools.registry import Tool
+from tools.engine.params import PARAM_MODELS
+from tools.models import BUILTIN_MODELS, DTYPES
+
+# fields a person does not set in conversation (or that only the approval gate may fill)
+HIDDEN = frozenset({"approval_id", "device_map", "threads", "seed", "warmup", "chat", "medusa_heads", "data_files",
+                    "peers", "upgrade", "task_id", "run_ids", "labels", "num_heads", "top_k", "target_size_b",
+                    "out", "min_ngram_size"})
+MODEL_FIELDS = ("target", "draft")  # chosen among the built-in models
+RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
+MAX_KEYS = 6  # arguments per object at most
+MAX_STRING_TOKENS = 64
+MAX_LIST_ITEMS = 6
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument: ``kind`` is enum, bool, number, string, enum_list, string_list or params."""
+
+    name: str
+    kind: str
+    values: tuple[str, ...] = ()
+    required: bool = False
+
+
+def _non_null(prop: dict) -> dict:
+    """The schema of an optional field without its ``null`` branch (the first other branch)."""
+    branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
+    return {**prop, **branches[0]} if branches else prop
+
+
+def arg_of(name: str, prop: dict, required: bool = False) -> Arg | None:
+    """The Arg for a JSON-schema property, or None when the model should not set it."""
+    if name in HIDDEN:
+        return None
+    prop = _non_null(prop)
+    kind = prop.get("type")
+    if "enum" in prop:
+        return Arg(name, "enum", tuple(str(v) for v in prop["enum"]), required)
+    if name in MODEL_FIELDS:
+        return Arg(name, "enum", tuple(BUILTIN_MODELS), required)
+    if name == "dtype":
+        return Arg(name, "enum", DTYPES, required)
+    if kind == "boolean":
+        return Arg(name, "bool", ("true", "false"), required)
+    if kind in ("integer", "number"):
+        return Arg(name, "number", (), required)
+    if kind == "string":
+        return Arg(name, "string", (), required)
+    if kind == "array":
+        items = _non_null(prop.get("items", {}))
+        if "enum" in items:
+            return Arg(name, "enum_list", tuple(str(v) for v in items["enum"]), required)
+        return Arg(name, "string_list", (), required) if items.get("type") == "string" else None
+    if kind == "object" and name == "params" and prop.get("additionalProperties") is True:
+        return Arg(name, "params", (), required)
+    return None
+
+
+def schema_args(schema: dict) -> list[Arg]:
+    """The Args of an object schema, required ones first."""
+    required = set(schema.get("required", ()))
+    args = [arg_of(name, prop, name in required) for name, prop in schema.get("properties", {}).items()]
+    return sorted((a for a in args if a is not None), key=lambda a: not a.required)
+
+
+def tool_args(tool: Tool) -> list[Arg]:
+    return schema_args(tool.input_schema())
+
+
+def param_args(method: str | None) -> list[Arg]:
+    """What a method's ``params`` may hold: its own parameters, then the run settings that may be saved
+    with them (every method's parameters when the method is not known yet)."""
+    methods = [method] if method in PARAM_MODELS else list(PARAM_MODELS)
+    own: dict[str, Arg] = {}
+    for m in methods:
+        for arg in schema_args(PARAM_MODELS[m].model_json_schema()):
+            own.setdefault(arg.name, Arg(arg.name, arg.kind, arg.values))
+    settings = {"max_new_tokens": Arg("max_new_tokens", "number"), "temperature": Arg("temperature", "number"),
+                "top_p": Arg("top_p", "number"), "dtype": Arg("dtype", "enum", DTYPES),
+                "target": Arg("target", "enum", tuple(BUILTIN_MODELS)), "draft": Arg("draft", "enum", tuple(BUILTIN_MODELS))}
+    return list(own.values()) + [a for name, a in settings.items() if name in RUN_SETTINGS and name not in own]
+
+
+def signature(tool: Tool, description: str) -> str:
+    """One prompt line: ``name(arg*: type, ...) - description`` (``*`` marks a required argument)."""
+    parts = []
+    for arg in tool_args(tool):
+        kind = {"enum": "|".join(arg.values), "bool": "true|false", "string": "text", "number": "number",
+                "enum_list": "list of " + "|".join(arg.values), "string_list": "list of text",
+                "params": "object"}[arg.kind]
+        if arg.name in MODEL_FIELDS:
+            kind = "model name"
+        parts.append(f"{arg.name}{'*' if arg.required else ''}: {kind}")
+    return f"{tool.name}({', '.join(parts)}) - {description}"
+
+
+# ---- decoding ------------------------------------------------------------------------------------
+
+
+def _string_end(text: str) -> int | None:
+    """Where a JSON string being written ends: its unescaped closing quote, or a raw newline or chat
+    markup (which a JSON string cannot hold); None while it goes on."""
+    escaped, end = False, None
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            end = i
+            break
+    cuts = [i for i in (end, text.find("\n"), text.find("<|")) if i is not None and i >= 0]
+    return min(cuts) if cuts else None
+
+
+def decode_string(lm, max_tokens: int = MAX_STRING_TOKENS) -> str:
+    """A JSON string's content after its opening quote; the committed text gets the string, escaped
+    as JSON, and its closing quote."""
+    opened = lm.text
+    raw = lm.generate(max_tokens, stop=_string_end)
+    try:
+        value = json.loads(f'"{raw}"')
+    except ValueError:
+        value = "".join(ch for ch in raw.replace('\\"', '"') if ch.isprintable())
+    lm.text = opened + json.dumps(value, ensure_ascii=False)[1:]
+    return value
+
+
+def decode_number(lm) -> int | float | None:
+    raw = lm.generate_number()
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and "." not in raw else value
+
+
+def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Arg, Any]]]:
+    """The texts that start each allowed argument (enum and boolean values spelled out)."""
+    sep = "" if first else ", "
+    options, meaning = [], []
+    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "params": "{"}
+    for arg in args:
+        key = f'{sep}"{arg.name}": '
+        if arg.kind in ("enum", "bool"):
+            for value in arg.values:
+                options.append(key + (value if arg.kind == "bool" else json.dumps(value)))
+                meaning.append((arg, value == "true" if arg.kind == "bool" else value))
+        else:
+            options.append(key + openers[arg.kind])
+            meaning.append((arg, None))
+    return options, meaning
+
+
+def decode_object(lm, args: list[Arg], context: dict | None = None) -> dict:
+    """The members of a JSON object whose ``{`` is committed; the closing ``}`` is committed too."""
+    out: dict = {}
+    left = list(args)
+    while len(out) < MAX_KEYS and left:
+        options, meaning = _key_options(left, first=not out)
+        if all(a.name in out for a in args if a.required):
+            options.append("}")
+            meaning.append((None, None))
+        before = lm.text
+        arg, value = meaning[lm.choose(options)]
+        if arg is None:
+            return out
+        left.remove(arg)
+        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, {**(context or {}), **out})
+        if value is None:  # no valid value: forget this key
+            lm.text = before
+            continue
+        out[arg.name] = value
+    lm.text += "}"
+    return out
+
+
+def _decode_value(lm, arg: Arg, siblings: dict) -> Any:
+    if arg.kind == "string":
+        return decode_string(lm) or None
+    if arg.kind == "number":
+        return decode_number(lm)
+    if arg.kind == "enum_list":
+        return decode_enum_list(lm, arg.values)
+    if arg.kind == "string_list":
+        return decode_string_list(lm)
+    return decode_object(lm, param_args(siblings.get("method"))) or None  # params
+
+
+def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
+    """``["a", "b"]`` with distinct allowed values, at least one; ``[`` is committed."""
+    items: list[str] = []
+    while len(items) < len(values):
+        left = [v for v in values if v not in items]
+        sep = ", " if items else ""
+        options = [sep + json.dumps(v) for v in left] + (["]"] if items else [])
+        index = lm.choose(options)
+        if index == len(left):
+            return items
+        items.append(left[index])
+    lm.text += "]"
+    return items
+
+
+def decode_string_list(lm) -> list[str] | None:
+    """``["...", "..."]`` of free strings; ``["`` is committed."""
+    items = []
+    while True:
+        items.append(decode_string(lm))
+        if len(items) == MAX_LIST_ITEMS:
+            lm.text += "]"
+            break
+        if lm.choose([', "', "]"]) == 1:
+            break
+    return items if any(items) else None
+
+
+def decode_arguments(lm, tool: Tool) -> dict:
+    """The arguments of a call to ``tool``; ``lm.text`` ends with ``"arguments": ``."""
+    lm.text += "{"
+    return decode_object(lm, tool_args(tool))

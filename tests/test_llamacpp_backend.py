@@ -1,0 +1,272 @@
+"""The llama.cpp backend (tools.engine.llamacpp) on tiny GGUF files written here with the ``gguf``
+package (a 2-layer Llama, byte-level BPE vocabulary, random float32 weights; no network), and in
+the slow group on the real default pair's GGUF files.
+
+Greedy output of the baseline on the backend must equal llama.cpp's own greedy decoding (the
+high-level ``llama_cpp.Llama``, temperature 0); prompt lookup, lookahead and draft-model decoding on
+the backend must equal the baseline. Skipped when llama-cpp-python is not installed
+(``pip install -e ".[llamacpp]"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp")
+gguf = pytest.importorskip("gguf")
+
+from tools.engine import autoregressive, lookahead, methods, prompt_lookup  # noqa: E402
+from tools.engine.llamacpp import (LlamaReference, as_loaded, draft_generate, load_gguf,  # noqa: E402
+                                   tree_of)
+from tools.engine.params import DraftParams, LookaheadParams, PromptLookupParams  # noqa: E402
+from tools.engine.types import GenerationSettings  # noqa: E402
+from tools.errors import ParameterError  # noqa: E402
+
+EMBD, HEADS, KV_HEADS, FF, LAYERS = 64, 4, 2, 128, 2
+
+
+def byte_tokens() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character per byte."""
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    chars, n = keep[:], 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(keep, chars))]
+
+
+MERGES = ["h e", "l l", "o Ġ", "Ġ w"]
+VOCAB = byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|end|>"]
+EOS = len(VOCAB) - 1
+
+
+def write_tiny_llama(path, seed: int, noise_of: dict | None = None, noise: float = 0.0) -> dict:
+    """Write a tiny Llama GGUF at ``path``; return its weights (``noise_of`` + noise: a perturbed copy)."""
+    rng = np.random.default_rng(seed)
+    hd = EMBD // HEADS
+    shapes = {"token_embd.weight": (len(VOCAB), EMBD), "output.weight": (len(VOCAB), EMBD),
+              "output_norm.weight": (EMBD,)}
+    for i in range(LAYERS):
+        shapes |= {f"blk.{i}.attn_norm.weight": (EMBD,), f"blk.{i}.ffn_norm.weight": (EMBD,),
+                   f"blk.{i}.attn_q.weight": (HEADS * hd, EMBD), f"blk.{i}.attn_k.weight": (KV_HEADS * hd, EMBD),
+                   f"blk.{i}.attn_v.weight": (KV_HEADS * hd, EMBD), f"blk.{i}.attn_output.weight": (EMBD, HEADS * hd),
+                   f"blk.{i}.ffn_gate.weight": (FF, EMBD), f"blk.{i}.ffn_up.weight": (FF, EMBD),
+                   f"blk.{i}.ffn_down.weight": (EMBD, FF)}
+    weights = {}
+    for name, shape in shapes.items():
+        if noise_of is not None:
+            w = noise_of[name] + noise * rng.standard_normal(shape).astype(np.float32) * noise_of[name].std()
+        elif name.endswith("norm.weight"):
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:
+            w = rng.standard_normal(shape) * (1.5 if name.startswith(("token_embd", "output")) else 1.0) / np.sqrt(shape[-1])
+        weights[name] = np.asarray(w, dtype=np.float32)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(1024)
+    writer.add_embedding_length(EMBD)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(FF)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_dimension_count(hd)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(VOCAB))
+    writer.add_file_type(0)  # all float32
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(VOCAB)
+    writer.add_token_types([1] * (len(VOCAB) - 1) + [3])
+    writer.add_token_merges(MERGES)
+    writer.add_bos_token_id(EOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_add_bos_token(False)
+    for name, w in weights.items():
+        writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    weights = write_tiny_llama(folder / "target.gguf", seed=0)
+    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
+    return folder / "target.gguf", folder / "draft.gguf"
+
+
+@pytest.fixture(scope="module")
+def target(files):
+    return load_gguf(files[0], n_ctx=512, n_threads=1)
+
+
+@pytest.fixture(scope="module")
+def draft(files):
+    return load_gguf(files[1], n_ctx=512, n_threads=1)
+
+
+# a prompt whose 3-gram (5, 6, 7) recurs with different continuations: prompt lookup verifies a tree
+PROMPTS = [[5, 6, 7, 40, 41, 42, 43, 5, 6, 7, 50, 51, 52, 9, 10, 5, 6, 7],
+           list(range(70, 90)) + list(range(70, 80))]
+SETTINGS = GenerationSettings(max_new_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def baselines(target):
+    return [autoregressive.generate(target, p, SETTINGS).output_ids for p in PROMPTS]
+
+
+def test_baseline_equals_llamacpp_own_greedy(files, target, baselines):
+    reference = LlamaReference(files[0], n_ctx=512, n_threads=1)
+    for prompt, ours in zip(PROMPTS, baselines):
+        theirs, _ = reference.greedy(prompt, SETTINGS.max_new_tokens)
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("params", [PromptLookupParams(), PromptLookupParams(num_candidates=1),
+                                    PromptLookupParams(max_ngram_size=2, num_candidate_tokens=4, num_candidates=3)])
+def test_prompt_lookup_equals_baseline(target, baselines, params):
+    trees = 0
+    for prompt, expected in zip(PROMPTS, baselines):
+        result = prompt_lookup.generate(target, prompt, SETTINGS, params)
+        assert result.output_ids == expected
+        trees += result.extra["multi_draft_steps"]
+    if params.num_candidates > 1:
+        assert trees > 0  # the token-tree path (sequence ids) was exercised
+
+
+@pytest.mark.parametrize("params", [LookaheadParams(window=3, ngram=3, guess=2), LookaheadParams(window=2, ngram=4)])
+def test_lookahead_equals_baseline(target, baselines, params):
+    for prompt, expected in zip(PROMPTS, baselines):
+        assert lookahead.generate(target, prompt, SETTINGS, params).output_ids == expected
+
+
+@pytest.mark.parametrize("params", [DraftParams(k=4, adaptive_k=False, draft_confidence=None),
+                                    DraftParams(), DraftParams(k=2, k_max=6, draft_confidence=0.2)])
+def test_draft_model_equals_baseline(target, draft, baselines, params):
+    accepted = 0
+    for prompt, expected in zip(PROMPTS, baselines):
+        result = draft_generate(target, draft, prompt, SETTINGS, params)
+        assert result.output_ids == expected
+        accepted += result.tokens_accepted
+    assert accepted > 0
+
+
+def test_methods_run_takes_the_backend(target, baselines):
+    ctx = methods.MethodContext(target=as_loaded(target))
+    for method in ("baseline", "ngram", "lookahead"):
+        params = methods.parse_params(method, {})
+        assert methods.run(method, ctx, PROMPTS[0], SETTINGS, params).output_ids == baselines[0]
+
+
+def _chain_logits(backend, *chunks: list[int]) -> torch.Tensor:
+    """Logits of the last chunk, the chunks run as causal forwards one after another on a fresh cache
+    (batch boundaries matter in the last bits: llama.cpp rounds K/V to float16 as it stores them)."""
+    cache, length = backend.new_cache(), 0
+    for chunk in chunks:
+        logits = backend.forward(torch.tensor([chunk]), cache, torch.arange(length, length + len(chunk))[None])
+        length += len(chunk)
+    return logits
+
+
+def test_tree_forward_equals_each_path_and_keep_picks_one(target):
+    prefix = [3, 4, 5, 6]
+    # tree under root 9: 9 -> 11 -> 12, 9 -> 13 -> 14, 9 -> 11 -> 15
+    tokens, parents = [9, 11, 12, 13, 14, 15], [-1, 0, 1, 0, 3, 1]
+    depth = [0, 1, 2, 1, 2, 2]
+    visible = torch.eye(6, dtype=torch.bool)
+    for i in range(1, 6):
+        visible[i] |= visible[parents[i]]
+    cache = target.new_cache()
+    target.forward(torch.tensor([prefix]), cache, torch.arange(4)[None], rows=1)
+    logits = target.forward(torch.tensor([tokens]), cache, (torch.tensor(depth) + 4)[None], visible)
+    for path in ([0, 1, 2], [0, 3, 4], [0, 1, 5]):
+        ref = _chain_logits(target, prefix, [tokens[i] for i in path])
+        assert torch.allclose(logits[path], ref, atol=1e-5)
+    # rows in any order
+    cache = target.new_cache()
+    target.forward(torch.tensor([prefix]), cache, torch.arange(4)[None], rows=1)
+    picked = target.forward(torch.tensor([tokens]), cache, (torch.tensor(depth) + 4)[None], visible,
+                            rows=torch.tensor([4, 0, 2]))
+    assert torch.allclose(picked, logits[[4, 0, 2]], atol=1e-5)
+    target.keep_positions(cache, 4, torch.tensor([0, 3, 4]))  # path 9 -> 13 -> 14, not sequence 0's
+    assert target.cache_length(cache) == 7
+    nxt = target.forward(torch.tensor([[20]]), cache, torch.tensor([[7]]))
+    ref = _chain_logits(target, prefix, [9, 13, 14], [20])
+    assert torch.allclose(nxt, ref, atol=1e-5)
+
+
+def test_crop_then_continue_equals_a_fresh_run(target):
+    cache = target.new_cache()
+    target.forward(torch.tensor([list(range(30, 40))]), cache, torch.arange(10)[None])
+    target.crop(cache, 6)
+    assert target.cache_length(cache) == 6
+    got = target.forward(torch.tensor([[50, 51]]), cache, torch.tensor([[6, 7]]), rows=1)
+    target.keep_positions(cache, 2, torch.arange(3))  # a leading run of a chain is a crop
+    assert target.cache_length(cache) == 5
+    with pytest.raises(ParameterError, match="leading run"):
+        target.keep_positions(cache, 1, torch.tensor([0, 2]))
+    ref = _chain_logits(target, list(range(30, 36)), [50, 51])[-1:]
+    assert torch.allclose(got, ref, atol=1e-4)  # the kept 6 were computed in a batch of 10: last bits differ
+
+
+def test_what_the_backend_refuses(target):
+    cache = target.new_cache()
+    with pytest.raises(ParameterError, match="hidden states"):
+        target.hidden(torch.tensor([[1]]), cache, torch.tensor([[0]]))
+    with pytest.raises(ParameterError, match="hidden states"):
+        target.lm_head(torch.zeros(1, EMBD))
+    assert target.head_rows(torch.tensor([1, 2])) is None
+    not_a_tree = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)  # 2 sees 1 but not 0
+    with pytest.raises(ParameterError, match="token tree"):
+        target.forward(torch.tensor([[1, 2, 3]]), cache, torch.tensor([[0, 1, 2]]), not_a_tree)
+    with pytest.raises(ParameterError, match="token tree"):  # right pattern, wrong positions
+        tree_of(torch.ones(2, 2, dtype=torch.bool).tril(), [0, 2], 0, 8)
+    target.new_cache()
+    with pytest.raises(ParameterError, match="current cache"):
+        target.forward(torch.tensor([[1]]), cache, torch.tensor([[0]]))
+
+
+def test_gguf_tokenizer(target):
+    tok = target.tokenizer
+    ids = tok("hello world")["input_ids"]
+    assert tok.decode(ids) == "hello world"
+    assert tok.eos_token_id == EOS and EOS in tok.stop_ids()
+    assert len(tok) == len(VOCAB) == target.vocab_size
+
+
+# ---------------------------------------------------------------------------------------- real models
+@pytest.mark.slow
+def test_real_default_pair_on_llamacpp():
+    """Baseline = llama.cpp's own greedy; prompt lookup and draft = the baseline, or leave it only at a
+    shown near-tie (llama.cpp's batched kernels pick the method's token at that position themselves)."""
+    from transformers import AutoTokenizer
+
+    from tools import models
+    from tools.bench.context import prompt_ids_for
+    from tools.engine.llamacpp import diagnose_divergence
+
+    paths = [models.gguf_path(models.builtin(n)) for n in (models.DEFAULT_TARGET, models.DEFAULT_DRAFT)]
+    if not all(p.exists() for p in paths):
+        pytest.skip("the default models are not fetched: run `specpilot models fetch`")
+    hf = models.converted_path(models.builtin(models.DEFAULT_TARGET))
+    tok = (AutoTokenizer.from_pretrained(str(hf)) if (hf / "tokenizer.json").exists()
+           else AutoTokenizer.from_pretrained(str(paths[0].parent), gguf_file=paths[0].name))
+    target, draft = load_gguf(paths[0], n_ctx=1024, n_threads=2), load_gguf(paths[1], n_ctx=1024, n_threads=2)
+    reference = LlamaReference(paths[0], n_ctx=1024, n_threads=2)
+    settings = GenerationSettings(max_new_tokens=32, eos_token_ids=[tok.eos_token_id])
+    for prompt in ("Write a Python function that returns the n-th Fibonacci number iteratively.",
+                   "Explain in two sentences what a hash map is."):
+        ids = prompt_ids_for(tok, prompt, True)
+        base = autoregressive.generate(target, ids, settings).output_ids
+        assert base == reference.greedy(ids, 32, settings.eos_token_ids)[0]
+        for got in (prompt_lookup.generate(target, ids, settings).output_ids,
+                    draft_generate(target, draft, ids, settings, DraftParams(k=4)).output_ids):
+            diagnosis = diagnose_divergence(target, ids, base, got)
+            assert diagnosis is None or diagnosis["kind"] == "near_tie", diagnosis

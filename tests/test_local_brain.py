@@ -1,0 +1,224 @@
+"""The local brain on a tiny random model: whatever the model prefers, a turn ends as text or as one
+tool call whose name is a registry tool and whose arguments validate; constrained choices are the
+model's masked greedy choices; free text equals plain greedy decoding; the prefix KV cache is
+computed once, saved, reloaded by a later process, and a turn runs only its new tokens.
+
+The real default model is tried in the slow group (pytest -m slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agent.brains import local, local_prompt, tool_grammar
+from agent.brains.constrained import ConstrainedLM
+from tools import models
+from tools.agent_tools import registry
+from tools.agent_tools.registry import ToolResult
+
+from tiny_models import make_tiny_model
+
+SPECIALS = ["<|endoftext|>", local_prompt.IM_START, local_prompt.IM_END]
+REQUESTS = ["what did we do last time?", "save k=6 as my default for draft", "run draft on 'def fib(n):'",
+            "compare draft and lookahead on 'Write a haiku'", "install lade", "hi"]
+
+
+def make_chat_model_folder(folder, seed: int = 0):
+    """A tiny random Qwen2 with a byte-level BPE tokenizer (ChatML markers as special tokens) trained on
+    the brain's own prompt, so any text round-trips and the prompt is a realistic length."""
+    from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(tok_models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = [local_prompt.prefix_text(registry.load_tools()), *REQUESTS]
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=local_prompt.IM_END, pad_token="<|endoftext|>")
+    fast.save_pretrained(folder)
+    model = make_tiny_model("qwen2", layers=2, seed=seed, vocab=len(fast), max_positions=8192)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def chat_model_dirs(tmp_path_factory):
+    return [make_chat_model_folder(tmp_path_factory.mktemp(f"tiny-chat-{seed}"), seed) for seed in range(3)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_engines(monkeypatch):
+    """Each test loads its engines itself (as a new process would)."""
+    monkeypatch.setattr(local, "_ENGINES", {})
+
+
+class RecordingSession:
+    """Lists the brain's tool calls; runs none of them."""
+
+    last_prompt = None
+
+    def __init__(self):
+        self.calls = []
+
+    def call_tool(self, name, tool_input):
+        self.calls.append((name, tool_input))
+        return ToolResult(name=name, content={"status": "not_executed"})
+
+
+def test_every_turn_is_text_or_a_valid_tool_call(chat_model_dirs):
+    tools = registry.load_tools()
+    for folder in chat_model_dirs:
+        brain = local.LocalBrain(str(folder), max_text_tokens=8)
+        for text in REQUESTS:
+            session = RecordingSession()
+            reply = brain.respond(session, text)
+            assert isinstance(reply.text, str) and reply.text
+            assert len(session.calls) <= 1
+            for name, arguments in session.calls:
+                assert name in tools
+                registry.parse_input(tools[name], arguments)  # raises when it does not validate
+
+
+def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dirs):
+    """Decode each tool's arguments on each tiny model: JSON that parses, with only the grammar's keys
+    and values of the declared kinds (validation is the brain's next step, tested above)."""
+    for folder in chat_model_dirs:
+        lm = local.load_engine(str(folder))
+        for name, tool in registry.load_tools().items():
+            lm.begin(local_prompt.user_turn("do it") + local_prompt.CALL_OPEN + name + local_prompt.ARGS_OPEN)
+            start = len(lm.text)
+            arguments = tool_grammar.decode_arguments(lm, tool)
+            assert json.loads(lm.text[start:]) == arguments
+            allowed = {a.name: a for a in tool_grammar.tool_args(tool)}
+            for key, value in arguments.items():
+                kind = allowed[key].kind
+                assert kind != "enum" or value in allowed[key].values
+                assert kind != "bool" or isinstance(value, bool)
+                assert kind != "number" or isinstance(value, (int, float))
+                assert kind != "params" or isinstance(value, dict)
+
+
+def _single_token_options(lm: ConstrainedLM, context: str, count: int) -> list[tuple[str, int]]:
+    """Short strings that extend ``context`` by exactly one token each: (text, token id)."""
+    base = lm.encode(context)
+    found = []
+    for token in range(len(lm.tokenizer)):
+        text = lm.decode([token])
+        if text and text not in SPECIALS and lm.encode(context + text) == base + [token]:
+            found.append((text, token))
+        if len(found) == count:
+            break
+    return found
+
+
+def test_choose_is_the_models_greedy_choice_among_the_options(chat_model_dirs):
+    lm = local.load_engine(str(chat_model_dirs[0]))
+    context = local_prompt.user_turn("hello there")
+    options = _single_token_options(lm, context, 12)
+    assert len(options) >= 4
+    full = torch.tensor([lm.segment_ids()[: lm.base] + lm.encode(context)])
+    with torch.no_grad():
+        logits = lm.backend.model(input_ids=full).logits[0, -1]
+    expected = max(range(len(options)), key=lambda i: float(logits[options[i][1]]))
+    lm.begin(context)
+    assert lm.choose([text for text, _ in options]) == expected
+    assert lm.text == context + options[expected][0]
+
+
+def test_free_text_equals_plain_greedy_decoding(chat_model_dirs):
+    """Prompt-lookup drafts are verified: the text is the model's own greedy continuation (its first
+    token chosen among those that start with the text of the committed text's last token)."""
+    lm = local.load_engine(str(chat_model_dirs[1]))
+    context = local_prompt.user_turn("compare draft and lookahead on 'Write a haiku' and 'Write a haiku'")
+    lm.begin(context)
+    ids = lm.segment_ids()
+    text = lm.generate(12)
+    tail = lm.decode(ids[-1:])
+    expected = []
+    with torch.no_grad():
+        for _ in range(12):
+            logits = lm.backend.model(input_ids=torch.tensor([ids[:-1] + expected])).logits[0, -1]
+            if not expected:  # the healed first token
+                allowed = [t for t in range(len(lm.tokenizer)) if lm.decode([t]).startswith(tail)]
+                nxt = max(allowed, key=lambda t: float(logits[t]))
+            else:
+                nxt = int(logits.argmax())
+            if nxt in lm.stop_ids:
+                break
+            expected.append(nxt)
+    assert text == lm.decode(expected)[len(tail):]
+
+
+def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat_model_dirs, monkeypatch):
+    folder = str(chat_model_dirs[2])
+    lm = local.load_engine(folder)
+    saved = list((local.home_dir() / "cache" / "local-brain").glob("*.pt"))
+    assert len(saved) == 1
+    prefix_len = lm.base
+    assert lm.fed == prefix_len  # computed once, in this process
+
+    passes = []  # (first position, tokens) of every forward pass from now on
+    forward = lm._forward
+    monkeypatch.setattr(lm, "_forward", lambda tokens, start, *a, **k: passes.append((start, len(tokens)))
+                        or forward(tokens, start, *a, **k))
+    brain = local.LocalBrain(folder, max_text_tokens=4)
+    for text in ("hi", "what did we do last time?"):
+        del passes[:]
+        brain.respond(RecordingSession(), text)
+        assert passes and min(start for start, _ in passes) >= prefix_len  # the prefix is never run again
+        # the first pass runs this turn's text (and what the last turn added), nothing before it
+        turn = len(lm.encode(local_prompt.user_turn(text)))
+        assert turn <= passes[0][1] <= turn + len(lm.encode(brain._context())) + 4
+
+    monkeypatch.setattr(local, "_ENGINES", {})  # a new process: the prefix comes from disk
+    again = local.load_engine(folder)
+    assert again is not lm and again.fed == 0 and again.ids[: again.base] == lm.ids[: lm.base]
+    for layer_a, layer_b in zip(again.cache.layers, lm.cache.layers):
+        n = again.backend.cache_length(again.cache)
+        assert torch.equal(layer_a.keys[..., :n, :], layer_b.keys[..., :n, :])
+    first = local.LocalBrain(folder, max_text_tokens=4).decide("install lade")
+    monkeypatch.setattr(local, "_ENGINES", {folder: lm})
+    assert local.LocalBrain(folder, max_text_tokens=4).decide("install lade") == first
+
+
+def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    made_up = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "Write a quicksort"})
+    monkeypatch.setattr(brain, "decide", lambda text: made_up)
+    session = RecordingSession()
+    reply = brain.respond(session, "run draft")
+    assert session.calls == [] and reply.awaiting and "prompt" in reply.text
+    grounded = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def fib(n):"})
+    monkeypatch.setattr(brain, "decide", lambda text: grounded)
+    brain.respond(session, "run draft on 'def  fib(n):'")
+    assert session.calls == [("run_method", grounded.arguments)]
+
+
+def test_local_model_available_follows_the_files(tmp_path, monkeypatch, chat_model_dirs):
+    assert local.local_model_available(str(chat_model_dirs[0]))
+    assert not local.local_model_available(str(tmp_path / "nothing-here"))
+    monkeypatch.setenv("SPECPILOT_MODELS", str(tmp_path / "no-models"))
+    assert not local.local_model_available(models.DEFAULT_TARGET)
+
+
+# ---- the real model (slow group) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text, tool, arguments", [
+    ("what did we do last time?", "recall", {}),
+    ("install lade", "install_packages", {"packages": ["lade"]}),
+    ("compare draft and lookahead on 'Write a haiku about rain'", "compare_methods",
+     {"prompt": "Write a haiku about rain"}),
+    ("how fast would draft decoding be on an H100?", None, {}),
+])
+def test_the_real_local_model_picks_the_tool(text, tool, arguments):
+    if not local.local_model_available():
+        pytest.skip(f"the local brain's model is not fetched: run `specpilot models fetch {local.local_model_ref()}`")
+    decision = local.LocalBrain().decide(text)
+    assert decision.name == tool
+    assert all(decision.arguments.get(k) == v for k, v in arguments.items())

@@ -1,0 +1,34 @@
+"""``specpilot skill install`` writes the absolute path of the specpilot executable into SKILL.md, and
+warns when the executable is not on PATH (or cannot be found at all)."""
+
+from __future__ import annotations
+
+import agent.skill_install as skill_install
+from agent.skill_install import install_skill, parse_frontmatter
+
+
+def test_skill_md_names_the_executable_on_path_without_a_warning(tmp_path, monkeypatch):
+    exe = tmp_path / "bin" / "specpilot"
+    monkeypatch.setattr(skill_install.shutil, "which", lambda name: str(exe))
+    warnings = []
+    folder = install_skill(tmp_path / "skills", warn=warnings.append)
+    text = (folder / "SKILL.md").read_text()
+    assert warnings == [] and parse_frontmatter(text)["name"] == "specpilot"
+    assert f"The specpilot executable on this machine: `{exe}`" in text
+    assert f"`{exe} tool list`" in text and "`specpilot tool" not in text
+
+
+def test_a_missing_or_unlisted_executable_is_warned_about(tmp_path, monkeypatch):
+    monkeypatch.setattr(skill_install.shutil, "which", lambda name: None)
+    beside = tmp_path / "venv" / "bin"
+    beside.mkdir(parents=True)
+    monkeypatch.setattr(skill_install.sys, "executable", str(beside / "python"))
+    warnings = []
+    text = (install_skill(tmp_path / "a", warn=warnings.append) / "SKILL.md").read_text()
+    assert len(warnings) == 1 and "executable was not found" in warnings[0]  # nothing beside this Python yet
+    assert "`specpilot tool list`" in text
+    (beside / "specpilot").write_text("#!/bin/sh\n")
+    warnings.clear()
+    text = (install_skill(tmp_path / "b", warn=warnings.append) / "SKILL.md").read_text()
+    assert warnings == [f"specpilot is not on PATH; SKILL.md calls it by its absolute path {beside / 'specpilot'}"]
+    assert f"`{beside / 'specpilot'} tool list`" in text

@@ -1,0 +1,199 @@
+"""This machine's cost for the sizing (tools.bench.sizing): the target's forward-pass cost curve and
+what one draft token costs, read from memory, measured once and stored, or, on a CPU where measuring
+is not allowed (or the measurement was disturbed), a conservative curve measured on this project's
+slowest CPU (``CPU_FALLBACK_CURVE``, below).
+
+Measuring takes ``forward_cost_curve`` over ``MEASURE_SIZES`` with 256 cached tokens, three timed
+rounds after a warm-up, and leaves out the sizes past the first of 16+ tokens costing 2x a one-token
+pass: about half a minute for the default target in float32 on a 2-core CPU with the machine to
+itself, seconds on a GPU. A curve in which a pass costs more than the work it does (``disturbed``)
+was timed on a busy machine and is not stored.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from tools.bench.protocol import hardware_name
+from tools.engine import quantize
+from tools.engine.cost_curve import forward_cost_curve, monotone
+from tools.errors import ParameterError, StoreError
+
+# Used only on a CPU where no curve is stored and measuring is not allowed (or was disturbed): the curve
+# of this project's slowest machine, a 2-core AMD EPYC with AVX2 only (no AVX-512, no bfloat16
+# instructions), where `--dtype auto` picks float32, seconds per pass over n new tokens (256 cached).
+# Its two cores were shared with other jobs (load 5-8) the whole time it was measured, and two-thread
+# passes of the 1.5B target then lost most of their time to thread synchronisation (minimum of 7
+# interleaved rounds: 1.5 s for one token, 4.9 s for two), so the shape is the 0.5B draft's two-thread
+# curve (minimum of 7 interleaved rounds: 196 ms for 1 token, 476 for 2, 588 for 4, 531 for 8, 607 for
+# 16, 702 for 32; 4 and 8 pooled, as ``monotone`` does), scaled to the target's 0.5 s a token in float32
+# there (README). Checks: the README's slowdowns measured there give about the same shape (Medusa's
+# 16-token steps at 0.78x with ~2 tokens a step: a 16-token pass ~2.5x one token, here 3.1x; lookahead's
+# 32-token steps at 0.5x with 1.58 tokens a step: ~3.2x, here 3.6x), and the target at one thread, whose
+# times were steady (medians within 15% of the minimum), is steeper (0.88 s, 1.83 s, 2.81, 3.28, 3.83,
+# 5.37 for 1, 2, 4, 8, 16, 32 tokens). The step from 1 to 2 tokens is float32's one-token fast path.
+CPU_FALLBACK_CURVE: dict[int, float] = {1: 0.50, 2: 1.21, 4: 1.43, 8: 1.43, 16: 1.55, 32: 1.79}
+# One draft token over one target token there: the int8 draft (the CPU default) took 516 ms a token
+# against the float32 target's 2063 ms, both two threads, minimum of 9 and 7 rounds on the busy machine.
+CPU_FALLBACK_DRAFT_RATIO = 0.25
+MEASURE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+MEASURE_CACHE_LEN = 256
+MEASURE_REPEATS = 3
+MEASURE_STOP_RATIO = 2.0  # sizes past the first of 16+ tokens costing 2x a one-token pass are not timed
+MEASURE_STOP_FROM = 16
+DISTURBED_RATIO = 1.4  # a measured pass over n tokens above 1.4 x n one-token passes: the machine was busy
+DISTURBED_SPREAD = 1.3  # repeated passes whose median is 1.3x their fastest: the machine was busy
+DISTURBED_MIN_S = 0.005
+_DISTURBED: dict[tuple, str] = {}  # (target, hardware, dtype) -> why this process's measurement was not used
+
+
+@dataclass
+class MachineCost:
+    """What the sizing knows of this machine: the target's cost curve and a draft token's cost."""
+
+    kind: str  # "cpu" or "gpu"
+    hardware: str
+    curve: dict[int, float] | None  # {tokens: seconds} of one target forward pass; None: size nothing
+    curve_source: str
+    draft_ratio: float | None = None  # one draft token's time / one target token's time
+    draft_source: str = ""
+
+
+# ---------------------------------------------------------------------------- the curve
+def one_token_time(curve: dict[int, float]) -> float:
+    mono = monotone(curve)
+    return mono[min(mono)]
+
+
+def relative_cost(curve: dict[int, float], n: int) -> float:
+    """The (non-decreasing) curve's time for ``n`` tokens over its one-token time, interpolated
+    linearly (and extended along the last slope past the largest size measured)."""
+    points = sorted(monotone(curve).items())
+    t1 = points[0][1]
+    if n <= points[0][0]:
+        return 1.0
+    for (n0, a), (n1, b) in zip(points, points[1:]):
+        if n <= n1:
+            return (a + (b - a) * (n - n0) / (n1 - n0)) / t1
+    if len(points) == 1:
+        return 1.0
+    (n0, a), (n1, b) = points[-2:]
+    return (b + (b - a) / (n1 - n0) * (n - n1)) / t1
+
+
+# ---------------------------------------------------------------------------- this machine
+def machine_cost(store, target, draft=None, draft_quant: str = "auto", allow_measure: bool = True,
+                 progress=None) -> MachineCost:
+    """This machine's cost for a loaded target (and draft): the curve stored in memory for this
+    target, hardware and dtype, else measured now (``allow_measure``; about half a minute on a 2-core
+    CPU in float32, seconds on a GPU) and stored, else the conservative CPU curve (on a GPU: none,
+    and the defaults stay). The draft's token cost is found the same way (its int8 copy on a CPU);
+    beside the conservative curve it is the conservative ratio, never one timed against another curve."""
+    device = str(target.device)
+    kind = "gpu" if device.startswith("cuda") else "cpu"
+    hardware = hardware_name(device)
+    curve, source = _target_curve(store, target, hardware, kind, allow_measure, progress)
+    machine = MachineCost(kind, hardware, curve, source)
+    if draft is not None and curve and curve != CPU_FALLBACK_CURVE:
+        machine.draft_ratio, machine.draft_source = _draft_ratio(store, draft, draft_quant, hardware, curve,
+                                                                 allow_measure, progress)
+    return machine
+
+
+def _stored_curve(store, ref: str, hardware: str, dtype: str) -> dict | None:
+    """The stored curve, or None (also when there is no store or it cannot be read)."""
+    try:
+        return store.get_cost_curve(ref, hardware, dtype) if store is not None else None
+    except StoreError:
+        return None
+
+
+def _save_curve(store, ref: str, hardware: str, curve: dict[int, float], dtype: str) -> str:
+    """Store a measured curve; return how that went, in words."""
+    if store is None:
+        return "not stored (no memory)"
+    try:
+        store.save_cost_curve(ref, hardware, curve, dtype=dtype)
+    except StoreError as exc:
+        return f"not stored: {exc.user_message()}"
+    return "stored"
+
+
+def disturbed(curve: dict[int, float], raw: dict[int, list[float]] | None = None) -> str | None:
+    """Why a measured curve cannot be this machine's own cost, or None. Two signs of a busy machine
+    (other jobs, or threads waiting on each other): repeated passes over the same tokens that vary
+    (the median over ``DISTURBED_SPREAD`` x the fastest; an idle machine repeats a pass within ~10%),
+    and a pass over n tokens costing more than ``DISTURBED_RATIO`` x n one-token passes (float32's
+    one-token fast path makes 2 tokens cost up to ~2.4x one on an idle AVX2 CPU, not more)."""
+    points = sorted(curve.items())
+    n1, t1 = points[0]
+    if t1 < DISTURBED_MIN_S:  # sub-millisecond passes (tiny models): scheduler noise, nothing to judge
+        return None
+    for n, ts in sorted((raw or {}).items()):
+        if len(ts) > 1 and statistics.median(ts) > DISTURBED_SPREAD * min(ts):
+            return f"passes over {n} tokens took {min(ts):.2f} to {max(ts):.2f} s"
+    for n, t in points[1:]:
+        if t > DISTURBED_RATIO * (n / n1) * t1:
+            return f"a pass over {n} tokens took {t / t1:.1f}x a pass over {n1}, more than the work it does"
+    return None
+
+
+def _fallback(kind: str, why: str) -> tuple[dict[int, float] | None, str]:
+    if kind == "cpu":
+        return dict(CPU_FALLBACK_CURVE), (f"{why}, so a conservative CPU curve (2-core AVX2 CPU, float32; "
+                                          "`specpilot guide lookahead --measure` measures this one)")
+    return None, f"{why}: the GPU-sized defaults stay"
+
+
+def _target_curve(store, target, hardware: str, kind: str, allow_measure: bool,
+                  progress) -> tuple[dict[int, float] | None, str]:
+    stored = _stored_curve(store, target.ref, hardware, target.dtype)
+    if stored is not None:
+        return stored["curve"], (f"the cost curve of {target.ref} in {stored['dtype']} stored on "
+                                 f"{stored['measured_at'][:10]}")
+    if not allow_measure:
+        return _fallback(kind, "no cost curve measured here yet")
+    key = (target.ref, hardware, target.dtype)
+    if key in _DISTURBED:  # this process found the machine busy already: do not spend the time again
+        return _fallback(kind, _DISTURBED[key])
+    if progress:
+        progress("measuring this machine's forward-pass cost curve (once: it is stored for later runs)")
+    start = time.perf_counter()
+    # a quick probe first: a busy machine shows in the first two sizes, before the long passes are timed
+    raw: dict[int, list[float]] = {}
+    curve = forward_cost_curve(target.model, MEASURE_SIZES[:2], cache_len=MEASURE_CACHE_LEN, repeats=3, raw=raw)
+    if not disturbed(curve, raw):
+        raw.clear()
+        curve = forward_cost_curve(target.model, MEASURE_SIZES, cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS,
+                                   stop_ratio=MEASURE_STOP_RATIO, stop_from=MEASURE_STOP_FROM, raw=raw)
+    took = time.perf_counter() - start
+    problem = disturbed(curve, raw)
+    if problem:
+        _DISTURBED[key] = f"the cost curve measured now ({took:.0f} s) looks disturbed ({problem}) and was not stored"
+        return _fallback(kind, _DISTURBED[key])
+    saved = _save_curve(store, target.ref, hardware, curve, target.dtype)
+    return curve, f"the cost curve of {target.ref} in {target.dtype} measured now ({took:.0f} s), {saved}"
+
+
+def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int, float], allow_measure: bool,
+                 progress) -> tuple[float | None, str]:
+    """(one draft token's time over one target token's, where it came from)."""
+    try:
+        int8 = quantize.resolve(draft_quant, draft.device) == "int8"
+    except ParameterError:
+        int8 = False
+    dtype = "int8" if int8 else draft.dtype
+    stored = _stored_curve(store, draft.ref, hardware, dtype)
+    if stored is not None:
+        t1, where = one_token_time(stored["curve"]), f"stored on {stored['measured_at'][:10]}"
+    elif allow_measure:
+        if progress:
+            progress("timing one draft token (once: it is stored for later runs)")
+        model = quantize.int8_draft(draft.model) if int8 else draft.model
+        measured = forward_cost_curve(model, (1,), cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS)
+        t1, where = one_token_time(measured), f"measured now, {_save_curve(store, draft.ref, hardware, measured, dtype)}"
+    else:
+        return None, ""
+    return t1 / one_token_time(curve), f"{draft.ref} in {dtype}: {t1 * 1000:.0f} ms a token, {where}"

@@ -1,0 +1,311 @@
+"""Every method's parameters sized to this machine, each with its source and a one-line reason.
+
+The defaults in tools.engine.params are shaped for fast hardware: lookahead's W=15, N=5, G=5 with two
+prompt-lookup drafts puts 91 tokens in every forward pass, prompt lookup verifies up to 31 draft
+tokens, Medusa's GPU tree 64. On a CPU the target's forward time grows once a pass holds more than
+a handful of tokens (DESIGN.md, "CPU physics"), so those sizes can make a method slower than plain
+generation. Here each method's sizes come from this machine's forward-pass cost curve
+(tools.engine.cost_curve), read from memory or measured once (tools.bench.machine_cost). Every speculative
+step verifies at least 2 tokens, so the "near-flat part" is measured from the 2-token pass
+(``step_curve``): on an AVX2-only CPU in float32 the one-token pass has a fast path and 2 tokens
+already cost about 2x, after which more tokens are cheap again.
+
+- lookahead: W, N, G and the prompt-lookup drafts whose step fits the near-flat part
+  (``suggest_lookahead_params``);
+- medusa: the tree cut to the tokens that fit there (the heads' fitted tree, else upstream's tree,
+  whose choices are ordered by usefulness, so every prefix is a tree of the most useful nodes);
+- draft: K_max and the starting K that maximise the expected tokens per unit of target time
+  (``expected_speedup``: acceptance, a draft token's cost, the verification's cost from the curve);
+- ngram: the draft tokens per step that fit the near-flat part, and the drafts and their lengths.
+
+Precedence, field by field: given (the caller) > memory (saved for the method) > sized > default.
+A field the sizing leaves alone keeps its default. On a CPU with no curve and no permission to
+measure, the sizes come from ``CPU_FALLBACK_CURVE``, a curve measured on a slow CPU (below), never
+from the GPU-shaped defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RATIO, MachineCost, one_token_time,
+                                      relative_cost)
+from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
+from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
+from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, DraftParams, LookaheadParams,
+                                 PromptLookupParams, parse_params)
+from tools.errors import ParameterError
+
+SOURCES = ("given", "memory", "sized", "default")
+
+DRAFT_ACCEPTANCE = 0.8  # per-token acceptance assumed for the starting K (README, draft on coding/math: 73-77%)
+DRAFT_ACCEPTANCE_HIGH = 0.95  # ... and for K_max, where adaptive K grows after fully accepted drafts
+STEEP_TOKENS = 4  # a curve flat to fewer tokens than this gets a note: was the machine busy when it was measured?
+STEP_NOTE_RATIO = 1.5  # a 2-token pass dearer than this many one-token passes gets a note
+
+
+@dataclass
+class SizedParam:
+    """One parameter's value, where it came from (given, memory, sized, default) and why."""
+
+    value: Any
+    source: str
+    reason: str
+
+
+@dataclass
+class Sizing:
+    """A method's parameters with each one's source and reason (``lines`` prints them)."""
+
+    method: str
+    fields: dict[str, SizedParam]
+    machine: str = ""  # the curve behind the sized values, in words
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def params(self) -> dict:
+        return {name: p.value for name, p in self.fields.items()}
+
+    @property
+    def source(self) -> str:
+        """The strongest source among the fields: given > memory > sized > default."""
+        found = {p.source for p in self.fields.values()}
+        return next((s for s in SOURCES if s in found), "default")
+
+    def reasons(self) -> dict[str, str]:
+        """{parameter: "source: reason"}, as a run record stores it, and under ``cost_curve`` the curve
+        the sized values came from (with any note) when some were sized."""
+        out = {name: f"{p.source}: {p.reason}" for name, p in self.fields.items()}
+        if self.machine or self.notes:
+            out["cost_curve"] = "; ".join(([f"sized from {self.machine}"] if self.machine else []) + self.notes)
+        return out
+
+    def lines(self) -> list[str]:
+        """One printable line per parameter, then the curve the sizes came from."""
+        out = [f"{name}={_shown(p.value)} ({p.source}): {p.reason}" for name, p in self.fields.items()]
+        return out + ([f"sized from {self.machine}"] if self.machine else []) + self.notes
+
+    def to_dict(self) -> dict:
+        fields = {n: {"value": p.value, "source": p.source, "reason": p.reason} for n, p in self.fields.items()}
+        return {"method": self.method, "source": self.source, "params": self.params, "machine": self.machine,
+                "fields": fields, "notes": list(self.notes)}
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return f"<tree of {len(value)} nodes>"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------- the curve in words
+def step_curve(curve: dict[int, float]) -> dict[int, float]:
+    """The curve as a speculative step pays it: every step verifies at least 2 tokens, so the 1-token
+    point takes the 2-token time. Where a CPU's one-token pass has a fast path of its own (float32 on
+    an AVX2-only CPU: 2 tokens cost about 2x one), the near-flat part is then measured from the
+    2-token pass that every step pays anyway, not from the one-token pass no step uses."""
+    mono = monotone(curve)
+    t2 = relative_cost(curve, 2) * one_token_time(curve)
+    return {1: t2, **{n: max(t, t2) for n, t in mono.items() if n > 1}}
+
+
+def step_tokens(curve: dict[int, float]) -> int:
+    """Most tokens per step whose pass stays within ``FLAT_BUDGET`` x a 2-token pass (cost_curve.flat_tokens
+    of :func:`step_curve`)."""
+    return flat_tokens(step_curve(curve))
+
+
+def _flat(curve: dict[int, float]) -> tuple[int, str]:
+    tokens = step_tokens(curve)
+    text = f"a pass over up to {tokens} tokens costs at most {FLAT_BUDGET:.2f}x a 2-token pass"
+    two = relative_cost(curve, 2)
+    if two > STEP_NOTE_RATIO:
+        return tokens, f"{text} (which already costs {two:.1f}x one token, {one_token_time(curve) * 1000:.0f} ms)"
+    return tokens, f"{text} ({one_token_time(curve) * two * 1000:.0f} ms)"
+
+
+# ---------------------------------------------------------------------------- per method
+def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
+    """W, N, G and the prompt-lookup drafts from the curve (cost_curve.suggest_lookahead_params)."""
+    best, _ = suggest_lookahead_params(step_curve(machine.curve))
+    sized = {"window": best.window, "ngram": best.ngram, "guess": best.guess, "prompt_lookup": best.prompt_lookup}
+    if "window" in fixed and "guess" not in fixed:
+        sized["guess"] = max(1, int(fixed["window"]) // 2)
+    merged = LookaheadParams(**{**sized, **{k: v for k, v in fixed.items() if k in LookaheadParams.model_fields}})
+    tokens, flat = _flat(machine.curve)
+    step = merged.tokens_per_step
+    why = f"{flat}; this step holds {step} tokens (about {relative_cost(machine.curve, step):.2f}x a one-token pass)"
+    return {
+        "window": (sized["window"], f"the widest window W that fits: {why}"),
+        "ngram": (sized["ngram"], f"the longest n-gram N (at most 5, the paper's) whose window fits: {why}"),
+        "guess": (sized["guess"], "G = W // 2 pool n-grams verified per step (at least 1)"),
+        "prompt_lookup": (sized["prompt_lookup"], f"one 10-token prompt-lookup draft per 21 tokens of room, two per "
+                                                  f"61 ({tokens} fit here)"),
+    }
+
+
+def _medusa_base(heads_tree: list[list[int]] | None) -> tuple[list[list[int]], str]:
+    if heads_tree:
+        return [list(c) for c in heads_tree], "the tree fitted to these heads"
+    return [list(c) for c in MC_SIM_7B_63], "upstream's tree (mc_sim_7b_63, choices ordered by usefulness)"
+
+
+def size_medusa(machine: MachineCost, fixed: dict, num_heads: int | None = None,
+                heads_tree: list[list[int]] | None = None, **_) -> dict[str, tuple[Any, str]]:
+    """The tree: a prefix of the heads' fitted tree (else of upstream's) holding the tokens that fit."""
+    tokens, flat = _flat(machine.curve)
+    base, what = _medusa_base(heads_tree)
+    if num_heads:
+        base = cut_to_depth(base, num_heads)
+    nodes = max(1, min(len(base), tokens - 1))
+    choices = base[:nodes]
+    if heads_tree and nodes == len(base):
+        value, named = AUTO, f"{what}, all {nodes} nodes"
+    else:
+        value = next((name for name, tree in TREES.items() if tree == choices), choices)
+        named = f"{what} cut to its first {nodes} of {len(base)} nodes"
+        named += f" ({value})" if isinstance(value, str) else ""
+    return {"tree": (value, f"{named}: {nodes + 1} tokens per step; {flat}")}
+
+
+def expected_speedup(k: int, acceptance: float, draft_ratio: float, curve: dict[int, float]) -> float:
+    """Tokens per unit of target time of a K-token draft: (1 - a^(K+1)) / (1 - a) tokens per step
+    (a: per-token acceptance), over K draft tokens at ``draft_ratio`` each plus one verification of
+    K + 1 tokens (the curve's cost of K + 1 over one token)."""
+    tokens = (1 - acceptance ** (k + 1)) / (1 - acceptance) if acceptance < 1 else k + 1.0
+    return tokens / (k * draft_ratio + relative_cost(curve, k + 1))
+
+
+def _best_k(acceptance: float, ratio: float, curve: dict[int, float], top: int) -> tuple[int, float]:
+    """The K in 1..top with the most expected tokens per unit of target time (the longer on a tie)."""
+    scores = {k: expected_speedup(k, acceptance, ratio, curve) for k in range(1, top + 1)}
+    best = max(scores, key=lambda n: (round(scores[n], 3), n))
+    return best, scores[best]
+
+
+def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
+    """K_max and K from the expected tokens per unit of target time (``expected_speedup``): K_max the
+    best draft length at ``DRAFT_ACCEPTANCE_HIGH`` (the confident stretches where adaptive K grows),
+    K the best at ``DRAFT_ACCEPTANCE`` up to K_max, each at most 16 and never below a given K."""
+    limit = next(m.le for m in DraftParams.model_fields["k"].metadata if hasattr(m, "le"))  # 16
+    ratio = machine.draft_ratio if machine.draft_ratio is not None else CPU_FALLBACK_DRAFT_RATIO
+    cost = (f"a draft token costs {ratio:.2f} of a target token ({machine.draft_source or 'assumed for a CPU'}) and "
+            f"verifying K + 1 tokens costs what the curve says")
+    if fixed.get("k_max"):
+        k_max, why_max = int(fixed["k_max"]), "as saved"
+    else:
+        k_max, gain = _best_k(DRAFT_ACCEPTANCE_HIGH, ratio, machine.curve, limit)
+        why_max = (f"adaptive K grows up to the best length at {DRAFT_ACCEPTANCE_HIGH:.0%} acceptance "
+                   f"(about {gain:.2f}x): {cost}")
+    if "k" in fixed:
+        k_max = max(k_max, int(fixed["k"]))
+    k, gain = _best_k(DRAFT_ACCEPTANCE, ratio, machine.curve, k_max)
+    return {"k": (k, f"the best starting length at {DRAFT_ACCEPTANCE:.0%} acceptance (about {gain:.2f}x): {cost}"),
+            "k_max": (k_max, why_max)}
+
+
+def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
+    """Draft tokens per step: those that fit the near-flat part, split into drafts of up to 10 tokens."""
+    tokens, flat = _flat(machine.curve)
+    budget = int(fixed.get("max_draft_tokens") or max(1, min(MAX_CANDIDATE_TOKENS - 1, tokens - 1)))
+    length = int(fixed.get("num_candidate_tokens") or min(PromptLookupParams().num_candidate_tokens, budget))
+    longest = max(length, min(PromptLookupParams().max_candidate_tokens, budget))
+    drafts = max(1, min(PromptLookupParams().num_candidates, budget // length))
+    return {
+        "max_draft_tokens": (budget, f"draft tokens verified per step (1 + {budget} fit the near-flat part): {flat}"),
+        "num_candidate_tokens": (length, f"a draft's first length: at most 10 and the {budget} tokens per step"),
+        "max_candidate_tokens": (longest, f"a fully accepted draft doubles up to {longest} tokens (at most 20 and "
+                                          f"the {budget} per step)"),
+        "num_candidates": (drafts, f"{drafts} draft(s) of {length} tokens fit the {budget} draft tokens per step "
+                                   f"(at most 3)"),
+    }
+
+
+SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draft, "ngram": size_ngram}
+
+
+# ---------------------------------------------------------------------------- precedence
+def size_params(method: str, machine: MachineCost | None, given: dict | None = None, saved: dict | None = None,
+                num_heads: int | None = None, heads_tree: list[list[int]] | None = None) -> Sizing:
+    """``method``'s parameters: given > saved (memory) > sized to ``machine`` > default, field by field.
+
+    Raises ParameterError for bad given or saved values. Sized values that would not validate with
+    the given and saved ones fall back to the defaults (noted).
+    """
+    if method not in PARAM_MODELS:
+        parse_params(method, {})  # raises, naming the methods
+    fields = PARAM_MODELS[method].model_fields
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    saved = {k: v for k, v in (saved or {}).items() if k in fields and k not in given and v is not None}
+    parse_params(method, given)  # bad given values fail here, naming the field
+    notes = []
+    try:
+        parse_params(method, {**saved, **given})
+        _check_draft(method, {**DraftParams().model_dump(), **saved, **given} if method == "draft" else {})
+    except ParameterError as exc:
+        if not given:
+            raise
+        notes.append(f"the saved {method} parameters do not fit the given ones ({exc}): saved ones ignored")
+        saved = {}
+    sized: dict[str, tuple[Any, str]] = {}
+    sizer = SIZERS.get(method)
+    if sizer is not None and machine is not None and machine.curve:
+        sized = {k: v for k, v in sizer(machine, {**saved, **given}, num_heads=num_heads,
+                                        heads_tree=heads_tree).items() if k not in given and k not in saved}
+    sizing = _assemble(method, machine, given, saved, sized)
+    try:
+        parse_params(method, sizing.params)
+        _check_draft(method, sizing.params)
+    except ParameterError as exc:
+        sizing = _assemble(method, machine, given, saved, {})
+        notes.append(f"the sized values did not fit the given/saved ones ({exc}): defaults used instead")
+    if sized:
+        notes.extend(curve_notes(machine.curve, measured=machine.curve != CPU_FALLBACK_CURVE))
+    sizing.notes.extend(notes)
+    return sizing
+
+
+def curve_notes(curve: dict[int, float], measured: bool = True) -> list[str]:
+    """What the curve means for speculation here, when it is not the usual near-flat start."""
+    notes = []
+    two = relative_cost(curve, 2)
+    if two > STEP_NOTE_RATIO:
+        notes.append(f"here a pass over 2 tokens already costs {two:.1f}x a one-token pass: a method pays off only "
+                     f"if it gains more than {two - 1:.1f} tokens per step over plain generation (draft models "
+                     "usually do; methods that only verify guesses rarely)")
+    if measured and step_tokens(curve) < STEEP_TOKENS:
+        notes.append("this curve rises at once, so every size is the smallest; if the machine was busy when it was "
+                     "measured, measure it again (`specpilot guide lookahead --measure`)")
+    return notes
+
+
+def _check_draft(method: str, params: dict) -> None:
+    if method == "draft" and params.get("k_max") is not None and params["k_max"] < params["k"]:
+        raise ParameterError(f"k_max={params['k_max']} is below k={params['k']}")
+
+
+def _assemble(method: str, machine: MachineCost | None, given: dict, saved: dict, sized: dict) -> Sizing:
+    model = PARAM_MODELS[method]
+    defaults = model().model_dump()
+    out: dict[str, SizedParam] = {}
+    for name, info in model.model_fields.items():
+        if name in given:
+            out[name] = SizedParam(given[name], "given", "given for this run")
+        elif name in saved:
+            out[name] = SizedParam(saved[name], "memory", f"saved in memory for {method}")
+        elif name in sized:
+            out[name] = SizedParam(sized[name][0], "sized", sized[name][1])
+        else:
+            out[name] = SizedParam(defaults[name], "default", default_reason(method, name, info, machine))
+    machine_text = ""
+    if machine is not None and any(p.source == "sized" for p in out.values()):
+        machine_text = f"{machine.curve_source} ({machine.hardware})"
+    return Sizing(method, out, machine_text)
+
+
+def default_reason(method: str, name: str, info, machine: MachineCost | None) -> str:
+    """Why a field keeps its default: what it does, and for a sizeable field why it was not sized."""
+    text = f"the default ({info.description})" if info.description else "the default"
+    if method in SIZERS and machine is not None and not machine.curve and machine.kind == "gpu":
+        text += f"; {machine.curve_source}"
+    return text

@@ -1,0 +1,506 @@
+"""llama.cpp behind the Backend seam, through llama-cpp-python's low-level API (no dequantising).
+
+``LlamaCppBackend`` runs a GGUF file with llama.cpp: one context, one reusable ``llama_batch`` with
+explicit positions and sequence ids, logits copied out only for the rows a decoder asks for (the
+other rows are not even computed: their ``logits`` flag stays 0), and the KV cache edited with
+``llama_memory_seq_rm`` / ``seq_cp`` / ``seq_keep``. Every decoder that needs only ``forward`` (the
+baseline, prompt lookup, lookahead, draft-model decoding) runs on it unchanged.
+
+What maps exactly:
+
+- chains (``visible`` None): one batch, causal, at positions ``cache_length ..``;
+- token trees (``visible`` where every node sees exactly itself and its ancestors, positions =
+  prefix + depth, parents before children: prompt lookup's draft trees, lookahead's window + drafts,
+  Medusa trees): every root-to-leaf path becomes a sequence id. The prefix is shared by
+  ``seq_cp`` (metadata only in the unified KV cache), a node shared by several paths is one KV cell
+  carrying all their ids, and llama.cpp's mask (same sequence, position <= own) is then exactly the
+  tree mask. Path 0 (first child at every node) is sequence 0 itself; ``keep_positions`` / ``crop``
+  copy the accepted path into sequence 0 and ``seq_keep(0)`` drops the rest. Any other pattern is
+  a ParameterError, never a silently different attention.
+
+Not supported (ParameterError saying so): ``hidden`` and ``lm_head`` (llama.cpp gives final hidden
+states only in embeddings mode and its LM head is a quantized matmul that a dequantised copy would
+not reproduce bit for bit), so Medusa/EAGLE heads do not run here; ``head_rows`` is None, so a
+``draft_vocab`` drafts over the full vocabulary (output unchanged). One cache per backend at a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tools.engine.backend import Backend
+from tools.engine.loop import decode
+from tools.engine.params import DraftParams
+from tools.engine.speculative import DraftStep, _Drafter, validate_k
+from tools.engine.types import DecodeResult, GenerationSettings
+from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
+
+LLAMA_CPP_PYTHON = "0.3.36"
+_INSTALL_HINT = ('pip install -e ".[llamacpp]" (builds llama.cpp from source: several minutes the first time, '
+                 "then pip's wheel cache makes it seconds)")
+_NO_HIDDEN = ("the llama.cpp backend does not expose final hidden states or the LM head (llama.cpp gives hidden "
+              "states only in embeddings mode, and its quantized LM head is not reproducible outside it)")
+
+
+def _lib():
+    """The llama_cpp module (imported on first use), with llama.cpp's own log chatter off."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise DependencyError(f"llama-cpp-python is not installed ({exc})", hint=_INSTALL_HINT) from exc
+    if not getattr(_lib, "ready", False):
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+        llama_cpp.llama_backend_init()
+        _lib.ready = True
+    return llama_cpp
+
+
+@dataclass
+class _Tree:
+    """The token tree of the last ``forward`` until ``crop``/``keep_positions`` picks its path."""
+
+    start: int  # cache length before the tree
+    parents: list[int]  # -1 for a root
+    seqs: list[list[int]]  # sequence ids of each node (the paths through it); path 0 is sequence 0
+
+
+@dataclass
+class LlamaCppCache:
+    """A llama.cpp KV cache (sequence 0 of the backend's context), as the decoders see it."""
+
+    generation: int
+    length: int = 0
+    tree: _Tree | None = None
+
+
+def tree_of(visible: torch.Tensor, positions: list[int], start: int, max_paths: int) -> _Tree:
+    """The tree behind ``visible`` [n, n], or ParameterError when it is not an ancestor pattern that
+    sequence ids reproduce exactly (each node sees itself and its ancestors, parents first, positions
+    = ``start`` + depth, at most ``max_paths`` root-to-leaf paths)."""
+    vis = visible.to("cpu", torch.bool)
+    n = vis.shape[0]
+    eye = torch.eye(n, dtype=torch.bool)
+    depth = vis.sum(1) - 1
+    score = torch.where(vis & ~eye, depth[None, :], torch.full_like(vis, -1, dtype=depth.dtype))
+    best, parent = score.max(1)
+    parent = torch.where(best < 0, torch.full_like(parent, -1), parent)
+    rebuilt = eye.clone()
+    has = parent >= 0
+    rebuilt[has] |= vis[parent[has]]
+    ok = (bool(vis.diagonal().all()) and torch.equal(rebuilt, vis) and bool((parent < torch.arange(n)).all())
+          and positions == (depth + start).tolist())
+    if not ok:
+        raise ParameterError("this attention pattern is not a token tree with positions = prefix + depth, the only "
+                             "non-causal pattern the llama.cpp backend reproduces exactly (through sequence ids)",
+                             hint="use --backend transformers for this method or parameter set")
+    parents = parent.tolist()
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            children[p].append(i)
+    first = 0
+    while children[first]:
+        first = children[first][0]
+    leaves = [first] + [i for i in range(n) if not children[i] and i != first]
+    if len(leaves) > max_paths:
+        raise ParameterError(f"the token tree has {len(leaves)} leaves; this llama.cpp context holds {max_paths} "
+                             "sequences", hint="load the backend with a larger n_seq_max, or use a smaller tree")
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    for s, leaf in enumerate(leaves):
+        node = leaf
+        while node >= 0:
+            seqs[node].append(s)
+            node = parents[node]
+    return _Tree(start, parents, seqs)
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model run by llama.cpp (CPU) behind the Backend seam. See the module docstring."""
+
+    def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 n_seq_max: int = 64, flash_attn: bool = False):
+        lib = self._lib = _lib()
+        self.path = Path(path).expanduser()
+        if not self.path.is_file():
+            raise ModelNotFoundError(f"GGUF file {self.path} does not exist", hint="check the path")
+        self.n_threads = n_threads or max(1, torch.get_num_threads())
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), lib.llama_model_default_params())
+        if not self._model:
+            raise ModelIntegrityError(f"llama.cpp could not load {self.path}",
+                                      hint="check that it is a complete GGUF file of an architecture llama.cpp knows")
+        params = lib.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
+        params.n_seq_max = n_seq_max = min(n_seq_max, lib.llama_max_parallel_sequences())
+        params.n_threads = params.n_threads_batch = self.n_threads
+        params.kv_unified = True  # one KV store: sequences share prefix cells, a cell may carry several ids
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.no_perf = True
+        self._ctx = lib.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            lib.llama_model_free(self._model)
+            self._model = None
+            raise ParameterError(f"llama.cpp could not create a {n_ctx}-token context for {self.path}",
+                                 hint="lower n_ctx")
+        self._mem = lib.llama_get_memory(self._ctx)
+        self._vocab = lib.llama_model_get_vocab(self._model)
+        self.n_ctx, self.n_batch, self.n_seq_max = lib.llama_n_ctx(self._ctx), n_batch, n_seq_max
+        self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
+        self.hidden_size = int(lib.llama_model_n_embd(self._model))
+        self.device, self.dtype = torch.device("cpu"), torch.float32
+        self._init_batch(n_batch, n_seq_max)
+        self._generation = 0
+        self._tokenizer = None
+
+    def _init_batch(self, n: int, n_seq_max: int) -> None:
+        lib = self._lib
+        self._batch = lib.llama_batch_init(n, 0, n_seq_max)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(n,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(n,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
+        self._flags = np.ctypeslib.as_array(b.logits, shape=(n,))
+        self._seq = [b.seq_id[i] for i in range(n)]
+        self._nseq[:] = 1
+        for ids in self._seq:
+            ids[0] = 0
+        self._dirty = 0  # batch rows whose sequence ids a tree changed
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (also done when the backend is collected)."""
+        lib = getattr(self, "_lib", None)
+        if lib is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            lib.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            lib.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lib.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn ctypes down already
+            pass
+
+    # ------------------------------------------------------------------ cache
+    def new_cache(self) -> LlamaCppCache:
+        self._lib.llama_memory_clear(self._mem, False)
+        self._generation += 1
+        return LlamaCppCache(self._generation)
+
+    def _check(self, cache) -> None:
+        if not isinstance(cache, LlamaCppCache) or cache.generation != self._generation:
+            raise ParameterError("this cache is not this llama.cpp backend's current cache (a backend holds one "
+                                 "cache at a time: a later new_cache() replaced it)")
+
+    def cache_length(self, cache) -> int:
+        return cache.length
+
+    def crop(self, cache, length: int) -> None:
+        self._check(cache)
+        if cache.tree is not None:
+            self.keep_positions(cache, cache.tree.start, torch.arange(max(0, length - cache.tree.start)))
+            return
+        if length < cache.length:
+            self._lib.llama_memory_seq_rm(self._mem, 0, length, -1)
+            cache.length = length
+
+    def keep_positions(self, cache, start: int, keep: torch.Tensor) -> None:
+        self._check(cache)
+        keep = [int(k) for k in keep.tolist()]
+        tree = cache.tree
+        if tree is None:
+            if keep != list(range(len(keep))):
+                raise ParameterError("the llama.cpp backend keeps only a leading run of a causal chain, or a "
+                                     "root-to-node path of the token tree it just verified")
+            self.crop(cache, start + len(keep))
+            return
+        if start != tree.start or any(tree.parents[k] != (keep[i - 1] if i else -1) for i, k in enumerate(keep)):
+            raise ParameterError("keep_positions after a tree forward must keep a root-to-node path of that tree")
+        lib, mem, end = self._lib, self._mem, start + len(keep)
+        s = tree.seqs[keep[-1]][0] if keep else 0
+        if s == 0:
+            lib.llama_memory_seq_rm(mem, 0, end, -1)
+        else:
+            lib.llama_memory_seq_rm(mem, 0, start, -1)
+            lib.llama_memory_seq_cp(mem, s, 0, start, end)
+        lib.llama_memory_seq_keep(mem, 0)
+        cache.length, cache.tree = end, None
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, ids, cache, positions, visible=None, rows=0) -> torch.Tensor:
+        self._check(cache)
+        if cache.tree is not None:
+            raise ParameterError("after a tree forward, crop or keep_positions must pick its path first")
+        n = int(ids.shape[-1])
+        want = (list(range(n)) if isinstance(rows, int) and rows == 0 else
+                list(range(max(0, n - rows), n)) if isinstance(rows, int) else [int(r) for r in rows.tolist()])
+        out = torch.empty(len(want), self.vocab_size, dtype=torch.float32)
+        tokens = ids.reshape(-1).cpu().numpy()
+        if visible is None:
+            pos0 = int(positions.reshape(-1)[0])
+            if pos0 != cache.length:
+                raise ParameterError(f"a causal forward must start at the cache length {cache.length}, got {pos0}")
+            for lo in range(0, n, self.n_batch):
+                hi = min(n, lo + self.n_batch)
+                self._fill(tokens[lo:hi], np.arange(pos0 + lo, pos0 + hi), None)
+                self._run(out, want, lo, hi)
+                cache.length = pos0 + hi
+            return out
+        if n > self.n_batch:
+            raise ParameterError(f"a token tree of {n} nodes exceeds this backend's batch of {self.n_batch}")
+        pos = [int(p) for p in positions.reshape(-1).tolist()]
+        tree = tree_of(visible, pos, cache.length, self.n_seq_max)
+        for s in range(1, max(max(ss) for ss in tree.seqs) + 1):
+            self._lib.llama_memory_seq_cp(self._mem, 0, s, -1, -1)
+        self._fill(tokens, np.asarray(pos), tree.seqs)
+        cache.tree = tree  # set before decoding: a failed decode leaves the cache to crop/keep
+        self._run(out, want, 0, n)
+        cache.length = tree.start + n
+        return out
+
+    def _fill(self, tokens: np.ndarray, pos: np.ndarray, seqs: list[list[int]] | None) -> None:
+        n = len(tokens)
+        self._batch.n_tokens = n
+        self._tok[:n] = tokens
+        self._pos[:n] = pos
+        if self._dirty:
+            self._nseq[: self._dirty] = 1
+            for i in range(self._dirty):
+                self._seq[i][0] = 0
+            self._dirty = 0
+        if seqs is not None:
+            for i, ss in enumerate(seqs):
+                row = self._seq[i]
+                for j, s in enumerate(ss):
+                    row[j] = s
+                self._nseq[i] = len(ss)
+            self._dirty = n
+
+    def _run(self, out: torch.Tensor, want: list[int], lo: int, hi: int) -> None:
+        """Decode the filled batch (rows lo..hi of the forward) and copy the wanted rows' logits to ``out``."""
+        lib = self._lib
+        here = [(k, r - lo) for k, r in enumerate(want) if lo <= r < hi]
+        flags = self._flags
+        flags[: hi - lo] = 0
+        for _, r in here:
+            flags[r] = 1
+        code = lib.llama_decode(self._ctx, self._batch)
+        if code != 0:
+            raise ParameterError(f"llama_decode failed with code {code} ({hi - lo} tokens, context {self.n_ctx})",
+                                 hint="1 means the KV cache is full: load the backend with a larger n_ctx")
+        if not here:
+            return
+        rows = sorted({r for _, r in here})
+        block = np.ctypeslib.as_array(lib.llama_get_logits(self._ctx), shape=(len(rows), self.vocab_size))
+        dest = out.numpy()
+        ks = [k for k, _ in here]
+        if ks == list(range(ks[0], ks[0] + len(ks))) and [r for _, r in here] == rows:
+            dest[ks[0]: ks[0] + len(ks)] = block  # the usual case: wanted rows ascending, one copy
+        else:
+            index = {r: j for j, r in enumerate(rows)}
+            dest[ks] = block[[index[r] for _, r in here]]
+
+    # ------------------------------------------------------------------ what llama.cpp does not expose
+    def hidden(self, ids, cache, positions, visible=None) -> torch.Tensor:
+        raise ParameterError(_NO_HIDDEN, hint="Medusa and EAGLE heads run on --backend transformers")
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise ParameterError(_NO_HIDDEN, hint="Medusa and EAGLE heads run on --backend transformers")
+
+    def head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
+        return None  # a trimmed draft vocabulary falls back to the full one (output unchanged)
+
+    @property
+    def tokenizer(self) -> GGUFTokenizer:
+        """llama.cpp's own tokenizer of this GGUF file (built on first use)."""
+        if self._tokenizer is None:
+            self._tokenizer = GGUFTokenizer(self)
+        return self._tokenizer
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (None when absent)."""
+        buf = ctypes.create_string_buffer(4096)
+        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
+class GGUFTokenizer:
+    """The few tokenizer calls specpilot makes (``tok(text)["input_ids"]``, ``decode``, ``eos_token_id``,
+    ``len``, ``get_vocab``), answered by llama.cpp's tokenizer of the GGUF file. No chat template: for
+    chat prompts use the transformers tokenizer of the same model (same ids for the Qwen and SmolLM2 files)."""
+
+    chat_template = None
+
+    def __init__(self, backend: LlamaCppBackend):
+        self._lib, self._vocab = backend._lib, backend._vocab
+        self._backend = backend  # keeps the vocabulary's model alive
+        self.eos_token_id = int(self._lib.llama_vocab_eos(self._vocab))
+        self.model_max_length = backend.n_ctx
+        self._pieces: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return int(self._lib.llama_vocab_n_tokens(self._vocab))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 16
+        buf = (self._lib.llama_token * size)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, add_special_tokens, True)
+        if n < 0:
+            size = -n
+            buf = (self._lib.llama_token * size)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, add_special_tokens, True)
+        return list(buf[:n])
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+        return {"input_ids": self.encode(text, add_special_tokens)}
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = [int(t) for t in ids]
+        arr = (self._lib.llama_token * max(1, len(ids)))(*ids)
+        size = 16 * len(ids) + 16
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = self._lib.llama_detokenize(self._vocab, arr, len(ids), buf, size, skip_special_tokens,
+                                           not skip_special_tokens)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = -n
+        raise ParameterError("llama.cpp could not detokenize these ids")
+
+    def stop_ids(self) -> list[int]:
+        """Every end-of-generation id of the vocabulary (EOS, EOT, <|im_end|>, ...)."""
+        is_eog = self._lib.llama_vocab_is_eog
+        return [i for i in range(len(self)) if is_eog(self._vocab, i)]
+
+    def get_vocab(self) -> dict[str, int]:
+        if self._pieces is None:
+            text = self._lib.llama_vocab_get_text
+            self._pieces = {text(self._vocab, i).decode("utf-8", "replace"): i for i in range(len(self))}
+        return self._pieces
+
+
+def load_gguf(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, **options) -> LlamaCppBackend:
+    """A LlamaCppBackend for a GGUF file (``options``: n_batch, n_seq_max, flash_attn)."""
+    return LlamaCppBackend(path, n_ctx=n_ctx, n_threads=n_threads, **options)
+
+
+@dataclass
+class LlamaCppModel:
+    """What tools.engine.methods.MethodContext and tools.bench read from a loaded model (the fields of
+    tools.models.LoadedModel), with ``model`` a LlamaCppBackend: the decoders take it as their Backend."""
+
+    ref: str
+    model: LlamaCppBackend
+    tokenizer: object
+    dtype: str = "gguf"
+    dtype_reason: str = "llama.cpp runs the GGUF file's own quantized weights"
+    device: str = "cpu"
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+
+def as_loaded(backend: LlamaCppBackend, ref: str | None = None, tokenizer=None) -> LlamaCppModel:
+    """Wrap a backend as a LoadedModel-like object (``tokenizer`` default: llama.cpp's own)."""
+    return LlamaCppModel(ref=ref or str(backend.path), model=backend, tokenizer=tokenizer or backend.tokenizer,
+                         source=str(backend.path), extra={"threads": backend.n_threads, "backend": "llamacpp",
+                                                          "n_ctx": backend.n_ctx})
+
+
+def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, settings: GenerationSettings,
+                   params: DraftParams | None = None) -> DecodeResult:
+    """Draft-model speculative decoding with both models on llama.cpp (the engine's DraftStep, chain
+    drafting). ``draft_quant`` and ``draft_vocab`` do not apply (the GGUF files are already quantized;
+    no LM-head rows): the run records them as "none"/None."""
+    p = params or DraftParams()
+    k = validate_k(p.k)
+    k_max = validate_k(p.k_max) if p.k_max is not None else min(16, 2 * k)
+    if target.vocab_size != draft.vocab_size:
+        raise ParameterError(f"the target's vocabulary has {target.vocab_size} tokens, the draft's {draft.vocab_size}",
+                             hint="choose a draft GGUF of the same model family")
+    n_vocab = target.vocab_size
+    step = DraftStep(target, _Drafter(draft, n_vocab, n_vocab), n_vocab, settings, k=k, k_max=max(k, k_max),
+                     adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none")
+    return decode(target, prompt_ids, settings, step, "draft")
+
+
+def _last_logits(backend: LlamaCppBackend, prompt: list[int], generated: list[int], batch: int) -> torch.Tensor:
+    """The logits after prompt + generated as the baseline computes them (``batch`` 1: the prompt in one
+    forward, then one token at a time), or with the last ``batch`` tokens in one forward."""
+    chain = prompt + generated
+    split = len(prompt) if batch == 1 else max(1, len(chain) - batch)
+    first = min(split, len(prompt))
+    cache = backend.new_cache()
+    logits = backend.forward(torch.tensor([chain[:first]]), cache, torch.arange(first)[None], rows=1)
+    pieces = [[t] for t in chain[first:split]] + ([chain[split:]] if batch > 1 else [[t] for t in chain[split:]])
+    length = first
+    for piece in pieces:
+        logits = backend.forward(torch.tensor([piece]), cache, torch.arange(length, length + len(piece))[None], rows=1)
+        length += len(piece)
+    return logits[-1]
+
+
+def diagnose_divergence(backend: LlamaCppBackend, prompt_ids, baseline_ids: list[int], method_ids: list[int],
+                        batches=(2, 4, 8, 16)) -> dict | None:
+    """Where a method's greedy output leaves the baseline's on this backend, and why: None when equal.
+
+    llama.cpp's quantized matmuls round differently for a batch of tokens than for one (other kernels,
+    other summation order), so a verification pass can flip a near-tie. The baseline's top-1/top-2
+    margin at the first differing token is measured the baseline's way, then that position is recomputed
+    as the last row of batches of ``batches`` tokens: ``near_tie`` when one of them picks the method's
+    token (shown, not assumed), ``mismatch`` otherwise."""
+    pos = next((i for i, (a, b) in enumerate(zip(baseline_ids, method_ids)) if a != b), None)
+    if pos is None:
+        return None if len(baseline_ids) == len(method_ids) else {"position": min(len(baseline_ids), len(method_ids)),
+                                                                  "kind": "length", "margin": None}
+    prompt, generated = list(prompt_ids), list(baseline_ids[:pos])
+    top2 = torch.topk(_last_logits(backend, prompt, generated, 1), 2)
+    margin = float(top2.values[0] - top2.values[1])
+    picks = {n: int(_last_logits(backend, prompt, generated, n).argmax()) for n in batches
+             if n < len(prompt) + pos}
+    flips = [n for n, t in picks.items() if t == method_ids[pos]]
+    out = {"position": pos, "baseline_token": baseline_ids[pos], "method_token": method_ids[pos], "margin": margin,
+           "batched_top1": picks, "kind": "near_tie" if flips else "mismatch"}
+    out["explanation"] = (
+        f"near-tie: the baseline's top-1/top-2 margin is {margin:.4g}, and llama.cpp computing this position in a "
+        f"batch of {flips[0]} tokens picks the method's token itself (batched kernels round differently)"
+        if flips else f"mismatch: margin {margin:.4g}, and no batch of {list(picks)} tokens picks the method's token")
+    return out
+
+
+class LlamaReference:
+    """llama.cpp's own greedy decoding (llama-cpp-python's high-level ``Llama``, temperature 0), the
+    reference the backend's outputs and speed are checked against."""
+
+    def __init__(self, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
+        lib = _lib()
+        self.llm = lib.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                             n_threads=n_threads or max(1, torch.get_num_threads()),
+                             n_threads_batch=n_threads or max(1, torch.get_num_threads()), verbose=False)
+
+    def greedy(self, prompt_ids, max_new_tokens: int, eos_token_ids=()) -> tuple[list[int], float]:
+        """(new token ids, wall seconds from the start to the last token), stopping after an EOS id."""
+        eos, out = set(eos_token_ids), []
+        self.llm.reset()
+        t0 = time.perf_counter()
+        for token in self.llm.generate(list(prompt_ids), top_k=1, temp=0.0, reset=True):
+            out.append(int(token))
+            if len(out) >= max_new_tokens or token in eos:
+                break
+        return out, time.perf_counter() - t0
