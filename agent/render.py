@@ -57,7 +57,11 @@ def show_run(record: dict, as_json: bool = False) -> None:
     out.print(run_table(record))
     params = ", ".join(f"{k}={v}" for k, v in (record.get("params") or {}).items())
     if params:
-        out.print(f"params: {params}")
+        source = f" ({record['params_source']})" if record.get("params_source") else ""
+        out.print(f"params{source}: {params}")
+    for name, why in (record.get("sizing") or {}).items():
+        if str(why).startswith("sized") or name == "cost_curve":
+            out.print(f"  {name}: {why}", highlight=False)
     div = record.get("first_divergence")
     if div:
         out.print(f"divergence: {div.get('explanation')}")

@@ -91,7 +91,7 @@ def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dir
         for name, tool in registry.load_tools().items():
             lm.begin(local_prompt.user_turn("do it") + local_prompt.CALL_OPEN + name + local_prompt.ARGS_OPEN)
             start = len(lm.text)
-            arguments = tool_grammar.decode_arguments(lm, tool)
+            arguments = tool_grammar.decode_arguments(lm, tool, "use 2 models in float16")
             assert json.loads(lm.text[start:]) == arguments
             allowed = {a.name: a for a in tool_grammar.tool_args(tool)}
             for key, value in arguments.items():

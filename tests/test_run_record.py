@@ -171,3 +171,15 @@ def test_read_only_tools_answer_from_a_read_only_memory(monkeypatch):
         assert not result.is_error, result.content
         saved = host_call(s, "save_params", {"method": "draft", "params": {"k": 3}})
         assert saved.is_error and "read-only" in json.dumps(saved.content)
+
+
+def test_a_run_without_parameters_is_sized_and_says_why(tiny_model_dir, capsys):
+    code = main(["run", "--method", "lookahead", "--target", str(tiny_model_dir), "--dtype", "float32", "--raw",
+                 "--prompt", "def f(x): return x", "--max-new-tokens", "8", "--json"])
+    assert code == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["params_source"] in ("sized", "default") and record["sizing"]
+    with Store() as s:
+        stored = RunRecord.from_stored(s.get_run(record["run_id"]))
+        (task,) = s.list_tasks()
+    assert stored.sizing == record["sizing"] and task["status"] == "done" and task["run_ids"] == [record["run_id"]]

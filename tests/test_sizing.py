@@ -156,9 +156,10 @@ def test_forward_cost_curve_stops_timing_sizes_past_the_stop_ratio(tiny_qwen):
                                   stop_from=8)) == {1, 2, 4, 8}  # the sizes below stop_from are always timed
 
 
-def test_compare_sizes_what_is_not_given_and_stores_the_reasons(tiny_model_dir):
+def test_compare_sizes_what_is_not_given_and_stores_the_reasons(tiny_model_dir, monkeypatch):
     from tools.bench.compare import CompareInput, compare
 
+    monkeypatch.setattr(cost, "_DISTURBED", {})
     store = Store()
     store.save_params("draft", {"k": 3})
     inp = CompareInput(prompt="def x return x", target=str(tiny_model_dir), draft=str(tiny_model_dir), max_new_tokens=6,
@@ -173,7 +174,8 @@ def test_compare_sizes_what_is_not_given_and_stores_the_reasons(tiny_model_dir):
     assert rows["ngram"]["params_source"] == "sized"
     stored = store.get_run(rows["ngram"]["run_id"])
     assert stored["sizing"] == rows["ngram"]["sizing"] and stored["params_source"] == "sized"
-    assert store.cost_curves()  # measured once, stored for the next run
+    # measured once and stored for the next run (unless the busy machine disturbed it: then not stored, and said)
+    assert store.cost_curves() or "looks disturbed" in rows["ngram"]["sizing"]["cost_curve"]
 
 
 def test_a_single_run_keeps_the_given_fields_and_sizes_the_rest(tiny_model_dir, monkeypatch):
@@ -216,7 +218,7 @@ def test_a_dear_two_token_pass_is_the_reference_and_gets_a_note():
     s = size_params("ngram", step)
     assert s.params["max_draft_tokens"] == 17 and s.params["num_candidates"] == 1
     assert any("2 tokens already costs 2.4x" in n for n in s.notes)
-    assert "which already costs 2.4x one token" in s.fields["max_draft_tokens"].reason
+    assert "which already costs 2.4x a 200 ms one-token pass" in s.fields["max_draft_tokens"].reason
     draft = size_params("draft", step).params
     assert draft["k_max"] >= 12 and draft["k"] >= 4  # one dear pass: verify long drafts in it
 

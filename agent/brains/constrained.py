@@ -235,7 +235,7 @@ class ConstrainedLM:
         while len(left) > 1:
             common = os.path.commonprefix(list(left.values()))
             done, left = done + common, {i: o[len(common):] for i, o in left.items()}
-            anchor = self._heal(done) if heal else self._align_text(done)
+            anchor = self._heal(done, list(left.values())) if heal else self._align_text(done)
             tail = done[len(anchor):]
             token, piece, ended = self._best_token(self._logits(), {i: tail + o for i, o in left.items()}, len(tail))
             if ended is not None or token < 0:
@@ -254,13 +254,17 @@ class ConstrainedLM:
         self._align(self.ids[: self.base] + self.encode(text))
         return text
 
-    def _heal(self, text: str) -> str:
+    def _heal(self, text: str, following: Sequence[str] | None = None) -> str:
         """Align the context with ``text`` less its last token (which the next token may replace by
-        one running further); return the text of what is aligned."""
+        one running further into one of the ``following`` texts; when no token does, nothing is taken
+        back); return the text of what is aligned."""
         ids = self.encode(text)
         anchor = ids[:-1] if ids else ids
         anchor_text = self.decode(anchor)
-        if not text.startswith(anchor_text):
+        tail, texts = text[len(anchor_text):], self.token_texts()
+        merges = following is None or any(texts.prefixes_of(tail + f, longer_than=len(tail)) or
+                                          texts.extending(tail + f) for f in following)
+        if not text.startswith(anchor_text) or not merges:
             anchor, anchor_text = ids, text
         self._align(self.ids[: self.base] + anchor)
         return anchor_text

@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 MODEL_ENV = "SPECPILOT_LOCAL_MODEL"
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
-MAX_TEXT_TOKENS = 48  # a text answer is a sentence or two
+MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
-GROUNDED = ("prompt", "destination", "prompt_contains")  # string arguments that must come from the user
+GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
 
 _ENGINES: dict[str, ConstrainedLM] = {}
 
@@ -143,14 +143,15 @@ class LocalBrain:
         validation error shown to the model."""
         tools = registry.load_tools()
         context = self._context() + local_prompt.user_turn(text)
-        decision = self._decode(context, tools)
+        said = " ".join([*self.history, text])
+        decision = self._decode(context, tools, said)
         if decision.error is None:
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
-        return self._decode(retry, tools)
+        return self._decode(retry, tools, said)
 
-    def _decode(self, context: str, tools: dict) -> Decision:
+    def _decode(self, context: str, tools: dict, said: str) -> Decision:
         lm = self.engine()
         lm.begin(context)
         names = [*tools, local_prompt.REPLY]
@@ -161,7 +162,7 @@ class LocalBrain:
             lm.text += '{"text": "'
             return Decision(text=_clean(tool_grammar.decode_string(lm, self.max_text_tokens)))
         tool = tools[name]
-        arguments = tool_grammar.decode_arguments(lm, tool)
+        arguments = tool_grammar.decode_arguments(lm, tool, said)
         try:
             registry.parse_input(tool, arguments)
             if isinstance(arguments.get("params"), dict) and arguments.get("method"):

@@ -31,8 +31,8 @@ specpilot measures only this machine and will not estimate, and offer to run it 
 
 # one line per tool (the registry's own descriptions are written for larger models)
 SHORT = {
-    "run_method": "measure one method against plain generation on the user's prompt",
-    "compare_methods": "measure several methods side by side on the user's prompt",
+    "run_method": "measure how much faster one method is than plain generation, on the user's prompt",
+    "compare_methods": "measure two or more methods side by side on the user's prompt",
     "lookup_runs": "restate figures of runs already stored (past results, speedups, acceptance)",
     "recall": "read memory: saved parameters, unfinished and earlier tasks, recent runs",
     "save_params": "save a method's parameters as the user's defaults",

@@ -13,6 +13,7 @@ may close. The result is a dict that the caller validates with the tool's input 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,11 @@ HIDDEN = frozenset({"approval_id", "device_map", "threads", "seed", "warmup", "c
 MODEL_FIELDS = ("target", "draft")  # chosen among the built-in models
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
 MAX_KEYS = 6  # arguments per object at most
+# an optional setting is offered only when the user's words could have set it (the model must not
+# invent a temperature or a target): numbers need a digit, models a mention of a model, dtypes a dtype
+MENTIONS = {"number": re.compile(r"\d"),
+            "model": re.compile(r"model|smollm|qwen|\b\d+(?:\.\d+)?\s*[bm]\b", re.IGNORECASE),
+            "dtype": re.compile(r"float|bf16|fp16|fp32|dtype|precision|half", re.IGNORECASE)}
 MAX_STRING_TOKENS = 64
 MAX_LIST_ITEMS = 6
 
@@ -84,6 +90,17 @@ def schema_args(schema: dict) -> list[Arg]:
 
 def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
+
+
+def mentioned(arg: Arg, said: str) -> bool:
+    """Whether the user's words (``said``) could have set ``arg`` (required arguments always could)."""
+    if arg.required:
+        return True
+    if arg.name in MODEL_FIELDS:
+        return bool(MENTIONS["model"].search(said))
+    if arg.name == "dtype":
+        return bool(MENTIONS["dtype"].search(said))
+    return arg.kind != "number" or bool(MENTIONS["number"].search(said))
 
 
 def param_args(method: str | None) -> list[Arg]:
@@ -171,9 +188,11 @@ def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Ar
     return options, meaning
 
 
-def decode_object(lm, args: list[Arg], context: dict | None = None) -> dict:
-    """The members of a JSON object whose ``{`` is committed; the closing ``}`` is committed too."""
+def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -> dict:
+    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set);
+    the closing ``}`` is committed too."""
     out: dict = {}
+    args = [a for a in args if mentioned(a, said)]
     left = list(args)
     while len(out) < MAX_KEYS and left:
         options, meaning = _key_options(left, first=not out)
@@ -185,7 +204,7 @@ def decode_object(lm, args: list[Arg], context: dict | None = None) -> dict:
         if arg is None:
             return out
         left.remove(arg)
-        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, {**(context or {}), **out})
+        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, said, {**(context or {}), **out})
         if value is None:  # no valid value: forget this key
             lm.text = before
             continue
@@ -194,7 +213,7 @@ def decode_object(lm, args: list[Arg], context: dict | None = None) -> dict:
     return out
 
 
-def _decode_value(lm, arg: Arg, siblings: dict) -> Any:
+def _decode_value(lm, arg: Arg, said: str, siblings: dict) -> Any:
     if arg.kind == "string":
         return decode_string(lm) or None
     if arg.kind == "number":
@@ -203,7 +222,7 @@ def _decode_value(lm, arg: Arg, siblings: dict) -> Any:
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
-    return decode_object(lm, param_args(siblings.get("method"))) or None  # params
+    return decode_object(lm, param_args(siblings.get("method")), said) or None  # params
 
 
 def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
@@ -234,7 +253,8 @@ def decode_string_list(lm) -> list[str] | None:
     return items if any(items) else None
 
 
-def decode_arguments(lm, tool: Tool) -> dict:
-    """The arguments of a call to ``tool``; ``lm.text`` ends with ``"arguments": ``."""
+def decode_arguments(lm, tool: Tool, said: str) -> dict:
+    """The arguments of a call to ``tool`` for a request in the words ``said``; ``lm.text`` ends with
+    ``"arguments": ``."""
     lm.text += "{"
-    return decode_object(lm, tool_args(tool))
+    return decode_object(lm, tool_args(tool), said)

@@ -154,8 +154,7 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
         if sources and cand.method in sources and cand.source == "given":
             cand.source = sources[cand.method]
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if "medusa" in methods else None
-    shown = inp.prompt if len(inp.prompt) <= 60 else inp.prompt[:57] + "..."
-    task_id = store.create_task(f"compare {', '.join(methods)} on {shown!r}", "compare", methods)
+    task_id = store.create_task(f"compare {', '.join(methods)} on {short(inp.prompt)!r}", "compare", methods)
     rows: dict[str, dict] = {}
     records: dict[str, dict] = {}
 
@@ -197,16 +196,25 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
                            inp.warmup, inp.peers, finished, lambda cand, reason: mark_not_run(cand.method, reason),
                            progress)
     except BaseException as exc:
-        left = [m for m in methods if m not in rows]
-        if isinstance(exc, KeyboardInterrupt):
-            store.update_task(task_id, status="unfinished", left=left,
-                              note=f"interrupted by the user; finished: {', '.join(records) or 'nothing'}")
-        else:
-            store.update_task(task_id, status="failed", left=left, note=f"stopped by an error: {exc}")
+        end_stopped_task(store, task_id, exc, [m for m in methods if m not in rows], list(records))
         raise
     store.update_task(task_id, status="done")
     return comparison(inp, task_id, ctx, settings, heads_path, [rows[m] for m in methods if m in rows],
                       {m: records[m] for m in methods if m in records})
+
+
+def short(prompt: str, width: int = 60) -> str:
+    """A prompt cut to ``width`` characters for a task's request line."""
+    return prompt if len(prompt) <= width else prompt[:width - 3] + "..."
+
+
+def end_stopped_task(store, task_id: int, exc: BaseException, left: list[str], finished: list[str]) -> None:
+    """Record why a task stopped early: unfinished on Ctrl-C (with what finished), else failed."""
+    if isinstance(exc, KeyboardInterrupt):
+        store.update_task(task_id, status="unfinished", left=left,
+                          note=f"interrupted by the user; finished: {', '.join(finished) or 'nothing'}")
+    else:
+        store.update_task(task_id, status="failed", left=left, note=f"stopped by an error: {exc}")
 
 
 def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: GenerationSettings,

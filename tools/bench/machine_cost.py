@@ -192,8 +192,12 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
         if progress:
             progress("timing one draft token (once: it is stored for later runs)")
         model = quantize.int8_draft(draft.model) if int8 else draft.model
-        measured = forward_cost_curve(model, (1,), cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS)
-        t1, where = one_token_time(measured), f"measured now, {_save_curve(store, draft.ref, hardware, measured, dtype)}"
+        raw: dict[int, list[float]] = {}
+        measured = forward_cost_curve(model, (1,), cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS, raw=raw)
+        if disturbed(measured, raw):
+            return None, ""
+        saved = _save_curve(store, draft.ref, hardware, measured, dtype)
+        t1, where = one_token_time(measured), f"measured now, {saved}"
     else:
         return None, ""
     return t1 / one_token_time(curve), f"{draft.ref} in {dtype}: {t1 * 1000:.0f} ms a token, {where}"

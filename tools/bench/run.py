@@ -18,7 +18,7 @@ from memory import Store
 from tools import models
 from tools.bench import protocol as measure
 from tools.bench.context import (checked_prompt_ids, eos_ids_for, generation_settings, load_cached, peer_runners,
-                                 prepare, prompt_ids_for, uses_int8_draft)
+                                 prepare, prompt_ids_for, sized_run_params, uses_int8_draft)
 from tools.bench.peers import PEER_LABELS
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params, run
@@ -216,7 +216,13 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     try:
         ctx = build_context(inp, progress)
         prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
+        # parameters not given: from memory, else sized to this machine's cost curve (given > memory > sized)
+        sizing = sized_run_params(inp, ctx, store, progress=progress)
+        if sizing is not None:
+            inp = inp.model_copy(update={"params": sizing.params})
         record = measure_method(inp, ctx, prompt_ids, generation_settings(inp, ctx), progress)
+        if sizing is not None:
+            record.params_source, record.sizing = sizing.source, sizing.reasons()
     except BaseException as exc:
         if own_task:
             interrupted = isinstance(exc, KeyboardInterrupt)

@@ -5,8 +5,8 @@ prompt-lookup drafts puts 91 tokens in every forward pass, prompt lookup verifie
 tokens, Medusa's GPU tree 64. On a CPU the target's forward time grows once a pass holds more than
 a handful of tokens (DESIGN.md, "CPU physics"), so those sizes can make a method slower than plain
 generation. Here each method's sizes come from this machine's forward-pass cost curve
-(tools.engine.cost_curve), read from memory or measured once (tools.bench.machine_cost). Every speculative
-step verifies at least 2 tokens, so the "near-flat part" is measured from the 2-token pass
+(tools.engine.cost_curve), read from memory or measured once (tools.bench.machine_cost). Every
+speculative step verifies at least 2 tokens, so the "near-flat part" is measured from the 2-token pass
 (``step_curve``): on an AVX2-only CPU in float32 the one-token pass has a fast path and 2 tokens
 already cost about 2x, after which more tokens are cheap again.
 
@@ -20,8 +20,9 @@ already cost about 2x, after which more tokens are cheap again.
 
 Precedence, field by field: given (the caller) > memory (saved for the method) > sized > default.
 A field the sizing leaves alone keeps its default. On a CPU with no curve and no permission to
-measure, the sizes come from ``CPU_FALLBACK_CURVE``, a curve measured on a slow CPU (below), never
-from the GPU-shaped defaults.
+measure (or whose measurement was disturbed by other jobs), the sizes come from
+``tools.bench.machine_cost.CPU_FALLBACK_CURVE``, a curve measured on a slow CPU, never from the
+GPU-shaped defaults; a GPU without a curve keeps the defaults, which are shaped for it.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def _flat(curve: dict[int, float]) -> tuple[int, str]:
     text = f"a pass over up to {tokens} tokens costs at most {FLAT_BUDGET:.2f}x a 2-token pass"
     two = relative_cost(curve, 2)
     if two > STEP_NOTE_RATIO:
-        return tokens, f"{text} (which already costs {two:.1f}x one token, {one_token_time(curve) * 1000:.0f} ms)"
+        return tokens, f"{text} (which already costs {two:.1f}x a {one_token_time(curve) * 1000:.0f} ms one-token pass)"
     return tokens, f"{text} ({one_token_time(curve) * two * 1000:.0f} ms)"
 
 
@@ -189,8 +190,8 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
     K the best at ``DRAFT_ACCEPTANCE`` up to K_max, each at most 16 and never below a given K."""
     limit = next(m.le for m in DraftParams.model_fields["k"].metadata if hasattr(m, "le"))  # 16
     ratio = machine.draft_ratio if machine.draft_ratio is not None else CPU_FALLBACK_DRAFT_RATIO
-    cost = (f"a draft token costs {ratio:.2f} of a target token ({machine.draft_source or 'assumed for a CPU'}) and "
-            f"verifying K + 1 tokens costs what the curve says")
+    where = machine.draft_source or "assumed: not measured here"
+    cost = f"a draft token costs {ratio:.2f} of a target token ({where}), verifying K + 1 tokens what the curve says"
     if fixed.get("k_max"):
         k_max, why_max = int(fixed["k_max"]), "as saved"
     else:

@@ -22,6 +22,11 @@ Not supported (ParameterError saying so): ``hidden`` and ``lm_head`` (llama.cpp 
 states only in embeddings mode and its LM head is a quantized matmul that a dequantised copy would
 not reproduce bit for bit), so Medusa/EAGLE heads do not run here; ``head_rows`` is None, so a
 ``draft_vocab`` drafts over the full vocabulary (output unchanged). One cache per backend at a time.
+
+Numerics: the baseline (prompt in one batch, then one token per ``llama_decode``) is bit-identical to
+llama.cpp's own greedy decoding. A verification pass over several tokens runs llama.cpp's batched
+quantized kernels, which round differently (logits move by ~0.01-0.1 on a Q4_K_M model), so at a
+near-tie a method may pick the other token: ``diagnose_divergence`` shows which case it is.
 """
 
 from __future__ import annotations
