@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0
+PYTEST_ARGS ?=   # e.g. PYTEST_ARGS="-n 2" to spread the tests over two processes (pytest-xdist)
 
 .PHONY: demo test test-slow bench-draft clean install
 
@@ -14,6 +15,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# the llama.cpp backend: llama-cpp-python builds from its sdist once (cmake, a C++ compiler);
+	# pip keeps the built wheel in its cache, so later installs take seconds
+	$(BIN)/python -m pip install --quiet -e ".[llamacpp]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,7 +27,7 @@ demo: $(STAMP)
 	$(BIN)/specpilot demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
