@@ -76,31 +76,57 @@ def run_brain(spec: str, requests: list[dict], verbose: bool) -> list[dict]:
     """Every request through one plan-only turn of the brain ``spec`` (``local:MODEL`` names the
     local brain's model); returns one result row per request."""
     name, _, model = spec.partition(":")
+    saved = {k: os.environ.get(k) for k in (LOCAL_MODEL_ENV, "SPECPILOT_HOME")}
     if model:
         os.environ[LOCAL_MODEL_ENV] = model
+    try:
+        return _run_requests(name, spec, requests, verbose)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run_requests(name: str, spec: str, requests: list[dict], verbose: bool) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="specpilot-conv-") as home:
         os.environ["SPECPILOT_HOME"] = home
         from agent.ask import ask
         from memory import Store
 
+        from agent.brains import make_brain
+
+        fallback = getattr(make_brain(name), "fallback_reason", None)
+        if fallback:
+            print(f"  note: {spec} answers with the rule planner: {fallback}", file=sys.stderr)
         rows = []
         with Store() as store:
             ask(store, WARM_UP, brain=name, plan_only=True)  # loads the model: not timed
             for request in requests:
-                start = time.perf_counter()
+                start, work = time.perf_counter(), model_work()
                 answer = ask(store, request["text"], brain=name, plan_only=True)
                 seconds = time.perf_counter() - start
+                passes, tokens = (after - before for after, before in zip(model_work(), work))
                 tool_ok, args_ok = score(request, answer["tool_calls"])
                 rows.append({"brain": spec, "line": request["line"], "half": request["half"], "text": request["text"],
                              "expected": request.get("tool"), "expected_args": request.get("args"),
                              "calls": [{"name": c["name"], "input": c["input"]} for c in answer["tool_calls"]],
-                             "reply": answer["reply"], "tool_ok": tool_ok, "args_ok": args_ok, "seconds": seconds})
+                             "reply": answer["reply"], "tool_ok": tool_ok, "args_ok": args_ok, "seconds": seconds,
+                             "forward_passes": passes, "tokens_run": tokens, "fallback": fallback})
                 if verbose:
                     mark = "ok " if args_ok else "TOOL" if tool_ok else "BAD"
                     shown = json.dumps(rows[-1]["calls"], ensure_ascii=False)[:160]
                     print(f"  {mark:4} {seconds:5.1f}s {request['text'][:60]!r:64} -> {shown or answer['reply'][:80]!r}",
                           file=sys.stderr, flush=True)
     return rows
+
+
+def model_work() -> tuple[int, int]:
+    """Forward passes and tokens the local brain's models ran so far in this process (0, 0 without one)."""
+    local = sys.modules.get("agent.brains.local")
+    engines = list(getattr(local, "_ENGINES", {}).values())
+    return sum(e.passes for e in engines), sum(e.fed for e in engines)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -112,20 +138,24 @@ def summary(rows: list[dict]) -> dict:
             out[half] = {"n": len(part), "tool": sum(r["tool_ok"] for r in part) / len(part),
                          "tool_args": sum(r["args_ok"] for r in part) / len(part)}
     out["median_s"] = statistics.median(r["seconds"] for r in rows) if rows else None
+    out["median_passes"] = statistics.median(r["forward_passes"] for r in rows) if rows else None
+    out["median_tokens"] = statistics.median(r["tokens_run"] for r in rows) if rows else None
     return out
 
 
 def table(results: dict[str, dict]) -> str:
     """The Markdown table: per brain, accuracy on each half and overall, and the median turn time."""
     head = ("| brain | half A: tool | half A: tool + key args | half B (held out): tool | half B: tool + key args "
-            "| all: tool + key args | median s/turn |\n|---|---|---|---|---|---|---|")
+            "| all: tool + key args | median s/turn | median forward passes / tokens per turn |\n"
+            "|---|---|---|---|---|---|---|---|")
     lines = [head]
     for brain, s in results.items():
         def pct(half, key):
             return f"{100 * s[half][key]:.0f}% ({round(s[half][key] * s[half]['n'])}/{s[half]['n']})" if half in s else "—"
         median = f"{s['median_s']:.1f}" if s.get("median_s") is not None else "—"
+        work = f"{s['median_passes']:g} / {s['median_tokens']:g}" if s.get("median_tokens") else "—"
         lines.append(f"| {brain} | {pct('A', 'tool')} | {pct('A', 'tool_args')} | {pct('B', 'tool')} | "
-                     f"{pct('B', 'tool_args')} | {pct('all', 'tool_args')} | {median} |")
+                     f"{pct('B', 'tool_args')} | {pct('all', 'tool_args')} | {median} | {work} |")
     return "\n".join(lines)
 
 

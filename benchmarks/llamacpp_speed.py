@@ -24,7 +24,10 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 
-METHODS = ("llama.cpp plain", "baseline", "ngram", "draft", "lookahead")
+METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "draft", "lookahead")
+# prompt lookup sized for llama.cpp on a CPU, where a verification pass over n tokens costs far more than
+# one token (measured: ~2x at 4 tokens, ~5-6x at 16): one draft of up to 4 tokens, growing to 8
+SHORT_NGRAM = '{"num_candidates": 1, "num_candidate_tokens": 4, "max_candidate_tokens": 8, "max_draft_tokens": 8}'
 
 
 def parse_args():
@@ -36,9 +39,11 @@ def parse_args():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each method per prompt (after a warm-up)")
-    p.add_argument("--methods", default="llama.cpp plain,baseline,ngram,draft", help=f"from: {', '.join(METHODS)}")
+    p.add_argument("--methods", default="llama.cpp plain,baseline,ngram,ngram-short,draft",
+                   help=f"from: {', '.join(METHODS)}")
     p.add_argument("--draft-params", default='{"k": 4, "adaptive_k": true, "k_max": 8, "draft_confidence": 0.5}')
-    p.add_argument("--ngram-params", default="{}")
+    p.add_argument("--ngram-params", default="{}", help="prompt lookup's parameters (default: its defaults)")
+    p.add_argument("--ngram-short-params", default=SHORT_NGRAM)
     p.add_argument("--out", default=None, help="write the per-run records as JSON here")
     return p.parse_args()
 
@@ -73,6 +78,7 @@ def runners(args, target, draft, reference, eos):
 
     draft_params = DraftParams(**json.loads(args.draft_params))
     ngram_params = PromptLookupParams(**json.loads(args.ngram_params))
+    short_params = PromptLookupParams(**json.loads(args.ngram_short_params))
 
     def ours(fn):
         def run(ids, n):
@@ -87,12 +93,13 @@ def runners(args, target, draft, reference, eos):
     table = {"llama.cpp plain": plain,
              "baseline": ours(lambda ids, s: autoregressive.generate(target, ids, s)),
              "ngram": ours(lambda ids, s: prompt_lookup.generate(target, ids, s, ngram_params)),
+             "ngram-short": ours(lambda ids, s: prompt_lookup.generate(target, ids, s, short_params)),
              "draft": ours(lambda ids, s: draft_generate(target, draft, ids, s, draft_params)),
              "lookahead": ours(lambda ids, s: lookahead.generate(target, ids, s, LookaheadParams()))}
     return {m: table[m] for m in args.methods.split(",")}
 
 
-def measure(args, run, prompts_ids) -> list[dict]:
+def measure(args, run, prompts_ids, diagnose) -> list[dict]:
     records = []
     for fn in run.values():  # warm-up: every method once, short
         fn(prompts_ids[0][1], 8)
@@ -110,10 +117,11 @@ def measure(args, run, prompts_ids) -> list[dict]:
         ref = outs.get("llama.cpp plain", outs.get("baseline"))[0]
         for m in run:
             out, per_fwd, acc = outs[m]
+            why = diagnose(ids, ref, out) if out != ref else None
             records.append({"category": row["category"], "question_id": row.get("question_id"), "method": m,
                             "prompt_tokens": len(ids), "new_tokens": len(out), "wall_s": statistics.median(walls[m]),
                             "walls": walls[m], "tokens_per_forward": per_fwd, "acceptance": acc,
-                            "identical": out == ref})
+                            "identical": out == ref, "divergence": why})
     return records
 
 
@@ -127,10 +135,12 @@ def report(records: list[dict], methods: list[str]) -> None:
         ref = rows[methods[0]]["wall_s"] / rows[methods[0]]["new_tokens"]
         tps = [rows[m]["new_tokens"] / rows[m]["wall_s"] for m in methods]
         speed = [ref / (rows[m]["wall_s"] / rows[m]["new_tokens"]) for m in methods[1:]]
-        same = ", ".join(f"{m}: {'yes' if rows[m]['identical'] else 'NO'}" for m in methods[1:])
+        same = ", ".join(f"{m}: " + ("yes" if rows[m]["identical"] else
+                                     f"{rows[m]['divergence']['kind']} at token {rows[m]['divergence']['position']}")
+                         for m in methods[1:])
         extra = "; ".join(f"{m} {rows[m]['tokens_per_forward']:.2f} tok/fwd"
                           + (f", acc {rows[m]['acceptance']:.0%}" if rows[m]["acceptance"] is not None else "")
-                          for m in methods if m in ("ngram", "draft", "lookahead"))
+                          for m in methods if m in ("ngram", "ngram-short", "draft", "lookahead"))
         print(f"| {cat} | {rows[methods[0]]['prompt_tokens']} | " + " | ".join(f"{t:.2f}" for t in tps) + " | "
               + " | ".join(f"{s:.2f}x" for s in speed) + f" | {same} |  {extra}")
 
@@ -144,7 +154,9 @@ def main() -> None:
     rows = load_prompts(args.prompts, args.categories, args.limit)
     prompts_ids = [(row, prompt_ids_for(tok, row["prompt"], True)) for row in rows]
     run = runners(args, target, draft, reference, eos)
-    records = measure(args, run, prompts_ids)
+    from tools.engine.llamacpp import diagnose_divergence
+
+    records = measure(args, run, prompts_ids, lambda ids, ref, out: diagnose_divergence(target, ids, ref, out))
     report(records, list(run))
     if args.out:
         Path(args.out).write_text(json.dumps(records, indent=1))

@@ -91,7 +91,8 @@ def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dir
         for name, tool in registry.load_tools().items():
             lm.begin(local_prompt.user_turn("do it") + local_prompt.CALL_OPEN + name + local_prompt.ARGS_OPEN)
             start = len(lm.text)
-            arguments = tool_grammar.decode_arguments(lm, tool, "use 2 models in float16")
+            arguments = tool_grammar.decode_arguments(
+                lm, tool, "use 2 small models in float16, json, draft medusa lookahead ngram baseline, all adaptive")
             assert json.loads(lm.text[start:]) == arguments
             allowed = {a.name: a for a in tool_grammar.tool_args(tool)}
             for key, value in arguments.items():
@@ -185,6 +186,39 @@ def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat
     assert local.LocalBrain(folder, max_text_tokens=4).decide("install lade") == first
 
 
+def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
+    """On llama.cpp the prefix is llama.cpp's own sequence state file; a reloaded prefix decides the same."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from test_llamacpp_backend import EOS, MERGES, VOCAB, write_tiny_llama
+    from tools.engine.llamacpp import load_gguf
+
+    write_tiny_llama(tmp_path / "tiny.gguf", seed=3)
+    bpe = Tokenizer(tok_models.BPE({t: i for i, t in enumerate(VOCAB)}, [tuple(m.split()) for m in MERGES]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    backend = load_gguf(tmp_path / "tiny.gguf", n_ctx=1024, n_threads=1)
+    prefix, path = "You help with speculative decoding. " * 3, tmp_path / "prefix.pt"
+
+    def turn(lm):
+        lm.begin("user: compare draft and medusa\nassistant: ")
+        return lm.choose(["draft", "medusa", "lookahead"]), lm.generate(6)
+
+    first = ConstrainedLM(backend, tokenizer, [EOS])
+    first.set_prefix(prefix)
+    first.save_prefix(path)
+    expected = turn(first)
+    again = ConstrainedLM(backend, tokenizer, [EOS])  # the backend holds one cache: this one replaces it
+    assert again.load_prefix(path, prefix) and again.fed == 0
+    assert again.backend.cache_length(again.cache) == len(again.encode(prefix))
+    assert turn(again) == expected
+    assert not ConstrainedLM(backend, tokenizer, [EOS]).load_prefix(path, "Another system prompt. " * 3)
+
+
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     made_up = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "Write a quicksort"})
@@ -208,17 +242,28 @@ def test_local_model_available_follows_the_files(tmp_path, monkeypatch, chat_mod
 # ---- the real model (slow group) ------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def real_engine():
+    if not local.local_model_available():
+        pytest.skip(f"the local brain's model is not fetched: run `specpilot models fetch {local.local_model_ref()}`")
+    return local.load_engine(local.local_model_ref())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("text, tool, arguments", [
     ("what did we do last time?", "recall", {}),
     ("install lade", "install_packages", {"packages": ["lade"]}),
     ("compare draft and lookahead on 'Write a haiku about rain'", "compare_methods",
-     {"prompt": "Write a haiku about rain"}),
+     {"methods": ["draft", "lookahead"], "prompt": "Write a haiku about rain"}),
+    ("save k=6 as my default for draft", "save_params", {"method": "draft", "params": {"k": 6}}),
     ("how fast would draft decoding be on an H100?", None, {}),
 ])
-def test_the_real_local_model_picks_the_tool(text, tool, arguments):
-    if not local.local_model_available():
-        pytest.skip(f"the local brain's model is not fetched: run `specpilot models fetch {local.local_model_ref()}`")
-    decision = local.LocalBrain().decide(text)
-    assert decision.name == tool
-    assert all(decision.arguments.get(k) == v for k, v in arguments.items())
+def test_the_real_local_model_picks_the_tool(real_engine, text, tool, arguments):
+    local._ENGINES[local.local_model_ref()] = real_engine
+    session = RecordingSession()
+    reply = local.LocalBrain().respond(session, text)
+    assert [name for name, _ in session.calls] == ([tool] if tool else [])
+    if tool is None:
+        assert reply.text
+    for name, given in session.calls:
+        assert {k: given.get(k) for k in arguments} == arguments

@@ -1,29 +1,29 @@
-"""Constrained greedy decoding for the local brain, over the engine's Backend and KV cache.
+"""Constrained greedy decoding for the local brain, over the engine's Backend seam (llama.cpp or
+transformers) and its KV cache.
 
 The context is one token list (``ids``): a fixed prefix (system prompt and tool list, whose KV cache
-can be saved to disk and reloaded), then a *segment* held as text (conversation history, this turn,
-and what the assistant has committed so far). The cache always holds every token of ``ids`` but the
-last; each operation is ONE forward pass over [the committed tokens not yet in the cache] + a token
-tree of what may follow, under a tree attention mask:
+is saved to disk and reloaded by later processes), then a *segment* held as text (conversation
+history, this turn, and what the assistant has committed so far). Tokens are fed lazily: text that
+is decided but not yet run is *pending* and goes through the model with the next pass that needs
+logits, so forced text (``", "arguments": {``) costs no pass of its own.
 
-- :meth:`ConstrainedLM.choose` picks one of several continuation strings (tool names, argument
-  keys, enum values). Each option is tokenized together with the committed text (so BPE merges
-  across the boundary come out as the model would see them); the options are merged into a trie
-  and walked greedily: at every node the best child wins, and where an option may end, it ends when
-  the model's best token outside the trie beats every child. That is masked greedy decoding over the
-  options, for the price of one pass.
-- :meth:`ConstrainedLM.generate` decodes free text greedily with prompt-lookup drafts (n-grams
-  copied from the context, verified in the same pass: exact greedy output, fewer passes when the
-  model copies the user's words into an argument).
-- :meth:`ConstrainedLM.generate_number` decodes digits only, until the model prefers to end.
+- :meth:`ConstrainedLM.choose` appends one of several strings (tool names, argument keys, enum
+  values): masked greedy decoding over the strings' text, one pass per real decision. The token at
+  the boundary with the committed text is taken back and chosen again (token healing), so tokens
+  that run across the boundary (``",`` ``"}}``) compete as the model would write them.
+- :meth:`ConstrainedLM.generate` decodes free text greedily with prompt-lookup drafts (n-grams copied
+  from the context and verified in the same pass: the model's own greedy text, in fewer passes when
+  it copies the user's words into an argument).
+- :meth:`ConstrainedLM.generate_number` decodes digits until the model prefers to end the number.
 
-Committed text is re-tokenized at each step; where the canonical tokens differ from those in the
-cache, the cache is cropped to the common prefix and the rest is fed again in the next pass.
+The committed text is re-tokenized at each step; where its canonical tokens differ from those in the
+cache, the cache is cropped to the common prefix and the rest is fed again.
 """
 
 from __future__ import annotations
 
 import bisect
+import ctypes
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -33,13 +33,16 @@ import torch
 
 from tools.engine.backend import as_backend
 from tools.engine.draft_tree import DraftTree, build_draft_tree
+from tools.engine.llamacpp import LlamaCppBackend
 from tools.engine.params import PromptLookupParams
 from tools.engine.prompt_lookup import find_candidate_set
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass when the prefix is computed
-LOOKUP = PromptLookupParams(max_ngram_size=3, min_ngram_size=1, num_candidate_tokens=8, num_candidates=2)
+# one draft of up to 6 tokens after a 2- or 3-gram match: rejected drafts cost time here (a pass over 8
+# tokens costs 3-4 one-token passes on a busy 2-core CPU), so only fairly sure ones are tried
+LOOKUP = PromptLookupParams(max_ngram_size=3, min_ngram_size=2, num_candidate_tokens=6, num_candidates=1)
 NUMBER_TOKEN = re.compile(r"[0-9.\-]+")
-NUMBER_END = re.compile(r"^[\s,}\]\"ĠĊ]")  # byte-level BPE spells a space Ġ and a newline Ċ
+NUMBER_END = re.compile(r"[\s,}\]\"]")  # what may follow a number in JSON
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -123,8 +126,9 @@ class ConstrainedLM:
         self.passes = 0  # forward passes run (for tests and benchmarks)
         self.fed = 0  # tokens fed through the model
         self._number_masks: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._last: torch.Tensor | None = None  # logits after the last token of ids, when computed
+        self._last: torch.Tensor | None = None  # logits after the last token of ids, once computed
         self._texts: TokenTexts | None = None
+        self.lookup = LOOKUP  # prompt-lookup drafting of free text
 
     # ---- context --------------------------------------------------------------------------------
 
@@ -142,11 +146,6 @@ class ConstrainedLM:
             self._last = self._forward(ids[start: start + PREFILL_CHUNK], start, None)[-1]
         self.ids, self.base, self.text = ids, len(ids), ""
 
-    def rewind(self) -> None:
-        """Forget the segment: back to the prefix alone."""
-        self._align(self.ids[: self.base])
-        self.text = ""
-
     def begin(self, text: str) -> None:
         """Start a new segment (history + this turn) after the prefix; it is fed by the next pass."""
         self.text = text
@@ -157,28 +156,43 @@ class ConstrainedLM:
     # ---- the prefix cache on disk ----------------------------------------------------------------
 
     def save_prefix(self, path: Path) -> None:
-        """Save the prefix tokens and their KV tensors to ``path`` (written atomically)."""
+        """Save the prefix tokens and their KV cache to ``path`` (written atomically): the KV tensors
+        of a transformers model, or llama.cpp's own sequence state file."""
         n = min(self._cached(), self.base)
-        layers = [(layer.keys[..., :n, :].clone(), layer.values[..., :n, :].clone()) for layer in self.cache.layers]
+        self.backend.crop(self.cache, n)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.partial")
-        torch.save({"ids": self.ids[: self.base], "layers": layers}, tmp)
+        if is_llamacpp(self.backend):
+            llamacpp_save(self.backend, tmp, self.ids[:n])
+        else:
+            layers = [(layer.keys[..., :n, :].clone(), layer.values[..., :n, :].clone())
+                      for layer in self.cache.layers]
+            torch.save({"ids": self.ids[:n], "layers": layers}, tmp)
         os.replace(tmp, path)
 
     def load_prefix(self, path: Path, text: str) -> bool:
         """Load a prefix saved by :meth:`save_prefix` for exactly ``text``; False when it does not fit."""
-        try:
-            saved = torch.load(path, map_location=self.backend.device, weights_only=True)
-        except (OSError, RuntimeError, EOFError, ValueError):
-            return False
         ids = self.encode(text)
-        if saved.get("ids") != ids or len(saved.get("layers", ())) != len(self.cache.layers):
+        try:
+            if is_llamacpp(self.backend):
+                cache, saved = llamacpp_load(self.backend, path, len(ids))
+            else:
+                cache, saved = self._torch_load(path)
+        except (OSError, RuntimeError, EOFError, ValueError, KeyError):
             return False
+        if cache is None or not saved or saved != ids[: len(saved)]:
+            return False
+        self.cache, self.ids, self.base, self.text, self._last = cache, ids, len(ids), "", None
+        return True
+
+    def _torch_load(self, path: Path):
+        saved = torch.load(path, map_location=self.backend.device, weights_only=True)
+        if len(saved["layers"]) != len(self.backend.new_cache().layers):
+            return None, None
         cache = self.backend.new_cache()
         for i, (keys, values) in enumerate(saved["layers"]):
             cache.update(keys.to(self.backend.dtype), values.to(self.backend.dtype), i)
-        self.cache, self.ids, self.base, self.text, self._last = cache, ids, len(ids), "", None
-        return True
+        return cache, list(saved["ids"])
 
     # ---- feeding ---------------------------------------------------------------------------------
 
@@ -348,7 +362,7 @@ class ConstrainedLM:
         cached = min(self._cached(), len(self.ids) - 1)
         self.backend.crop(self.cache, cached)
         pending = self.ids[cached:]
-        drafts = find_candidate_set(torch.tensor(self.ids, dtype=torch.long), LOOKUP, limit=budget - 1)
+        drafts = find_candidate_set(torch.tensor(self.ids, dtype=torch.long), self.lookup, limit=budget - 1)
         tree = build_draft_tree(pending[0], [pending[1:] + d for d in drafts] or [pending[1:]])
         logits = self._forward(tree.tokens, cached, tree, rows=tree.size - len(pending) + 1)
         node = _walk_to(tree, pending[1:])
@@ -389,12 +403,40 @@ class ConstrainedLM:
     def _number_vocab(self) -> tuple[torch.Tensor, torch.Tensor]:
         """bool masks over the vocabulary: tokens made of number characters, tokens that end one."""
         if self._number_masks is None:
-            size = min(self.backend.vocab_size, len(self.tokenizer))
-            pieces = self.tokenizer.convert_ids_to_tokens(list(range(size)))
-            digits = torch.tensor([bool(p) and NUMBER_TOKEN.fullmatch(p) is not None for p in pieces])
-            enders = torch.tensor([bool(p) and NUMBER_END.match(p) is not None for p in pieces])
+            pieces = self.token_texts().pieces
+            digits = torch.tensor([NUMBER_TOKEN.fullmatch(p) is not None for p in pieces])
+            enders = torch.tensor([NUMBER_END.match(p) is not None for p in pieces])
             self._number_masks = digits, enders
         return self._number_masks
+
+
+def is_llamacpp(backend) -> bool:
+    return isinstance(backend, LlamaCppBackend)
+
+
+# llama.cpp keeps its KV cache inside its context: its sequence state files save and restore it. The
+# backend (tools.engine.llamacpp) holds one context and one cache; these two functions use them.
+
+
+def llamacpp_save(backend, path: Path, ids: list[int]) -> None:
+    lib = backend._lib
+    tokens = (lib.llama_token * max(1, len(ids)))(*ids)
+    if not lib.llama_state_seq_save_file(backend._ctx, str(path).encode(), 0, tokens, len(ids)):
+        raise OSError(f"llama.cpp could not write {path}")
+
+
+def llamacpp_load(backend, path: Path, capacity: int):
+    """(a fresh cache holding the saved state, its token ids), or (None, None)."""
+    lib = backend._lib
+    cache = backend.new_cache()
+    tokens = (lib.llama_token * (capacity + 1))()
+    count = ctypes.c_size_t(0)
+    if not path.is_file() or not lib.llama_state_seq_load_file(backend._ctx, str(path).encode(), 0, tokens,
+                                                                capacity + 1, ctypes.byref(count)):
+        backend.new_cache()
+        return None, None
+    cache.length = int(count.value)
+    return cache, list(tokens[: cache.length])
 
 
 def _walk_to(tree: DraftTree, tokens: Sequence[int]) -> int:

@@ -1,25 +1,29 @@
 """The local brain: a local instruct model with tool calling, no network and no key.
 
-Each turn, one constrained decode (agent.brains.constrained) over the conversation decides between
-a short text answer and one tool call whose name is a registry tool and whose arguments follow the
-tool's argument grammar (agent.brains.tool_grammar); the arguments are then validated with the
-tool's pydantic model, and a call that does not validate is decoded once more with the error in
-the conversation. A prompt or destination the user never wrote is not invented: the brain asks for
-it. The tool's result is answered with the same formatter as the rule planner (exact figures, their
-source), so the model writes only what it must: a choice, arguments, or a short sentence.
+Each turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
+{...}}``: the name is one of the registry's tools or ``reply`` (an answer in words: a question, a
+refusal, a greeting), the arguments follow the tool's argument grammar (agent.brains.tool_grammar),
+and the call is validated with the tool's pydantic model; one that does not validate is decoded once
+more with the error in the conversation. A prompt or destination the user never wrote is asked for,
+not invented; an optional filter they never wrote is dropped. The tool's result is answered with the
+rule planner's formatter (exact figures and their source), so the model writes only what it must.
 
-Speed: the system prompt and tool list are a fixed prefix whose KV cache is computed once and saved
-under the specpilot home (``cache/local-brain/``, keyed by a hash of the model and the prefix), so
-later turns and later processes only run the new tokens. Model: ``SPECPILOT_LOCAL_MODEL`` or the
-constructor's ``model``; default :data:`DEFAULT_LOCAL_MODEL` (chosen by benchmarks/conversation.py).
+Speed: a built-in model runs its GGUF file on llama.cpp (tools.engine.llamacpp; transformers
+otherwise). The system prompt and tool list are a fixed prefix whose KV cache is computed once and
+saved beside the model (``<models>/<name>/local-brain/``; other models: the specpilot home), keyed
+by a hash of the model files, the runner and the prefix, so later turns and later ``ask`` processes
+run only their new tokens. Model: the constructor's ``model``, else ``SPECPILOT_LOCAL_MODEL``, else
+:data:`DEFAULT_LOCAL_MODEL` (the most accurate built-in model in benchmarks/conversation.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,18 +37,24 @@ from memory.helpers import home_dir
 from tools import models
 from tools.agent_tools import registry
 from tools.agent_tools.saved_params import validate_saved_params
+from tools.engine import llamacpp
 from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
 
 MODEL_ENV = "SPECPILOT_LOCAL_MODEL"
+BACKEND_ENV = "SPECPILOT_LOCAL_BACKEND"  # auto (llama.cpp for a built-in model when installed) or transformers
+THREADS_ENV = "SPECPILOT_BRAIN_THREADS"
+N_CTX = 4096
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
 
+QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")  # single quotes: 3+ characters, so "don't" is not
 _ENGINES: dict[str, ConstrainedLM] = {}
+_QUIET = None  # llama.cpp's log callback, kept alive while it is installed
 
 
 def local_model_ref() -> str:
@@ -59,16 +69,17 @@ def local_model_available(ref: str | None = None) -> bool:
     return Path(ref).expanduser().exists()
 
 
-def prefix_cache_path(ref: str, model: Any, prefix: str) -> Path:
-    """Where the prefix KV cache of ``model`` for ``prefix`` is saved: beside a built-in model (in the
-    models folder), else in the specpilot home; named by a hash of everything that decides its values."""
+def prefix_cache_path(ref: str, runner: str, prefix: str) -> Path:
+    """Where the prefix KV cache of ``ref`` run by ``runner`` for ``prefix`` is saved: beside a built-in
+    model (in the models folder), else in the specpilot home; named by a hash of what decides it."""
     import transformers  # noqa: PLC0415  (third-party, loaded with the model already)
 
     where, gguf = models.resolve_ref(ref)
-    weights = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
-    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in weights]
-    key = json.dumps([CACHE_FORMAT, str(where), gguf, stamp, model.config.to_json_string(), str(model.dtype),
-                      transformers.__version__, prefix], default=str)
+    files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
+    if ref.lower() in models.BUILTIN_MODELS:
+        files.append(models.gguf_path(models.builtin(ref.lower())))
+    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
+    key = json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, transformers.__version__, prefix], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     if ref.lower() in models.BUILTIN_MODELS:
         return models.models_dir() / ref.lower() / "local-brain" / f"prefix-{digest}.pt"
@@ -82,13 +93,62 @@ def stop_ids(tokenizer) -> list[int]:
     return sorted(i for i in ids if isinstance(i, int))
 
 
+def brain_threads() -> int:
+    """CPU threads for llama.cpp: the cores other processes leave free now (at least one). llama.cpp's
+    threads wait for each other at every layer, so on a busy machine fewer threads run faster."""
+    if os.environ.get(THREADS_ENV):
+        return max(1, int(os.environ[THREADS_ENV]))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, round(cores - busy)))
+
+
+def open_model(ref: str) -> tuple[Any, Any, str]:
+    """(model or backend, tokenizer, how it runs) for ``ref``: a built-in model's GGUF file through
+    llama.cpp (tools.engine.llamacpp) when llama-cpp-python is installed, with the transformers
+    tokenizer of the same model (same ids); otherwise transformers (dtype auto)."""
+    name = ref.lower()
+    kind = os.environ.get(BACKEND_ENV, "auto")
+    if kind != "transformers" and name in models.BUILTIN_MODELS:
+        model = models.builtin(name)
+        hf = models.converted_path(model)
+        if models.gguf_path(model).is_file() and (hf / "tokenizer.json").is_file() and _llamacpp_installed():
+            from transformers import AutoTokenizer
+
+            _quiet_llamacpp()
+            backend = llamacpp.load_gguf(models.gguf_path(model), n_ctx=N_CTX, n_threads=brain_threads())
+            log.info("local brain: %s on llama.cpp, %d threads", ref, backend.n_threads)
+            return backend, AutoTokenizer.from_pretrained(str(hf)), "llama.cpp"
+    loaded = models.load(ref, dtype="auto")
+    log.info("local brain: %s on transformers, %s (%s)", ref, loaded.dtype, loaded.dtype_reason)
+    return loaded.model, loaded.tokenizer, f"transformers {loaded.dtype}"
+
+
+def _quiet_llamacpp() -> None:
+    """Keep llama.cpp's own log lines (printed by its C code) out of the conversation."""
+    import llama_cpp
+
+    global _QUIET
+    if _QUIET is None:
+        _QUIET = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(_QUIET, ctypes.c_void_p(0))
+
+
+def _llamacpp_installed() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def load_engine(ref: str) -> ConstrainedLM:
     """The model ``ref`` behind a ConstrainedLM with the prefix in its cache (loaded once per process)."""
     if ref not in _ENGINES:
-        loaded = models.load(ref, dtype="auto")
-        lm = ConstrainedLM(loaded.model, loaded.tokenizer, stop_ids(loaded.tokenizer))
+        model, tokenizer, how = open_model(ref)
+        lm = ConstrainedLM(model, tokenizer, stop_ids(tokenizer))
         prefix = local_prompt.prefix_text(registry.load_tools())
-        path = prefix_cache_path(ref, loaded.model, prefix)
+        path = prefix_cache_path(ref, how, prefix)
         if not (path.exists() and lm.load_prefix(path, prefix)):
             lm.set_prefix(prefix)
             try:
@@ -121,6 +181,8 @@ class LocalBrain:
         self.model = model or local_model_ref()
         self.max_text_tokens = max_text_tokens
         self.history: list[str] = []  # past exchanges, as chat markup
+        self.user_texts: list[str] = []  # what the user wrote (arguments are grounded in it)
+        self.pending: tuple[Decision, str] | None = None  # a call waiting for the argument we asked for
         self.last_turn: dict = {}  # seconds, forward passes and tokens of the last turn
 
     def engine(self) -> ConstrainedLM:
@@ -130,7 +192,7 @@ class LocalBrain:
         start = time.perf_counter()
         lm = self.engine()
         passes, fed = lm.passes, lm.fed
-        decision = self.decide(text)
+        decision = self._answered(text) or self.decide(text)
         reply = self._act(session, text, decision)
         self.last_turn = {"seconds": time.perf_counter() - start, "passes": lm.passes - passes,
                           "tokens": lm.fed - fed, "tool": decision.name, "arguments": decision.arguments}
@@ -138,12 +200,23 @@ class LocalBrain:
 
     # ---- deciding -------------------------------------------------------------------------------------
 
+    def _answered(self, text: str) -> Decision | None:
+        """The call we asked an argument for, completed with the quoted text of this answer (None when
+        nothing was asked, or the answer quotes nothing: then the model reads it)."""
+        pending, self.pending = self.pending, None
+        quoted = QUOTED.search(text)
+        if pending is None or quoted is None:
+            return None
+        decision, key = pending
+        value = next(g for g in quoted.groups() if g)
+        return Decision(name=decision.name, arguments={**decision.arguments, key: value})
+
     def decide(self, text: str) -> Decision:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
         validation error shown to the model."""
         tools = registry.load_tools()
         context = self._context() + local_prompt.user_turn(text)
-        said = " ".join([*self.history, text])
+        said = " ".join([*self.user_texts, text])
         decision = self._decode(context, tools, said)
         if decision.error is None:
             return decision
@@ -185,14 +258,15 @@ class LocalBrain:
 
     def _act(self, session: Any, text: str, decision: Decision) -> Reply:
         turn = local_prompt.user_turn(text)
+        self.user_texts.append(text)
         if decision.name is None:
             answer = decision.text or "Could you say that in other words?"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
             return Reply(answer)
-        missing = self._ungrounded(session, text, decision)
+        missing = self._ground(session, text, decision, registry.load_tools())
         if missing:
-            question = (f"Which {missing} should I use for {decision.name}? Please give it in quotes, "
-                        "and I will run it on this machine.")
+            question = ask_for(decision, missing)
+            self.pending = (decision, missing)
             self.history.append(turn + local_prompt.reply_call(question) + local_prompt.IM_END + "\n")
             return Reply(question, awaiting=f"the {missing} for {decision.name}")
         if decision.error is not None:
@@ -201,20 +275,37 @@ class LocalBrain:
             return Reply(answer, unfinished=f"no valid {decision.name} call: {decision.error}")
         result = session.call_tool(decision.name, decision.arguments)
         answer = _answer(result)
-        summary = answer.strip().splitlines()[0][:200] if answer.strip() else "done"
+        summary = next((line.strip() for line in answer.splitlines() if len(line.strip()) > 8), "")[:200]
         self.history.append(turn + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END
                             + f"\n{local_prompt.IM_START}user\n<tool_response>\n{summary}\n</tool_response>"
                             + local_prompt.IM_END + "\n")
         return Reply(answer)
 
-    def _ungrounded(self, session: Any, text: str, decision: Decision) -> str | None:
-        """The first argument that should be the user's own words but is not in what they wrote."""
-        said = " ".join([text, *self.history, str(getattr(session, "last_prompt", None) or "")]).casefold()
+    def _ground(self, session: Any, text: str, decision: Decision, tools: dict) -> str | None:
+        """Drop optional text arguments the user never wrote (an invented filter is no filter); return
+        the first required one that is not in their words (it is asked for, not invented)."""
+        said = _squash(" ".join([*self.user_texts, str(getattr(session, "last_prompt", None) or "")]))
+        required = set(tools[decision.name].input_schema().get("required", ())) if decision.name in tools else set()
         for key in GROUNDED:
             value = decision.arguments.get(key)
-            if isinstance(value, str) and _squash(value) not in _squash(said):
-                return key
+            if isinstance(value, str) and _squash(value) not in said:
+                if key in required:
+                    return key
+                del decision.arguments[key]
         return None
+
+
+def ask_for(decision: Decision, key: str) -> str:
+    """The question for a required argument the user did not give."""
+    args = decision.arguments
+    if key == "prompt":
+        methods = args.get("methods") or [args.get("method")]
+        named = " and ".join(m for m in methods if m) or "it"
+        verb = "compare" if decision.name == "compare_methods" else "run"
+        return f"Which prompt should I {verb} {named} on? Please give it in quotes."
+    if key == "destination":
+        return "Where should the results go (a URL or a folder outside this machine)? Please give it in quotes."
+    return f"Which {key} should I use for {decision.name}? Please give it in quotes."
 
 
 def _answer(result: Any) -> str:

@@ -38,7 +38,7 @@ SHORT = {
     "save_params": "save a method's parameters as the user's defaults",
     "guidance": "suggest starting parameters for a method",
     "measure_cost_curve": "measure the target's forward-pass cost curve on this machine",
-    "explain": "explain how a method works, or the trade-offs between methods",
+    "explain": "explain how a method works and why its output stays the same, or the trade-offs between methods",
     "check_deps": "check the Python packages a method needs",
     "install_packages": "install Python packages with pip (asks the user first)",
     "train_medusa": "train Medusa heads for the target (asks the user first)",

@@ -29,10 +29,8 @@ MODEL_FIELDS = ("target", "draft")  # chosen among the built-in models
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
 MAX_KEYS = 6  # arguments per object at most
 # an optional setting is offered only when the user's words could have set it (the model must not
-# invent a temperature or a target): numbers need a digit, models a mention of a model, dtypes a dtype
-MENTIONS = {"number": re.compile(r"\d"),
-            "model": re.compile(r"model|smollm|qwen|\b\d+(?:\.\d+)?\s*[bm]\b", re.IGNORECASE),
-            "dtype": re.compile(r"float|bf16|fp16|fp32|dtype|precision|half", re.IGNORECASE)}
+# invent a temperature, a target or a filter): a number needs a digit, a choice one of its values named
+DIGIT = re.compile(r"\d")
 MAX_STRING_TOKENS = 64
 MAX_LIST_ITEMS = 6
 
@@ -92,15 +90,57 @@ def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
 
 
-def mentioned(arg: Arg, said: str) -> bool:
-    """Whether the user's words (``said``) could have set ``arg`` (required arguments always could)."""
+# words of setting names that users say for other reasons (method names, "prompt lookup", "max tokens")
+# how people name the values of optional choices; a value not listed is named by itself ("json", "gpu")
+VALUE_WORDS = {
+    "draft": r"draft|speculative|assisted", "medusa": r"medusa", "lookahead": r"look[- ]?ahead|jacobi",
+    "ngram": r"n-?gram|prompt[- ]lookup", "baseline": r"baseline|plain|autoregressive|no speculation",
+    "smollm2-135m-instruct": r"smol|135m|small|tiny", "qwen2.5-coder-0.5b-instruct": r"0\.5 ?b|500m|half a billion",
+    "qwen2.5-coder-1.5b-instruct": r"1\.5 ?b|default (?:target|model)",
+}
+# optional text filters are offered only when the request talks about what they filter on
+TEXT_CUES = {"prompt_contains": r"prompt|containing|mention", "run_id": r"\b[0-9a-f]{4,}\b"}
+GENERIC_WORDS = frozenset({"as", "the", "of", "to", "from", "max", "min", "num", "size", "prompt", "run", "runs",
+                           "k", "new", "tokens", "pool", "lookup", "draft", "medusa", "lookahead", "ngram", "baseline"})
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in name.split("_") if w not in GENERIC_WORDS]
+
+
+def named(name: str, said: str, every: bool = True) -> bool:
+    """Whether ``said`` names the setting ``name`` (every / any of its own words, e.g. "adaptive")."""
+    found = [re.search(rf"\b{re.escape(w)}", said, re.IGNORECASE) is not None for w in _words(name)]
+    return bool(found) and (all(found) if every else any(found))
+
+
+def said_values(arg: Arg, said: str) -> tuple[str, ...]:
+    """The values of an optional choice that ``said`` names (all of them for a required one)."""
+    if arg.required or arg.kind != "enum":
+        return arg.values
+    pattern = {v: VALUE_WORDS.get(v, re.escape(v).replace(r"\_", "[-_ ]?").replace(r"\-", "[-_ ]?"))
+               for v in arg.values}
+    return tuple(v for v, p in pattern.items() if re.search(rf"\b(?:{p})", said, re.IGNORECASE))
+
+
+def mentioned(arg: Arg, said: str, strict: bool = False) -> bool:
+    """Whether the user's words (``said``) could have set ``arg``: required arguments always; optional
+    choices when one of their values is named; numbers when a digit is written; flags when named; a
+    method's ``params`` when a digit or one of their names is. ``strict`` (inside params): text only
+    when named."""
     if arg.required:
         return True
-    if arg.name in MODEL_FIELDS:
-        return bool(MENTIONS["model"].search(said))
-    if arg.name == "dtype":
-        return bool(MENTIONS["dtype"].search(said))
-    return arg.kind != "number" or bool(MENTIONS["number"].search(said))
+    if arg.kind == "enum":
+        return bool(said_values(arg, said))
+    if arg.kind == "number":
+        return bool(DIGIT.search(said))
+    if arg.kind == "bool":
+        return named(arg.name, said)
+    if arg.kind == "params":
+        return bool(DIGIT.search(said)) or any(named(p.name, said, every=False) for p in param_args(None))
+    if arg.name in TEXT_CUES:
+        return re.search(TEXT_CUES[arg.name], said, re.IGNORECASE) is not None
+    return not strict or named(arg.name, said, every=False)
 
 
 def param_args(method: str | None) -> list[Arg]:
@@ -188,11 +228,11 @@ def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Ar
     return options, meaning
 
 
-def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -> dict:
-    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set);
-    the closing ``}`` is committed too."""
+def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, strict: bool = False) -> dict:
+    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set,
+    optional choices narrowed to the values it names); the closing ``}`` is committed too."""
     out: dict = {}
-    args = [a for a in args if mentioned(a, said)]
+    args = [Arg(a.name, a.kind, said_values(a, said), a.required) for a in args if mentioned(a, said, strict)]
     left = list(args)
     while len(out) < MAX_KEYS and left:
         options, meaning = _key_options(left, first=not out)
@@ -222,7 +262,7 @@ def _decode_value(lm, arg: Arg, said: str, siblings: dict) -> Any:
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
-    return decode_object(lm, param_args(siblings.get("method")), said) or None  # params
+    return decode_object(lm, param_args(siblings.get("method")), said, strict=True) or None  # params
 
 
 def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
