@@ -221,15 +221,27 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
 
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))
-    made_up = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "Write a quicksort"})
+    made_up = local.Decision(name="compare_methods", arguments={"methods": ["draft", "medusa"], "prompt": "Write a quicksort"})
     monkeypatch.setattr(brain, "decide", lambda text: made_up)
     session = RecordingSession()
-    reply = brain.respond(session, "run draft")
-    assert session.calls == [] and reply.awaiting and "prompt" in reply.text
-    grounded = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def fib(n):"})
-    monkeypatch.setattr(brain, "decide", lambda text: grounded)
-    brain.respond(session, "run draft on 'def  fib(n):'")
-    assert session.calls == [("run_method", grounded.arguments)]
+    reply = brain.respond(session, "compare draft and medusa")
+    assert session.calls == [] and reply.awaiting
+    assert reply.text.startswith("Which prompt should I compare draft and medusa on?")
+    brain.respond(session, "'def fib(n):'")  # the answer completes the call asked about (no model needed)
+    assert session.calls == [("compare_methods", {"methods": ["draft", "medusa"], "prompt": "def fib(n):"})]
+
+
+def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    invented = local.Decision(name="lookup_runs", arguments={"method": "draft", "prompt_contains": "acceptance rates"})
+    monkeypatch.setattr(brain, "decide", lambda text: invented)
+    session = RecordingSession()
+    brain.respond(session, "show me the acceptance rate of the  DRAFT runs")
+    assert session.calls == [("lookup_runs", {"method": "draft"})]
+    kept = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def fib(n):"})
+    monkeypatch.setattr(brain, "decide", lambda text: kept)
+    brain.respond(session, "run draft on 'def  fib(n):'")  # spacing and case aside, the user wrote it
+    assert session.calls[-1] == ("run_method", kept.arguments)
 
 
 def test_local_model_available_follows_the_files(tmp_path, monkeypatch, chat_model_dirs):
