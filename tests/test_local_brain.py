@@ -242,6 +242,11 @@ def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_mod
     monkeypatch.setattr(brain, "decide", lambda text: kept)
     brain.respond(session, "run draft on 'def  fib(n):'")  # spacing and case aside, the user wrote it
     assert session.calls[-1] == ("run_method", kept.arguments)
+    article = "Summarise: " + "the cat sat on the mat and looked out of the window. " * 30
+    cut = local.Decision(name="run_method", arguments={"method": "ngram", "prompt": article[:80]})
+    monkeypatch.setattr(brain, "decide", lambda text: cut)
+    brain.respond(session, f'run ngram on "{article}"')  # a long prompt is passed whole, not as far as copied
+    assert session.calls[-1] == ("run_method", {"method": "ngram", "prompt": article})
 
 
 def test_local_model_available_follows_the_files(tmp_path, monkeypatch, chat_model_dirs):

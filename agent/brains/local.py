@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 MODEL_ENV = "SPECPILOT_LOCAL_MODEL"
 BACKEND_ENV = "SPECPILOT_LOCAL_BACKEND"  # auto (llama.cpp for a built-in model when installed) or transformers
 THREADS_ENV = "SPECPILOT_BRAIN_THREADS"
-N_CTX = 4096
+N_CTX = 8192  # llama.cpp context: prefix (~1.3k tokens) + history + a pasted prompt
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
@@ -281,9 +281,21 @@ class LocalBrain:
                             + local_prompt.IM_END + "\n")
         return Reply(answer)
 
+    def _whole(self, value: str) -> str:
+        """The user's whole quoted prompt that ``value`` begins (the model copies at most
+        MAX_STRING_TOKENS tokens of it), else ``value``."""
+        start = _squash(value)
+        for text in reversed(self.user_texts):
+            for part in quoted_parts(text):
+                if len(part) > len(value) and _squash(part).startswith(start):
+                    return part
+        return value
+
     def _ground(self, session: Any, text: str, decision: Decision, tools: dict) -> str | None:
         """Drop optional text arguments the user never wrote (an invented filter is no filter); return
         the first required one that is not in their words (it is asked for, not invented)."""
+        if isinstance(decision.arguments.get("prompt"), str):
+            decision.arguments["prompt"] = self._whole(decision.arguments["prompt"])
         said = _squash(" ".join([*self.user_texts, str(getattr(session, "last_prompt", None) or "")]))
         required = set(tools[decision.name].input_schema().get("required", ())) if decision.name in tools else set()
         for key in GROUNDED:
@@ -293,6 +305,12 @@ class LocalBrain:
                     return key
                 del decision.arguments[key]
         return None
+
+
+def quoted_parts(text: str) -> list[str]:
+    """The quoted texts of a message, and what follows its first colon (how users give a prompt)."""
+    parts = [next(g for g in m.groups() if g) for m in QUOTED.finditer(text)]
+    return parts + ([text.split(":", 1)[1].strip()] if ":" in text else [])
 
 
 def ask_for(decision: Decision, key: str) -> str:
