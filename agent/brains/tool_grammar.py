@@ -6,8 +6,11 @@ threads, seeds, device maps) is left out, so the prompt stays short and the mode
 :func:`signature` renders a tool in one line for the prompt; :func:`decode_arguments` decodes the
 JSON arguments with a ConstrainedLM: keys, enum values and booleans are chosen among the allowed
 ones, numbers are digits, strings are free text (usually copied from the user's words), and a
-method's ``params`` take that method's own parameter names. Required keys come before the object
-may close. The result is a dict that the caller validates with the tool's input model.
+method's ``params`` take that method's own parameter names; the object closes only once its required
+keys are in. An optional argument is offered only when the user's words could have set it (a digit
+for a number, a named value for a choice, the setting's name for a flag), so a small model cannot
+invent a temperature, a target or a filter. The result is a dict that the caller validates with the
+tool's input model.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.agent_tools.registry import Tool
+from tools.bench.run import RunInput
 from tools.engine.params import PARAM_MODELS
 from tools.models import BUILTIN_MODELS, DTYPES
 
@@ -28,11 +32,9 @@ HIDDEN = frozenset({"approval_id", "device_map", "threads", "seed", "warmup", "c
 MODEL_FIELDS = ("target", "draft")  # chosen among the built-in models
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
 MAX_KEYS = 6  # arguments per object at most
-# an optional setting is offered only when the user's words could have set it (the model must not
-# invent a temperature, a target or a filter): a number needs a digit, a choice one of its values named
-DIGIT = re.compile(r"\d")
 MAX_STRING_TOKENS = 64
 MAX_LIST_ITEMS = 6
+DIGIT = re.compile(r"\d")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,6 @@ def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
 
 
-# words of setting names that users say for other reasons (method names, "prompt lookup", "max tokens")
 # how people name the values of optional choices; a value not listed is named by itself ("json", "gpu")
 VALUE_WORDS = {
     "draft": r"draft|speculative|assisted", "medusa": r"medusa", "lookahead": r"look[- ]?ahead|jacobi",
@@ -100,6 +101,7 @@ VALUE_WORDS = {
 }
 # optional text filters are offered only when the request talks about what they filter on
 TEXT_CUES = {"prompt_contains": r"prompt|containing|mention", "run_id": r"\b[0-9a-f]{4,}\b"}
+# words of setting names that users say for other reasons (method names, "prompt lookup", "max tokens")
 GENERIC_WORDS = frozenset({"as", "the", "of", "to", "from", "max", "min", "num", "size", "prompt", "run", "runs",
                            "k", "new", "tokens", "pool", "lookup", "draft", "medusa", "lookahead", "ngram", "baseline"})
 
@@ -151,10 +153,9 @@ def param_args(method: str | None) -> list[Arg]:
     for m in methods:
         for arg in schema_args(PARAM_MODELS[m].model_json_schema()):
             own.setdefault(arg.name, Arg(arg.name, arg.kind, arg.values))
-    settings = {"max_new_tokens": Arg("max_new_tokens", "number"), "temperature": Arg("temperature", "number"),
-                "top_p": Arg("top_p", "number"), "dtype": Arg("dtype", "enum", DTYPES),
-                "target": Arg("target", "enum", tuple(BUILTIN_MODELS)), "draft": Arg("draft", "enum", tuple(BUILTIN_MODELS))}
-    return list(own.values()) + [a for name, a in settings.items() if name in RUN_SETTINGS and name not in own]
+    run = RunInput.model_json_schema()["properties"]
+    settings = [arg_of(name, run[name]) for name in RUN_SETTINGS if name not in own]
+    return list(own.values()) + [a for a in settings if a is not None]
 
 
 def signature(tool: Tool, description: str) -> str:
