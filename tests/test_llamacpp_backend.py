@@ -18,8 +18,8 @@ pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
 from tools.engine import autoregressive, lookahead, methods, prompt_lookup  # noqa: E402
-from tools.engine.llamacpp import (LlamaReference, as_loaded, draft_generate, load_gguf,  # noqa: E402
-                                   tree_of)
+from tools.engine.llamacpp import (LlamaReference, as_loaded, diagnose_divergence, draft_generate,  # noqa: E402
+                                   load_gguf, tree_of)
 from tools.engine.params import DraftParams, LookaheadParams, PromptLookupParams  # noqa: E402
 from tools.engine.types import GenerationSettings  # noqa: E402
 from tools.errors import ParameterError  # noqa: E402
@@ -228,9 +228,20 @@ def test_what_the_backend_refuses(target):
         target.forward(torch.tensor([[1, 2, 3]]), cache, torch.tensor([[0, 1, 2]]), not_a_tree)
     with pytest.raises(ParameterError, match="token tree"):  # right pattern, wrong positions
         tree_of(torch.ones(2, 2, dtype=torch.bool).tril(), [0, 2], 0, 8)
+    with pytest.raises(ParameterError, match="llama_decode failed with code 1"):  # past the 512-token context
+        target.forward(torch.zeros(1, 600, dtype=torch.long), target.new_cache(), torch.arange(600)[None], rows=1)
     target.new_cache()
     with pytest.raises(ParameterError, match="current cache"):
         target.forward(torch.tensor([[1]]), cache, torch.tensor([[0]]))
+
+
+def test_divergence_diagnosis(target, baselines):
+    prompt, base = PROMPTS[0], baselines[0]
+    assert diagnose_divergence(target, prompt, base, list(base)) is None
+    assert diagnose_divergence(target, prompt, base, base[:10])["kind"] == "length"
+    wrong = base[:5] + [(base[5] + 1) % len(VOCAB)] + base[6:]
+    found = diagnose_divergence(target, prompt, base, wrong)
+    assert found["position"] == 5 and found["kind"] == "mismatch" and found["margin"] > 0
 
 
 def test_gguf_tokenizer(target):

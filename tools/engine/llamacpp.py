@@ -32,7 +32,7 @@ near-tie a method may pick the other token: ``diagnose_divergence`` shows which 
 from __future__ import annotations
 
 import ctypes
-import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,13 +55,19 @@ _NO_HIDDEN = ("the llama.cpp backend does not expose final hidden states or the 
 
 
 def _lib():
-    """The llama_cpp module (imported on first use), with llama.cpp's own log chatter off."""
+    """The llama_cpp module (imported on first use), llama.cpp logging only its errors."""
     try:
         import llama_cpp
     except ImportError as exc:
         raise DependencyError(f"llama-cpp-python is not installed ({exc})", hint=_INSTALL_HINT) from exc
     if not getattr(_lib, "ready", False):
-        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+        @llama_cpp.llama_log_callback
+        def errors_only(level, text, user_data):  # ggml_log_level: 3 warn, 4 error
+            if level == 4:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _lib.log = errors_only  # llama.cpp keeps the pointer: keep the callback alive
+        llama_cpp.llama_log_set(errors_only, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _lib.ready = True
     return llama_cpp
@@ -155,11 +161,12 @@ class LlamaCppBackend(Backend):
                                  hint="lower n_ctx")
         self._mem = lib.llama_get_memory(self._ctx)
         self._vocab = lib.llama_model_get_vocab(self._model)
-        self.n_ctx, self.n_batch, self.n_seq_max = lib.llama_n_ctx(self._ctx), n_batch, n_seq_max
+        # llama.cpp may lower n_batch (to n_ctx) and round n_ctx: use what the context has
+        self.n_ctx, self.n_batch, self.n_seq_max = lib.llama_n_ctx(self._ctx), lib.llama_n_batch(self._ctx), n_seq_max
         self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
         self.hidden_size = int(lib.llama_model_n_embd(self._model))
         self.device, self.dtype = torch.device("cpu"), torch.float32
-        self._init_batch(n_batch, n_seq_max)
+        self._init_batch(self.n_batch, n_seq_max)
         self._generation = 0
         self._tokenizer = None
 
@@ -231,7 +238,8 @@ class LlamaCppBackend(Backend):
                                      "root-to-node path of the token tree it just verified")
             self.crop(cache, start + len(keep))
             return
-        if start != tree.start or any(tree.parents[k] != (keep[i - 1] if i else -1) for i, k in enumerate(keep)):
+        if start != tree.start or any(not 0 <= k < len(tree.parents) or tree.parents[k] != (keep[i - 1] if i else -1)
+                                      for i, k in enumerate(keep)):
             raise ParameterError("keep_positions after a tree forward must keep a root-to-node path of that tree")
         lib, mem, end = self._lib, self._mem, start + len(keep)
         s = tree.seqs[keep[-1]][0] if keep else 0
@@ -445,17 +453,18 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
     return decode(target, prompt_ids, settings, step, "draft")
 
 
-def _last_logits(backend: LlamaCppBackend, prompt: list[int], generated: list[int], batch: int) -> torch.Tensor:
-    """The logits after prompt + generated as the baseline computes them (``batch`` 1: the prompt in one
-    forward, then one token at a time), or with the last ``batch`` tokens in one forward."""
+def _logits_after(backend: LlamaCppBackend, prompt: list[int], generated: list[int], batch: int,
+                  history: bool) -> torch.Tensor:
+    """The logits after prompt + generated, the prompt in one forward and the last ``batch`` tokens in
+    one forward; the tokens between one at a time (the baseline's way when ``batch`` is 1), or with
+    ``history`` in passes of ``batch`` too (as a method's accepted tokens came from verification passes)."""
     chain = prompt + generated
-    split = len(prompt) if batch == 1 else max(1, len(chain) - batch)
-    first = min(split, len(prompt))
-    cache = backend.new_cache()
-    logits = backend.forward(torch.tensor([chain[:first]]), cache, torch.arange(first)[None], rows=1)
-    pieces = [[t] for t in chain[first:split]] + ([chain[split:]] if batch > 1 else [[t] for t in chain[split:]])
-    length = first
-    for piece in pieces:
+    last = min(batch, len(chain) - 1) if generated or batch > 1 else 0
+    head = min(len(prompt), len(chain) - last)
+    middle, step = chain[head: len(chain) - last], batch if history else 1
+    pieces = [chain[:head], *(middle[i: i + step] for i in range(0, len(middle), step)), chain[len(chain) - last:]]
+    cache, length = backend.new_cache(), 0
+    for piece in (p for p in pieces if p):
         logits = backend.forward(torch.tensor([piece]), cache, torch.arange(length, length + len(piece))[None], rows=1)
         length += len(piece)
     return logits[-1]
@@ -466,26 +475,33 @@ def diagnose_divergence(backend: LlamaCppBackend, prompt_ids, baseline_ids: list
     """Where a method's greedy output leaves the baseline's on this backend, and why: None when equal.
 
     llama.cpp's quantized matmuls round differently for a batch of tokens than for one (other kernels,
-    other summation order), so a verification pass can flip a near-tie. The baseline's top-1/top-2
+    other summation order), so verification passes can flip a near-tie. The baseline's top-1/top-2
     margin at the first differing token is measured the baseline's way, then that position is recomputed
-    as the last row of batches of ``batches`` tokens: ``near_tie`` when one of them picks the method's
-    token (shown, not assumed), ``mismatch`` otherwise."""
+    as the last row of a pass of n tokens (n in ``batches``), the tokens before it one at a time or in
+    passes of n: ``near_tie`` when the method's token is the baseline's second choice and one of these
+    picks it (shown, not assumed), ``mismatch`` otherwise."""
     pos = next((i for i, (a, b) in enumerate(zip(baseline_ids, method_ids)) if a != b), None)
     if pos is None:
         return None if len(baseline_ids) == len(method_ids) else {"position": min(len(baseline_ids), len(method_ids)),
                                                                   "kind": "length", "margin": None}
-    prompt, generated = list(prompt_ids), list(baseline_ids[:pos])
-    top2 = torch.topk(_last_logits(backend, prompt, generated, 1), 2)
-    margin = float(top2.values[0] - top2.values[1])
-    picks = {n: int(_last_logits(backend, prompt, generated, n).argmax()) for n in batches
-             if n < len(prompt) + pos}
-    flips = [n for n, t in picks.items() if t == method_ids[pos]]
-    out = {"position": pos, "baseline_token": baseline_ids[pos], "method_token": method_ids[pos], "margin": margin,
-           "batched_top1": picks, "kind": "near_tie" if flips else "mismatch"}
+    prompt, generated, token = list(prompt_ids), list(baseline_ids[:pos]), method_ids[pos]
+    top2 = torch.topk(_logits_after(backend, prompt, generated, 1, False), 2)
+    margin, second = float(top2.values[0] - top2.values[1]), int(top2.indices[1])
+    picks = {}
+    for n in batches:
+        for history in (False, True):
+            if second == token and not any(t == token for t in picks.values()):
+                picks[f"{n} tokens" + (f" (earlier tokens in passes of {n} too)" if history else "")] = int(
+                    _logits_after(backend, prompt, generated, n, history).argmax())
+    flips = [k for k, t in picks.items() if t == token]
+    out = {"position": pos, "baseline_token": baseline_ids[pos], "method_token": token, "margin": margin,
+           "baseline_second": second, "batched_top1": picks, "kind": "near_tie" if flips else "mismatch"}
     out["explanation"] = (
         f"near-tie: the baseline's top-1/top-2 margin is {margin:.4g}, and llama.cpp computing this position in a "
-        f"batch of {flips[0]} tokens picks the method's token itself (batched kernels round differently)"
-        if flips else f"mismatch: margin {margin:.4g}, and no batch of {list(picks)} tokens picks the method's token")
+        f"pass of {flips[0]} tokens picks the method's token itself (batched kernels round differently)" if flips
+        else f"mismatch: margin {margin:.4g}; the method's token is "
+             + ("the baseline's second choice but no batched recomputation picks it" if second == token
+                else "not even the baseline's second choice"))
     return out
 
 
