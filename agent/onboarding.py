@@ -6,7 +6,9 @@ target is refused with the reason.
 
 Every answer is saved as it is given (``onboarding.*`` answers), so an interrupted onboarding
 resumes where it stopped and nothing answered is asked twice; once the parameters are saved the
-onboarding is marked complete and later sessions ask nothing.
+onboarding is marked complete and later sessions ask nothing. Of the method's own parameters only
+those the person changed from the offered value are saved: a value kept as offered is left to each
+run, which sizes it to this machine (saved values would override that sizing).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from agent.brains.base import Reply
 from agent.brains.offline import find_method
 from agent.loop import Session
+from tools.bench.sizing import SIZED_FIELDS
 from tools.errors import ParameterError
 from tools.engine.methods import METHODS as METHOD_SPECS, parse_params
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for
@@ -127,9 +130,20 @@ def run_onboarding(session: Session, ask: Ask, say: Say) -> Reply | None:
             "/help lists what I can do.")
         return None
     store.mark_onboarding_complete()
-    say(f"Saved {method} parameters: " + ", ".join(f"{k}={v}" for k, v in params.items())
-        + ". I will not ask for them again.")
+    say(saved_text(method, params))
     return _first_run(session, method, params, ask, say)
+
+
+def saved_text(method: str, params: dict) -> str:
+    """What onboarding saved, and which of the method's parameters were kept as suggested (not saved)."""
+    text = f"Saved {method} parameters: " + ", ".join(f"{k}={v}" for k, v in params.items()) + "."
+    left = [k for k in OWN_PARAMS[method] if k not in params]
+    sized = [k for k in left if k in SIZED_FIELDS.get(method, ())]
+    if sized:
+        text += f" Not saved, so each run sizes them to this machine: {', '.join(sized)}."
+    if len(sized) < len(left):
+        text += f" Not saved, so each run uses the default: {', '.join(k for k in left if k not in sized)}."
+    return text + " I will not ask for them again."
 
 
 class Skipped(Exception):
@@ -153,8 +167,7 @@ def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
     suggested = session.call_tool("guidance", {"method": method})
     suggested_params = {} if suggested.is_error else suggested.content["suggested_params"]
     if not suggested.is_error:
-        say(f"Suggested starting values ({suggested.content['source']}; advice to be measured): "
-            + ", ".join(f"{k}={suggested_params[k]}" for k in OWN_PARAMS[method] if k in suggested_params))
+        say(suggestion_text(method, suggested.content))
     params = _collect(store, method, suggested_params, ask, say, use_saved=True)
     while True:
         saved = session.call_tool("save_params", {"method": method, "params": params, "make_default": True,
@@ -163,6 +176,18 @@ def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
             return params
         say(f"Those parameters do not work together: {saved.content['error']} — please answer them again.")
         params = _collect(store, method, suggested_params, ask, say, use_saved=False)
+
+
+def suggestion_text(method: str, guidance: dict) -> str:
+    """The suggested values of the method's own parameters (guidance's answer), each with its reason
+    where guidance gives one, and what pressing Enter does."""
+    params, why = guidance["suggested_params"], guidance.get("param_reasons") or {}
+    lines = [f"Suggested starting values ({guidance['source']}; advice to be measured): "
+             + ", ".join(f"{k}={params[k]}" for k in OWN_PARAMS[method] if k in params)]
+    lines += [f"  {k}={params[k]}: {why[k]}" for k in OWN_PARAMS[method] if k in params and k in why]
+    lines.append("Press Enter to keep a suggested value: kept ones are not saved, so every run picks them itself "
+                 "(sized to this machine where they can be).")
+    return "\n".join(lines)
 
 
 def first_run_plan(method: str, params: dict) -> tuple[str, int]:
@@ -210,6 +235,7 @@ def _collect(store: Any, method: str, suggested: dict, ask: Ask, say: Say, use_s
                 value = parse_answer(_ask(ask, q.text, "" if q.default is None else str(q.default)), q.default)
                 if q.key in OWN_PARAMS[method]:
                     parse_params(method, {q.key: value})
+                    value = kept(value, q.default)
                 if q.key == "draft":
                     check_draft(str(params.get("target") or DEFAULT_TARGET), value)
             except ParameterError as exc:
@@ -219,6 +245,13 @@ def _collect(store: Any, method: str, suggested: dict, ask: Ask, say: Say, use_s
         if value != "" and value is not None:
             params[q.key] = value
     return params
+
+
+def kept(value: Any, offered: Any) -> Any:
+    """A method parameter's answer as saved: None when it is the value offered (Enter, or the same value
+    typed), so it is not saved and each run sizes it to this machine (tools.bench.sizing: memory would
+    override the sizing), else the value the person chose."""
+    return None if value == offered else value
 
 
 def draft_question(target: str) -> Question:

@@ -81,10 +81,10 @@ def test_an_interrupted_bench_resumes_with_what_is_left(tiny_model_dir, prompt_f
 
 def test_prompt_sets_are_read_with_category_and_limit(tmp_path):
     rows = load_prompt_set(None)
-    assert default_prompts_path().name == "demo_prompts.jsonl"
+    assert default_prompts_path().name == "spec_bench_eval.jsonl"  # the eval half: nothing is fitted on it
     categories = {r["category"] for r in rows}
     assert {"coding", "math_reasoning", "summarization", "rag", "writing", "translation"} <= categories
-    assert len(rows) >= 12 and len({r["question_id"] for r in rows}) == len(rows)
+    assert len(categories) == 13 and len({r["question_id"] for r in rows}) == len(rows)
     one_each = load_prompt_set(None, limit=1)
     assert len(one_each) == len(categories)
     assert all(r["category"] == "coding" for r in load_prompt_set(None, category="coding"))

@@ -48,10 +48,12 @@ def answer(child: pexpect.spawn, question: str, text: str) -> str:
 def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_model_folder, specpilot_home):
     first = spawn_chat(specpilot_home)
     assert "No parameters saved yet." in answer(first, "Which method do you want to use?", "lookahead")
-    answer(first, "Target model", str(tiny_model_folder))
-    answer(first, "lookahead parameter window [15]", "3")
-    answer(first, "lookahead parameter ngram [5]", "3")
-    answer(first, "lookahead parameter guess [5]", "")  # Enter keeps the offered default
+    # the offered values are sized as runs size them (on a CPU without a curve: never the GPU's W=15, N=5, G=5)
+    offered = answer(first, "Target model", str(tiny_model_folder))
+    assert re.search(r"window=\d+: (sized|default): ", offered) and "Press Enter to keep a suggested value" in offered
+    answer(first, "lookahead parameter window [", "2")
+    answer(first, "lookahead parameter ngram [", "3")
+    answer(first, "lookahead parameter guess [", "")  # Enter keeps the offered value: not saved, sized per run
     answer(first, "max_new_tokens", "12")
     answer(first, "temperature", "")
     answer(first, "Run a short first measurement now (lookahead on", "y")  # optional, and short
@@ -65,12 +67,14 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
 
     with Store() as store:
         assert store.onboarding_complete()
-        assert store.get_params("lookahead") == {"target": str(tiny_model_folder), "window": 3, "ngram": 3,
-                                                 "guess": 5, "max_new_tokens": 12, "temperature": 0.0}
+        assert store.get_params("lookahead") == {"target": str(tiny_model_folder), "window": 2, "ngram": 3,
+                                                 "max_new_tokens": 12, "temperature": 0.0}
         assert store.get_answer("default_method") == "lookahead"
         [run] = store.list_runs()
         assert run["run_id"] == run_id and run["method"] == "lookahead" and run["prompt"] == "write a python function"
-        assert run["params"]["window"] == 3 and run["new_tokens"] == 12
+        assert run["params"]["window"] == 2 and run["new_tokens"] == 12
+        assert run["params_source"] == "memory" and run["sizing"]["window"].startswith("memory: ")
+        assert run["sizing"]["guess"].startswith("sized: ")  # the value kept at onboarding is sized by the run
         assert f"{run['speedup']:.2f}" == shown_speedup
         [task] = store.list_tasks()
         assert task["status"] == "done" and task["run_ids"] == [run_id]
@@ -79,7 +83,7 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
     second = spawn_chat(specpilot_home)
     greeting = answer(second, "you> ", "what was the speedup for the lookahead run on that prompt?")
     assert "Saved parameters (I will not ask for these again):" in greeting
-    assert f"lookahead (default): target={tiny_model_folder}, window=3" in greeting
+    assert f"lookahead (default): target={tiny_model_folder}, window=2" in greeting
     assert "No unfinished work." in greeting
     assert "Which method" not in greeting and "Target model" not in greeting
     second.expect(r"From memory")
@@ -120,7 +124,7 @@ def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder,
     assert "Traceback" not in rest.stderr
     with Store() as store:
         assert store.get_params("draft") == {"target": str(tiny_model_folder), "draft": str(tiny_draft_folder),
-                                             "k": 2, "adaptive_k": True, "max_new_tokens": 8, "temperature": 0.0}
+                                             "k": 2, "max_new_tokens": 8, "temperature": 0.0}  # adaptive_k kept
         [run] = store.list_runs()
         assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_draft_folder)
 

@@ -11,6 +11,8 @@ import tools.agent_tools.guidance as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext
+from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost
+from tools.bench.sizing import size_params
 
 DESIGN_CPU_CURVE = {1: 0.112, 2: 0.108, 4: 0.111, 8: 0.126, 16: 0.149, 32: 0.203, 64: 0.306}
 CPU = {"kind": "cpu", "name": "Test CPU (2 cores)"}
@@ -44,11 +46,15 @@ def test_draft_guidance_is_5_to_10x_smaller_and_marked_as_advice(store, monkeypa
     assert any("about 7B-14B parameters" in r for r in out["reasons"])
     from tools.engine.methods import DraftParams
 
-    assert out["suggested_params"]["k"] == DraftParams().k
+    # on a CPU without a curve: K sized as run and compare size it (the conservative CPU curve), with its reason
+    fallback = size_params("draft", MachineCost("cpu", CPU["name"], dict(CPU_FALLBACK_CURVE), "fallback")).params
+    assert (out["suggested_params"]["k"], out["suggested_params"]["k_max"]) == (fallback["k"], fallback["k_max"])
+    assert out["param_reasons"]["k"].startswith("sized: ") and out["source"].startswith("k and k_max sized")
     assert out["advice"].startswith("advice to be measured")
     assert out["measured_best"].startswith("no stored runs")
-    assert any("device_map='auto'" in r for r in advise(store, monkeypatch, hardware=GPU, method="draft",
-                                                         target="meta-llama/Llama-3.1-70B")["reasons"])
+    on_gpu = advise(store, monkeypatch, hardware=GPU, method="draft", target="meta-llama/Llama-3.1-70B")
+    assert any("device_map='auto'" in r for r in on_gpu["reasons"])
+    assert on_gpu["suggested_params"]["k"] == DraftParams().k  # a GPU without a curve keeps the defaults
 
 
 def test_builtin_draft_ratio_is_stated(store, monkeypatch):
@@ -65,25 +71,38 @@ def test_medusa_guidance_uses_the_reference_defaults_and_a_tree_for_the_hardware
     assert advise(store, monkeypatch, hardware=GPU, method="medusa")["suggested_params"]["tree"] == "mc_sim_7b_63"
 
 
-def test_lookahead_without_a_curve_is_the_sources_default_and_says_so(store, monkeypatch):
+def test_lookahead_without_a_curve_is_sized_to_the_conservative_cpu_curve_and_says_so(store, monkeypatch):
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
-    assert (params["window"], params["ngram"], params["guess"]) == (15, 5, 5)
-    assert out["source"].startswith("only the source's default")
+    fallback = size_params("lookahead", MachineCost("cpu", CPU["name"], dict(CPU_FALLBACK_CURVE), "fallback"))
+    assert params == fallback.params and (params["window"], params["ngram"], params["guess"]) != (15, 5, 5)
+    assert out["source"].startswith("sized to a conservative CPU curve")
     assert any("measure_cost_curve" in r for r in out["reasons"])
+    assert any(r.startswith(f"window={params['window']} (sized): ") for r in out["reasons"])
+    assert out["param_reasons"]["window"].startswith("sized: ") and out["next_step"]["tool"] == "measure_cost_curve"
+    gpu = advise(store, monkeypatch, hardware=GPU, method="lookahead")["suggested_params"]
+    assert (gpu["window"], gpu["ngram"], gpu["guess"]) == (15, 5, 5)  # shaped for a GPU, kept there
 
 
 def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
-    store.save_cost_curve("qwen2.5-coder-1.5b-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype="bfloat16",
+    dtype = guidance.run_dtype(store, "lookahead", CPU)
+    store.save_cost_curve("qwen2.5-coder-1.5b-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,
                           measured_at="2026-01-01T00:00:00")
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
+    expected = size_params("lookahead", MachineCost("cpu", CPU["name"], DESIGN_CPU_CURVE, "stored")).params
+    assert params == expected
     assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 0)
     assert out["source"].startswith("sized to the cost curve measured on this machine")
-    assert "110.0 ms for 1 token (measured 112.0 ms" in out["reasons"][0]
-    # another machine's curve does not count
-    assert advise(store, monkeypatch, hardware={"kind": "cpu", "name": "Other CPU"},
-                  method="lookahead")["suggested_params"]["window"] == 15
+    assert any("stored on 2026-01-01" in r for r in out["reasons"]) and "next_step" not in out
+    # another machine's curve does not count: the conservative CPU curve sizes it instead
+    other = advise(store, monkeypatch, hardware={"kind": "cpu", "name": "Other CPU"}, method="lookahead")
+    assert other["source"].startswith("sized to a conservative CPU curve")
+    # nor does a curve in a dtype runs here do not load the target in (said so)
+    store.save_params("lookahead", {"dtype": "float16" if dtype != "float16" else "bfloat16"})
+    shifted = advise(store, monkeypatch, method="lookahead")
+    assert shifted["source"].startswith("sized to a conservative CPU curve")
+    assert any(f"a cost curve of qwen2.5-coder-1.5b-instruct in {dtype} is stored" in r for r in shifted["reasons"])
 
 
 def test_measured_sweeps_from_memory_are_reported_with_run_ids(store, monkeypatch):
@@ -104,6 +123,7 @@ def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypat
     monkeypatch.setattr(tools.models, "load", lambda ref, dtype="auto": SimpleNamespace(
         model=tiny_qwen, device="cpu", dtype="float32"))
     monkeypatch.setattr(guidance, "detect_hardware", lambda choice: CPU)
+    monkeypatch.setattr(guidance, "run_dtype", lambda store, method, hw: "float32")  # as the tiny model loaded
     tool = registry.get_tool("measure_cost_curve")
     inp = registry.parse_input(tool, {"target": "tiny", "repeats": 1})
     result = registry.execute(tool, inp, ToolContext(store=store))
@@ -142,7 +162,7 @@ def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
     assert out["next_step"] == {"tool": "measure_cost_curve", "input": {"target": "smollm2-135m-instruct"},
                                 "why": "size W/N/G to this machine"}
     assert advise(store, monkeypatch, method="draft", target="qwen2.5-coder-1.5b-instruct")["target_source"] == "given"
-    store.save_cost_curve("smollm2-135m-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype="bfloat16",
-                          measured_at="2026-01-01T00:00:00")
+    store.save_cost_curve("smollm2-135m-instruct", CPU["name"], DESIGN_CPU_CURVE,
+                          dtype=guidance.run_dtype(store, "lookahead", CPU), measured_at="2026-01-01T00:00:00")
     sized = advise(store, monkeypatch, method="lookahead")
     assert sized["source"].startswith("sized to the cost curve") and "next_step" not in sized

@@ -10,7 +10,8 @@ import pytest
 
 from memory import Store
 from tools.bench import protocol as measure
-from tools.engine.cost_curve import suggest_lookahead_params
+from tools.bench.machine_cost import MachineCost
+from tools.bench.sizing import size_params
 from tools.engine.lookahead import LookaheadParams
 from tools.bench.tune import SWEEP_KIND, TuneInput, best_measured_params, draft_grid, lookahead_grid, tune
 
@@ -108,9 +109,8 @@ def test_the_sweeps_cover_the_documented_settings():
                                                                   (8, False), (4, True)]
     cpu_like = {1: 0.10, 2: 0.10, 4: 0.105, 8: 0.12, 16: 0.15, 32: 0.20, 64: 0.30}
     grid = lookahead_grid(cpu_like)
-    suggested, _ = suggest_lookahead_params(cpu_like)
-    assert grid[0] == {"window": suggested.window, "ngram": suggested.ngram, "guess": suggested.guess,
-                       "prompt_lookup": suggested.prompt_lookup}
+    suggested = size_params("lookahead", MachineCost("cpu", "cpu", cpu_like, "a curve")).params  # as run sizes it
+    assert grid[0] == {k: suggested[k] for k in ("window", "ngram", "guess", "prompt_lookup")}
     assert 2 <= len(grid) <= 6 and len({json.dumps(g, sort_keys=True) for g in grid}) == len(grid)
     for g in grid:
         LookaheadParams(**g).check()
@@ -128,8 +128,10 @@ def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
     hw = detect_hardware("cpu")["name"]
     store.save_answer(COST_CURVE_KEY, {f"tiny|{hw}": {"curve": {str(n): t for n, t in curve.items()},
                                                       "dtype": "float32", "measured_at": "2026-01-01T00:00:00"}})
-    params, reasoning = sized_lookahead_params(store, SimpleNamespace(ref="tiny", device="cpu"))
-    suggested, _ = suggest_lookahead_params(curve)
-    assert params == {"window": suggested.window, "ngram": suggested.ngram, "guess": suggested.guess,
-                      "prompt_lookup": 1}
-    assert "1 prompt-lookup draft" in reasoning and "stored on 2026-01-01" in reasoning
+    target = SimpleNamespace(ref="tiny", device="cpu", dtype="float32", model=None)  # nothing loaded or measured
+    params, reasoning = sized_lookahead_params(store, target, allow_measure=False)
+    suggested = size_params("lookahead", MachineCost("cpu", hw, curve, "stored")).params  # as run sizes it
+    assert params == {k: suggested[k] for k in ("window", "ngram", "guess", "prompt_lookup")}
+    assert params["prompt_lookup"] == 1
+    assert "prompt_lookup=1 (sized): one 10-token prompt-lookup draft" in reasoning
+    assert "stored on 2026-01-01" in reasoning

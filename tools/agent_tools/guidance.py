@@ -3,9 +3,14 @@ marked as advice to be measured.
 
 Starting values are the parameter models' defaults (tools.engine.methods.PARAM_MODELS), which follow the
 sources: draft 5-10x smaller than the target; Medusa posterior threshold 0.09 and alpha 0.3;
-lookahead W=15, N=5, G=5. When the store holds measured runs of the method on the same target
-(a sweep), the best measured settings are reported with their run ids; when a cost curve was
-measured on this machine, lookahead W/N/G are sized to it (tools.engine.cost_curve).
+lookahead W=15, N=5, G=5 (shaped for a GPU). Lookahead's W/N/G and drafts, draft's K and K_max and
+prompt lookup's draft sizes are sized with the function run and compare use (tools.bench.sizing.size_params,
+nothing given or saved), to the cost curve stored for this machine in the dtype a run would load the
+target in (else, on a CPU, to the conservative CPU curve run and compare use until one is measured; on a
+GPU, the defaults), each parameter with its reason: guidance, onboarding and a run cannot offer
+different values. (Medusa's tree is sized by the run from the heads' own tree, which guidance does not
+load.) When the store holds measured runs of the method on the same target (a sweep), the best measured
+settings are reported with their run ids.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory.migrations import LEGACY_COST_CURVE_KEY
-from tools.engine.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
-from tools.engine.lookahead import LookaheadParams
+from tools.engine import quantize
+from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.methods import PARAM_MODELS, AcceleratedName
+from tools.bench.machine_cost import MachineCost
 from tools.bench.protocol import hardware_info
+from tools.bench.sizing import Sizing, remembered_machine, size_params
 from tools import models
 from tools.models import DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
+from tools.errors import ParameterError
 
 ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
                "prompts and compare the stored speedups before relying on them")
@@ -114,9 +122,10 @@ def resolve_target(store, method: str | None, given: str | None) -> tuple[str, s
     return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
 
 
-def draft_advice(size_b: float | None, hw: dict, target: str) -> tuple[dict, list[str], str]:
+def draft_advice(store, size_b: float | None, hw: dict, target: str) -> tuple[dict, list[str], str, Sizing]:
     draft = models.builtin_draft_for(target, size_b)
-    params = {**({"draft": draft} if draft else {}), **_defaults("draft")}
+    sizing, stored = machine_sizing(store, "draft", target, hw, draft)
+    params = {**({"draft": draft} if draft else {}), **sizing.params}
     reasons = []
     if size_b:
         low, high = size_b / DRAFT_RATIO[1], size_b / DRAFT_RATIO[0]
@@ -142,10 +151,12 @@ def draft_advice(size_b: float | None, hw: dict, target: str) -> tuple[dict, lis
         reasons.append("on a CPU a target pass over a handful of tokens costs about as much as over one, but the "
                        "draft's own passes are not free: a cheaper draft matters more than a larger k (the "
                        "draft runs as an int8 copy by default here; the output is unchanged)")
-    return params, reasons, "source defaults (Leviathan et al. 2022; Chen et al. 2023); k from specpilot's default"
+    source = (f"k and k_max sized as run and compare size them, {sized_to(stored, hw)}; the rest: source defaults "
+              "(Leviathan et al. 2022; Chen et al. 2023)")
+    return params, reasons + sizing.lines(), source, sizing
 
 
-def medusa_advice(hw: dict) -> tuple[dict, list[str], str]:
+def medusa_advice(hw: dict) -> tuple[dict, list[str], str, None]:
     params = _defaults("medusa")
     tree = DEFAULT_TREE_GPU if hw["kind"] == "gpu" else DEFAULT_TREE_CPU
     params["tree"] = tree
@@ -156,70 +167,111 @@ def medusa_advice(hw: dict) -> tuple[dict, list[str], str]:
                + ("a large tree suits a GPU, where verifying 64 tokens costs about one pass" if hw["kind"] == "gpu"
                   else "a small tree, because on a CPU a pass over many more tokens is no longer nearly free"),
                "Medusa needs heads trained for this exact target: train_medusa does it (asks for approval first)"]
-    return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)"
+    return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)", None
 
 
-def size_lookahead(curve: dict) -> tuple[LookaheadParams, str]:
-    """Lookahead W/N/G sized to a measured cost curve ({tokens: seconds}) and the reasoning.
+def run_dtype(store, method: str, hw: dict) -> str:
+    """The dtype a run of ``method`` would load the target in here: the one saved for the method, else
+    what ``--dtype auto`` picks on this hardware (run and compare read the cost curve of that dtype)."""
+    saved = str((store.get_params(method) or {}).get("dtype") or "auto")
+    if saved != "auto":
+        return saved
+    dtype, _ = models.resolve_dtype("auto", "cuda" if hw["kind"] == "gpu" else "cpu")
+    return str(dtype).replace("torch.", "")
 
-    TODO(issue 12): lookahead sizing from the machine's cost curve is being rebuilt in its own sizing
-    module; when it lands, call it here (the only place guidance sizes lookahead)."""
-    return suggest_lookahead_params(curve)
+
+def machine_sizing(store, method: str, target: str, hw: dict, draft: str | None = None) -> tuple[Sizing, dict | None]:
+    """``method``'s parameters sized as run and compare size them (tools.bench.sizing.size_params, nothing
+    given or saved), from the cost curve memory holds for ``target`` on this hardware in the dtype a run
+    would use (else, on a CPU, the conservative curve run and compare use until one is measured; on a GPU
+    without a curve, the defaults), and a ``draft`` token's stored cost. Returns the sizing and the
+    stored curve (None when none)."""
+    dtype = run_dtype(store, method, hw)
+    machine, stored = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft,
+                                         draft_dtype(store, hw, dtype) if draft else None)
+    return size_params(method, machine), stored
 
 
-def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str]:
-    defaults = LookaheadParams()
-    curve = stored_cost_curve(store, target, hw["name"])
-    if curve is not None:
-        params, reasoning = size_lookahead(curve["curve"])
-        return params.model_dump(), [reasoning], (f"sized to the cost curve measured on this machine "
-                                                  f"({curve['measured_at']}, {curve['dtype']})")
-    params = defaults.model_dump()
-    reasons = [f"W={defaults.window}, N={defaults.ngram}, G={defaults.guess} is the source's starting point, sized "
-               f"for a GPU (each step holds {defaults.tokens_per_step} tokens); no cost curve of {target} is stored "
-               "for this machine"]
+def draft_dtype(store, hw: dict, dtype: str) -> str:
+    """The dtype a draft token's cost is stored under: int8 where runs draft with the int8 copy (the CPU
+    default), else the run's dtype."""
+    quant = str((store.get_params("draft") or {}).get("draft_quant") or "auto")
+    try:
+        int8 = quantize.resolve(quant, "cuda" if hw["kind"] == "gpu" else "cpu") == "int8"
+    except ParameterError:
+        int8 = False
+    return "int8" if int8 else dtype
+
+
+def sized_to(stored: dict | None, hw: dict) -> str:
+    """What the sizes came from, in words."""
+    if stored is not None:
+        return f"to the cost curve measured on this machine ({stored['measured_at']}, {stored['dtype']})"
     if hw["kind"] == "cpu":
-        reasons.append("on a CPU a pass over that many tokens costs several one-token passes, so do not use this "
-                       f"start as it is: measure the cost curve of {target} here (measure_cost_curve, about a "
-                       "minute) and ask again: W/N/G are then sized to this CPU")
-    return params, reasons, "only the source's default starting point (Lookahead Decoding, arXiv 2402.02057)"
+        return "to a conservative CPU curve (no cost curve of the target is stored for this machine yet)"
+    return "not at all: no cost curve is stored for this GPU, so the defaults, which are shaped for a GPU"
 
 
-def ngram_advice() -> tuple[dict, list[str], str]:
-    params = _defaults("ngram")
-    return params, ["prompt lookup copies continuations of n-grams found in the prompt: it pays off when the "
-                    "output repeats the input (code edits, summaries, extraction) and costs little otherwise",
-                    "num_candidates verifies several continuations of the same n-gram in one pass (a token tree): "
-                    "nearly free where a pass over ~30 tokens costs little more than one; set it to 1 for a single "
-                    "draft as transformers does"], \
-        "specpilot's defaults (3-gram matches, 10-token drafts, 3 drafts per step; transformers uses 2, 10, 1)"
+def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str, Sizing]:
+    sizing, stored = machine_sizing(store, "lookahead", target, hw)
+    reasons = sizing.lines()
+    if stored is not None:
+        return sizing.params, reasons, (f"sized to the cost curve measured on this machine ({stored['measured_at']}, "
+                                        f"{stored['dtype']}), as run and compare size it"), sizing
+    dtype = run_dtype(store, "lookahead", hw)
+    other = stored_cost_curve(store, target, hw["name"])
+    if other is not None:
+        reasons.append(f"a cost curve of {target} in {other['dtype']} is stored, but runs here load it in {dtype}: "
+                       f"measure the curve in {dtype} (measure_cost_curve) to size to it")
+    if hw["kind"] == "cpu":
+        reasons.append(f"no cost curve of {target} is stored for this machine: the sizes come from a conservative "
+                       "CPU curve, the one run and compare use until this machine's is measured (measure_cost_curve, "
+                       "about a minute)")
+        return sizing.params, reasons, "sized to a conservative CPU curve, as run and compare size it", sizing
+    return sizing.params, reasons, ("the source's default starting point, sized for a GPU (Lookahead Decoding, "
+                                    "arXiv 2402.02057): no cost curve measured here yet"), sizing
+
+
+def ngram_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str, Sizing]:
+    sizing, stored = machine_sizing(store, "ngram", target, hw)
+    return sizing.params, ["prompt lookup copies continuations of n-grams found in the prompt: it pays off when "
+                           "the output repeats the input (code edits, summaries, extraction) and costs little "
+                           "otherwise",
+                           "num_candidates verifies several continuations of the same n-gram in one pass (a token "
+                           "tree): nearly free where a pass over ~30 tokens costs little more than one; set it to 1 "
+                           "for a single draft as transformers does", *sizing.lines()], \
+        (f"draft lengths and counts sized as run and compare size them, {sized_to(stored, hw)}; the rest: "
+         "specpilot's defaults (3-gram matches; transformers uses 2-grams, 10-token drafts, 1 draft)"), sizing
 
 
 @tool("guidance", GuidanceInput, read_only=True)
 def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
     """Suggest starting parameters for a method, tailored to the target's size and the hardware: a draft
     smaller than the target that shares its tokenizer (or none, said so); Medusa threshold 0.09, alpha
-    0.3 and a tree sized to the hardware; lookahead sized to this machine's measured cost curve when one
-    is stored (else the source's W=15, N=5, G=5 with measure_cost_curve as the next step). The target
-    saved in memory is used when none is given. Uses measured sweeps from memory when present. This is
-    advice to be measured, never a result."""
+    0.3 and a tree sized to the hardware; lookahead (and draft's K, prompt lookup's draft sizes) sized as
+    run and compare size them, to this machine's measured cost curve when one is stored (else to a
+    conservative CPU curve on a CPU, the source's W=15, N=5, G=5 on a GPU, with measure_cost_curve as the
+    next step), each parameter with its reason. The target saved in memory is used when none is given.
+    Uses measured sweeps from memory when present. This is advice to be measured, never a result."""
     target, target_source = resolve_target(ctx.store, inp.method, inp.target)
     size_b = inp.target_size_b or size_from_name(target)
     hw = detect_hardware(inp.hardware)
     if inp.method == "draft":
-        params, reasons, source = draft_advice(size_b, hw, target)
+        params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target)
     elif inp.method == "medusa":
-        params, reasons, source = medusa_advice(hw)
+        params, reasons, source, sizing = medusa_advice(hw)
     elif inp.method == "lookahead":
-        params, reasons, source = lookahead_advice(ctx.store, target, hw)
+        params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw)
     else:
-        params, reasons, source = ngram_advice()
+        params, reasons, source, sizing = ngram_advice(ctx.store, target, hw)
     if size_b and hw.get("gpu_memory_gb") and 2 * size_b > 0.8 * hw["gpu_memory_gb"] * hw.get("gpu_count", 1):
         reasons.append(f"a {size_b:g}B model needs about {2 * size_b:.0f} GB in bfloat16: use device_map='auto' to "
                        "spread it over the GPUs (and CPU)")
     out = {"method": inp.method, "target": target, "target_source": target_source, "target_size_b": size_b,
            "hardware": hw, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
-    if inp.method == "lookahead" and source.startswith("only the source's default"):
+    if sizing is not None:  # each parameter's source (sized, default) and reason, as a run records them
+        out["param_reasons"] = sizing.reasons()
+    if inp.method == "lookahead" and not source.startswith("sized to the cost curve measured"):
         out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
                             "why": "size W/N/G to this machine"}
     out.update(measured_summary(measured_sweep(ctx.store, inp.method, target)))
@@ -259,10 +311,12 @@ def measure_cost_curve(inp: CostCurveInput, ctx: ToolContext) -> dict:
     loaded = models.load(target, dtype=inp.dtype)
     ctx.report("timing forward passes")
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
-    hw_name = detect_hardware("gpu" if loaded.device.startswith("cuda") else "cpu")["name"]
+    hw_kind = "gpu" if loaded.device.startswith("cuda") else "cpu"
+    hw_name = detect_hardware(hw_kind)["name"]
     ctx.store.save_cost_curve(target, hw_name, curve, dtype=loaded.dtype)
-    params, reasoning = size_lookahead(curve)
+    sizing = size_params("lookahead", MachineCost(hw_kind, hw_name, curve, f"the cost curve of {target} in "
+                                                  f"{loaded.dtype} measured now"))
     return {"target": target, "hardware": hw_name, "dtype": loaded.dtype,
             "curve_ms": {n: round(t * 1000, 2) for n, t in curve.items()}, "flat_tokens": flat_tokens(curve),
-            "suggested_lookahead": params.model_dump(), "reasoning": reasoning,
+            "suggested_lookahead": sizing.params, "reasoning": "; ".join(sizing.lines()),
             "source": "measured now on this machine and stored"}

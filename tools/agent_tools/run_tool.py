@@ -1,6 +1,7 @@
 """The run_method tool: run one decoding method on a prompt with a measured speedup against plain
 generation (tools.bench.run does the work and stores the run), filling anything the caller did not
-give from the parameters saved for that method."""
+give from the parameters saved for that method: run-level fields here, the method's own by the run
+itself, labelled "memory" (tools.bench.sizing), and sized to this machine where none is saved."""
 
 from __future__ import annotations
 
@@ -15,14 +16,18 @@ HIDDEN_KEYS = ("prompt_ids", "output_ids")  # long token lists stay in the store
 
 
 def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
-    """``inp`` with every field the caller left unset taken from ``saved`` (the caller's values win)."""
+    """``inp`` with every run-level field the caller left unset (target, draft, generation settings)
+    taken from ``saved`` (the caller's values win). The method's own saved parameters are validated
+    here but not copied into ``params``: the run reads them from memory itself (tools.bench.sizing:
+    given > memory > sized > default), so each is labelled "memory", not "given", in the run's
+    ``params_source`` and ``sizing``, and the fields neither given nor saved are sized to this machine.
+    ParameterError names a bad saved field."""
     if not saved:
         return inp
-    top, own = split_saved_params(inp.method, saved)
+    top, _own = split_saved_params(inp.method, saved)
     given = inp.model_fields_set
     merged = inp.model_dump()
     merged.update({k: v for k, v in top.items() if k not in given})
-    merged["params"] = {**own, **inp.params}
     return RunInput.model_validate(merged)
 
 

@@ -23,6 +23,11 @@ A field the sizing leaves alone keeps its default. On a CPU with no curve and no
 measure (or whose measurement was disturbed by other jobs), the sizes come from
 ``tools.bench.machine_cost.CPU_FALLBACK_CURVE``, a curve measured on a slow CPU, never from the
 GPU-shaped defaults; a GPU without a curve keeps the defaults, which are shaped for it.
+
+Every path sizes through ``size_params``: run and compare (tools.bench.context), bench (which uses
+``fixed_params`` to find its stored runs before loading a model when nothing is left to size), tune's
+sweep centre, and guidance and onboarding, which size from what memory holds without loading or
+measuring anything (``remembered_machine``), so none of them can offer values a run would not use.
 """
 
 from __future__ import annotations
@@ -223,6 +228,11 @@ def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
 
 
 SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draft, "ngram": size_ngram}
+# the fields each sizer sets (tests check them against SIZERS): a method whose every one of these is given or
+# saved needs no machine to be sized (``fixed_params``)
+SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
+                "draft": ("k", "k_max"),
+                "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates")}
 
 
 # ---------------------------------------------------------------------------- precedence
@@ -264,6 +274,44 @@ def size_params(method: str, machine: MachineCost | None, given: dict | None = N
         notes.extend(curve_notes(machine.curve, measured=machine.curve != CPU_FALLBACK_CURVE))
     sizing.notes.extend(notes)
     return sizing
+
+
+def fixed_params(method: str, given: dict | None = None, saved: dict | None = None) -> Sizing | None:
+    """``method``'s parameters when no machine is needed to know them: every field a sizer would set is
+    given or saved (``size_params`` without a machine, so the same precedence and checks), else None,
+    when only this machine's cost curve can settle them. Lets a resumable benchmark find its stored runs
+    before loading a model. Raises ParameterError as ``size_params`` does."""
+    sizing = size_params(method, None, given, saved)
+    if any(sizing.fields[name].source == "default" for name in SIZED_FIELDS.get(method, ())):
+        return None
+    return sizing
+
+
+def remembered_machine(store, target: str, kind: str, hardware: str, dtype: str | None = None,
+                       draft: str | None = None, draft_dtype: str | None = None) -> tuple[MachineCost, dict | None]:
+    """This machine's cost as memory knows it, with nothing loaded or measured (guidance, onboarding),
+    read as ``machine_cost`` reads it: the curve stored for ``target`` on ``hardware`` in ``dtype`` (any
+    dtype when None) and, beside it, a ``draft`` token's cost from the draft's stored curve in
+    ``draft_dtype``; else on a CPU the conservative curve run and compare use when they may not measure,
+    on a GPU none (the defaults stay). Returns the machine and the stored curve's row (None when none)."""
+    stored = store.get_cost_curve(target, hardware, dtype) if store is not None else None
+    if stored is None:
+        what = f"no cost curve of {target}" + (f" in {dtype}" if dtype else "") + " measured here yet"
+        if kind == "cpu":
+            return MachineCost(kind, hardware, dict(CPU_FALLBACK_CURVE),
+                               f"{what}, so a conservative CPU curve (2-core AVX2 CPU, float32; "
+                               "`specpilot guide lookahead --measure` measures this one)"), None
+        return MachineCost(kind, hardware, None, f"{what}: the GPU-sized defaults stay"), None
+    curve = stored["curve"]
+    machine = MachineCost(kind, hardware, curve, f"the cost curve of {target} in {stored['dtype']} stored on "
+                                                 f"{stored['measured_at'][:10]}")
+    found = store.get_cost_curve(draft, hardware, draft_dtype) if draft and draft_dtype else None
+    if found is not None:
+        t1 = one_token_time(found["curve"])
+        machine.draft_ratio = t1 / one_token_time(curve)
+        machine.draft_source = (f"{draft} in {draft_dtype}: {t1 * 1000:.0f} ms a token, stored on "
+                                f"{found['measured_at'][:10]}")
+    return machine, stored
 
 
 def curve_notes(curve: dict[int, float], measured: bool = True) -> list[str]:

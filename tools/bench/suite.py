@@ -1,11 +1,17 @@
 """Evaluate methods over a prompt set, Spec-Bench style: per-category and overall speedup and mean
 accepted tokens per step, with transformers' peers measured in the same run when asked.
 
-A prompt file is JSONL with ``question_id``, ``category`` and ``prompt`` per line (the shipped set
-is prompts/demo_prompts.jsonl). Every stored record carries a ``settings_key`` (memory.settings_key
-of the method, its parameters, the models, dtype and generation settings, and the prompt), so a
-rerun skips each prompt and method already measured with identical settings: an interrupted
-benchmark resumes where it stopped, and a finished one is summarised again without loading a model.
+A prompt file is JSONL with ``question_id``, ``category`` and ``prompt`` per line (the default is
+the eval half of the shipped Spec-Bench prompts, prompts/spec_bench_eval.jsonl: what is fitted or
+tuned sees only the fit half). Each method's parameters are chosen as run and compare choose them,
+field by field: given > saved in memory > sized to this machine's cost curve > default
+(tools.bench.sizing), each with its source and reason in the stored run.
+
+Every stored record carries a ``settings_key`` (memory.settings_key of the method, its parameters,
+the models, dtype and generation settings, and the prompt), so a rerun skips each prompt and method
+already measured with identical settings: an interrupted benchmark resumes where it stopped. A
+method whose parameters are all given or saved is found in memory without loading a model; one with
+parameters left to the sizing needs the target loaded to read this machine's cost curve first.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from pathlib import Path
 from pydantic import Field
 
 from memory import Store
+from prompts.spec_bench import EVAL_PATH
 from tools.bench import protocol as measure
-from tools.bench.compare import common_settings, make_record, resolve_candidates, run_key
+from tools.bench.compare import common_settings, make_record, own_params, resolve_candidates, run_key
 from tools.bench.context import (Prepared, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
-                                 read_prompt_file)
+                                 read_prompt_file, size_candidates)
 from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, measure_candidates
+from tools.bench.sizing import Sizing, fixed_params
 from tools.bench.summary import method_stats, peer_stats, summarise
-from tools.engine.methods import ACCELERATED, MethodName
+from tools.engine.methods import ACCELERATED, MethodName, parse_params
 from tools.errors import ParameterError
 
 __all__ = ["BENCH_METHODS", "BenchInput", "bench", "default_prompts_path", "load_prompt_set", "step_name",
@@ -34,14 +42,16 @@ BENCH_METHODS = list(ACCELERATED)  # the default: every method that speeds decod
 
 
 def default_prompts_path() -> Path:
-    """The prompt set shipped with specpilot (package data of ``prompts``)."""
-    return Path(__file__).resolve().parents[2] / "prompts" / "demo_prompts.jsonl"
+    """The eval half of the Spec-Bench prompts shipped with specpilot (prompts.spec_bench): benchmarks
+    measure on it, while everything fitted or tuned reads only the fit half."""
+    return EVAL_PATH
 
 
 class BenchInput(MeasureOptions):
     """A prompt set, the methods to measure on it, and the settings they all share."""
 
-    prompts: str | None = Field(None, description="JSONL prompt file (default: the shipped demo prompts)")
+    prompts: str | None = Field(None, description="JSONL prompt file (default: the eval half of the shipped "
+                                                  "Spec-Bench prompts)")
     category: str | None = Field(None, description="only this category")
     limit: int | None = Field(None, ge=1, description="at most this many prompts per category")
     methods: list[MethodName] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1)
@@ -100,16 +110,46 @@ class _BenchRun:
     heads_path: str | None
     prompt_set: str
     not_run: dict[str, str]
+    candidates: list[Candidate] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)
     measured: int = 0
     reused: int = 0
     prepared: Prepared | None = None
+    sizings: dict[str, Sizing] = field(default_factory=dict)  # method -> its parameters' sources and reasons
+    waiting: set[str] = field(default_factory=set)  # methods whose parameters wait for this machine's cost curve
+
+    def settle(self) -> None:
+        """Fix now the parameters of each method that needs no machine to know them (every field the
+        sizing sets is given or saved: tools.bench.sizing.fixed_params), so that its stored runs are
+        found before a model is loaded; the others wait for :meth:`load`, which sizes them. A method
+        whose saved parameters do not fit together is not run (said why)."""
+        kept = []
+        for cand in self.candidates:
+            if cand.method != "baseline":
+                saved = own_params(cand.method, self.store.get_params(cand.method))
+                try:
+                    sizing = fixed_params(cand.method, self.inp.params.get(cand.method), saved)
+                except ParameterError as exc:
+                    self.not_run[cand.method] = f"saved parameters invalid: {exc.user_message()}"
+                    self.store.update_task(self.task_id, note=f"{cand.method}: not run: {self.not_run[cand.method]}")
+                    continue
+                if sizing is None:
+                    self.waiting.add(cand.method)
+                else:
+                    cand.params, cand.source = parse_params(cand.method, sizing.params), sizing.source
+                    self.sizings[cand.method] = sizing
+            kept.append(cand)
+        self.candidates = kept
 
     def reuse_stored(self, row: dict, candidates: list[Candidate]) -> list[Candidate]:
         """Count the runs already stored with identical settings for this prompt (by compare, tune or an
-        earlier bench; summarised here under this prompt set's category); return the candidates left."""
+        earlier bench; summarised here under this prompt set's category); return the candidates left
+        (with those whose parameters are not sized yet, looked up again once they are)."""
         todo = []
         for cand in candidates:
+            if cand.method in self.waiting:
+                todo.append(cand)
+                continue
             found = self.store.find_run_by_key(run_key(cand.method, cand.params.model_dump(), row["prompt"], self.common))
             if found is not None:
                 self.records.append({**found, "category": found.get("category") or row["category"],
@@ -121,12 +161,30 @@ class _BenchRun:
         return todo
 
     def load(self, progress) -> None:
-        """Load the models (once); methods that cannot run here are noted."""
+        """Load the models (once), noting the methods that cannot run here, and size the parameters left
+        to this machine's cost curve (tools.bench.context.size_candidates: read from memory, else
+        measured once and stored), as run and compare do."""
         self.prepared = prepare(self.inp, self.methods, self.heads_path, progress)
         for method, reason in self.prepared.unavailable.items():
             if method in self.methods:
                 self.not_run[method] = reason
                 self.store.update_task(self.task_id, note=f"{method}: not run: {reason}")
+        unavailable = self.prepared.unavailable
+        waiting = [c for c in self.candidates if c.method in self.waiting and c.method not in unavailable]
+        if waiting:
+            self.sizings.update(size_candidates(waiting, self.inp.params, self.store, self.prepared.ctx,
+                                                progress=progress))
+        self.waiting.clear()
+
+    def prompt(self, row: dict, say, progress) -> None:
+        """One prompt: reuse what is stored, load and size when something is left, measure the rest."""
+        todo = self.reuse_stored(row, self.candidates)
+        if todo and self.prepared is None:
+            self.load(progress)
+            todo = self.reuse_stored(row, todo)  # now sized: stored runs with these parameters count too
+        self.drop_not_run(row)
+        if todo:
+            self.measure(row, todo, say)
 
     def drop_not_run(self, row: dict) -> None:
         """Take this prompt's steps of the methods not run off the task's plan."""
@@ -157,6 +215,7 @@ class _BenchRun:
             rec = make_record(inp, row["prompt"], ctx, prompt_ids, settings, cand, timed, self.heads_path)
             rec.task_id, rec.category, rec.question_id = self.task_id, row["category"], row["question_id"]
             rec.prompt_set = self.prompt_set
+            rec.sizing = self.sizings[cand.method].reasons() if cand.method in self.sizings else None
             rec.settings_key = run_key(cand.method, rec.params, row["prompt"], self.common)
             rec.run_id = self.store.add_run(rec.to_store())
             record = rec.to_store()
@@ -175,6 +234,7 @@ class _BenchRun:
 def bench(inp: BenchInput, store=None, progress=None) -> dict:
     """Measure every method on every selected prompt (skipping those already measured with identical
     settings), store each run linked to one task, and return the per-category and overall summary.
+    Parameters not given are taken from memory, else sized to this machine (as run and compare do).
 
     KeyboardInterrupt leaves finished measurements stored and the task unfinished with what is left.
     """
@@ -190,20 +250,15 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     for method, reason in not_run.items():
         store.update_task(task_id, note=f"{method}: not run: {reason}")
     state = _BenchRun(inp, store, task_id, methods, common_settings(inp, heads_path), heads_path, Path(source).name,
-                      not_run)
+                      not_run, candidates)
     try:
+        state.settle()
         for i, row in enumerate(prompts, 1):
             def say(text: str, i=i, row=row) -> None:
                 if progress:
                     progress(f"[{i}/{len(prompts)}] {row['category']} q{row['question_id']}: {text}")
 
-            todo = state.reuse_stored(row, candidates)
-            if todo and state.prepared is None:
-                state.load(progress)
-                todo = [c for c in todo if c.method not in state.prepared.unavailable]
-            state.drop_not_run(row)
-            if todo:
-                state.measure(row, todo, say)
+            state.prompt(row, say, progress)
     except KeyboardInterrupt:
         left = store.get_task(task_id)["left"]
         store.update_task(task_id, status="unfinished",
@@ -213,17 +268,23 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
         store.update_task(task_id, status="failed", note=f"stopped by an error: {exc}")
         raise
     store.update_task(task_id, status="done")
+    return _result(state, source, len(prompts))
+
+
+def _result(state: _BenchRun, source: str, prompts: int) -> dict:
+    """bench's answer: the summary, what was measured or reused, and each method's parameters with why."""
     records = state.records
     return {
-        "task_id": task_id,
+        "task_id": state.task_id,
         "prompt_set": source,
-        "prompts": len(prompts),
-        "methods": methods,
+        "prompts": prompts,
+        "methods": state.methods,
         "measured": state.measured,
         "reused": state.reused,
-        "not_run": not_run,
+        "not_run": state.not_run,
         "run_ids": [r["run_id"] for r in records],
         "summary": summarise(records),
+        "params": {m: s.to_dict() for m, s in state.sizings.items()},
         "hardware": (records[0].get("hardware") if records else None) or {},
         "dtype": records[0].get("dtype") if records else None,
         "settings": {k: v for k, v in state.common.items() if k not in ("medusa_heads",)},

@@ -2,8 +2,8 @@
 
 - draft: K = 2, 3, 4, 6, 8 fixed and adaptive K (starting at 4), the other settings as saved or default;
 - medusa: trees chain3, cpu8, cpu16 (and mc_sim_7b_63 on a GPU);
-- lookahead: a small W/N/G grid around tools.engine.cost_curve.suggest_lookahead_params, sized to this
-  machine's forward-pass cost curve (the stored one, or measured now and stored for the guidance tool).
+- lookahead: a small W/N/G grid around the setting run and compare would use (tools.bench.sizing.size_params
+  over this machine's forward-pass cost curve: the stored one, or measured now and stored, as they do).
 
 Every setting is timed beside the same baseline on each prompt (tools.bench.run.measure_candidates) and
 stored as a run of a ``tune_sweep`` task, so the guidance tool can cite measured sweeps
@@ -23,10 +23,11 @@ from prompts.spec_bench import FIT_PATH
 from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, run_key
 from tools.bench.context import checked_prompt_ids, generation_settings, medusa_heads_for, prepare
+from tools.bench.machine_cost import MachineCost, machine_cost
 from tools.bench.run import Candidate, MeasureOptions, measure_candidates
+from tools.bench.sizing import size_params
 from tools.bench.suite import load_prompt_set
 from tools.bench.summary import method_stats
-from tools.engine.cost_curve import forward_cost_curve, suggest_lookahead_params
 from tools.engine.lookahead import LookaheadParams
 from tools.engine.methods import ACCELERATED, parse_params
 from tools.errors import ParameterError
@@ -81,10 +82,12 @@ def medusa_grid(on_gpu: bool) -> list[dict]:
     return [{"tree": t} for t in (MEDUSA_TREES_GPU if on_gpu else MEDUSA_TREES_CPU)]
 
 
-def lookahead_grid(curve: dict[int, float]) -> list[dict]:
-    """The cost-curve suggestion first, then neighbours (W±1, N±1, 2W; G = W // 2 and the suggested
-    prompt-lookup drafts), all valid and distinct."""
-    best, _ = suggest_lookahead_params(curve)
+def lookahead_grid(curve: dict[int, float] | None) -> list[dict]:
+    """The setting run and compare would use on this cost curve first (tools.bench.sizing.size_params;
+    the defaults without a curve), then neighbours (W±1, N±1, 2W; G = W // 2 and its prompt-lookup
+    drafts), all valid and distinct."""
+    machine = MachineCost("cpu", "this machine", curve, "the cost curve of the sweep") if curve else None
+    best = LookaheadParams(**size_params("lookahead", machine).params)
     w, n = best.window, best.ngram
     shapes = [(w, n), (w + 1, n), (w - 1, n), (w, n + 1), (w, n - 1), (2 * w, n), (w + 2, n)]
     grid: list[dict] = []
@@ -103,26 +106,14 @@ def lookahead_grid(curve: dict[int, float]) -> list[dict]:
     return grid
 
 
-def cost_curve_for(store, target, progress=None) -> tuple[dict[int, float], str]:
-    """This machine's cost curve for a loaded target: the one stored (by the guidance tool or an earlier
-    sweep), or measured now and stored. Returns the curve and where it came from."""
-    hw_name = measure.hardware_name(target.device)
-    stored = store.get_cost_curve(target.ref, hw_name)
-    if stored is not None:
-        return stored["curve"], f"the cost curve stored on {stored['measured_at'][:10]}"
-    if progress:
-        progress("measuring the forward-pass cost curve")
-    curve = forward_cost_curve(target.model, repeats=3)
-    store.save_cost_curve(target.ref, hw_name, curve, dtype=target.dtype)
-    return curve, "the cost curve measured now"
-
-
-def sized_lookahead_params(store, target, progress=None) -> tuple[dict, str]:
-    """Lookahead W/N/G sized to this machine's cost curve, with the reasoning (used by the demo)."""
-    curve, where = cost_curve_for(store, target, progress)
-    params, reasoning = suggest_lookahead_params(curve)
-    return ({"window": params.window, "ngram": params.ngram, "guess": params.guess,
-             "prompt_lookup": params.prompt_lookup}, f"{where}: {reasoning}")
+def sized_lookahead_params(store, target, progress=None, allow_measure: bool = True) -> tuple[dict, str]:
+    """Lookahead W/N/G and the prompt-lookup drafts as run and compare size them for a loaded target
+    (tools.bench.sizing.size_params over tools.bench.machine_cost.machine_cost: the stored curve, else
+    measured now and stored, else the conservative CPU curve), with the reasoning."""
+    machine = machine_cost(store, target, allow_measure=allow_measure, progress=progress)
+    sizing = size_params("lookahead", machine)
+    params = {k: sizing.params[k] for k in ("window", "ngram", "guess", "prompt_lookup")}
+    return params, "; ".join(sizing.lines())
 
 
 def pick_prompts(path: str | None, category: str | None, limit: int) -> list[dict]:
@@ -235,8 +226,7 @@ def default_grid(method: str, store, ctx, progress=None) -> list[dict]:
         return draft_grid()
     if method == "medusa":
         return medusa_grid(str(ctx.target.device).startswith("cuda"))
-    curve, _ = cost_curve_for(store, ctx.target, progress)
-    return lookahead_grid(curve)
+    return lookahead_grid(machine_cost(store, ctx.target, progress=progress).curve)
 
 
 def sweep_rows(method: str, candidates: list[Candidate], by_label: dict[str, list[dict]],
