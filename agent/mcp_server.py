@@ -12,6 +12,11 @@ process starts, bound to the connection, the tool, a hash of the exact input and
 asks about; used once; expiring), inside the SDK's own sealed request state. An approval id in a
 client's ``requestState`` (or an answer with no question) decides nothing.
 
+While a tool runs, a client that sent a ``progressToken`` gets ``notifications/progress`` with each
+line the tool reports (loading a model, each timed repeat, each stored run). The server reports the
+package's version in ``serverInfo``. Token lists (prompt and output token ids, per-position tallies)
+are left out of results unless the call sets ``include_tokens``; the stored runs keep them.
+
 Every JSON-RPC request with an id gets an answer: a line that is not JSON gets a parse error
 (-32700, id null), and a JSON object that is not a valid request gets -32600 (or -32602 for
 parameters that are not an object) with its id, instead of being dropped.
@@ -28,6 +33,8 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import anyio
@@ -44,7 +51,7 @@ from agent.skill_install import skill_text
 from memory import Store
 from memory.approvals import PENDING_TTL
 from tools.agent_tools import registry
-from tools.errors import ApprovalError, SpecpilotError
+from tools.errors import ApprovalError, ParameterError, SpecpilotError
 from tools.agent_tools.registry import APPROVAL_FIELD, ToolResult
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,15 @@ ELICIT_SCHEMA = {"type": "object", "required": ["approve"],
 ELICITED_BY = "user via MCP client elicitation"
 STATE_TTL_S = 600.0  # an elicitation answered later than this is refused (the question must be asked again)
 ELICIT_TIMEOUT_S = PENDING_TTL.total_seconds()
+PACKAGE = "specpilot"
+# results may carry long token lists; they are sent only when the call sets INCLUDE_TOKENS
+INCLUDE_TOKENS = "include_tokens"
+TOKEN_TOOLS = ("run_method", "compare_methods", "lookup_runs")  # tools whose results name stored runs
+TOKEN_KEYS = ("prompt_ids", "output_ids", "baseline_output_ids", "drafted_by_position", "accepted_by_position")
+INCLUDE_TOKENS_SCHEMA = {
+    "type": "boolean", "default": False, "title": "Include Tokens",
+    "description": "also return each run's token lists (" + ", ".join(TOKEN_KEYS) + "), read from the stored "
+                   "run; default false: they are left out (hundreds of numbers each), the figures stay"}
 INVALID_REQUEST_MESSAGE = ('Invalid Request: send one JSON-RPC 2.0 request per line, '
                            '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}')  # a client that never answers does not hold the call for ever
 
@@ -148,6 +164,109 @@ def to_call_result(result: ToolResult) -> types.CallToolResult:
                                 structured_content=result.content, is_error=result.is_error)
 
 
+def server_version() -> str:
+    """The installed package's version, reported in the initialize result's serverInfo."""
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:  # a checkout run without installing it
+        return "0+unknown"
+
+
+def tool_schema(tool_: registry.Tool) -> dict:
+    """The input schema published for a tool: the registry's, plus include_tokens for the tools whose
+    results name stored runs."""
+    schema = tool_.input_schema()
+    if tool_.name in TOKEN_TOOLS:
+        schema.setdefault("properties", {})[INCLUDE_TOKENS] = dict(INCLUDE_TOKENS_SCHEMA)
+    return schema
+
+
+def pop_include_tokens(name: str, arguments: dict) -> bool:
+    """Take include_tokens out of a call's arguments (the tool's own input model does not know it);
+    ParameterError when it is not a boolean. Other tools keep it, and their input check refuses it."""
+    if name not in TOKEN_TOOLS or INCLUDE_TOKENS not in arguments:
+        return False
+    value = arguments.pop(INCLUDE_TOKENS)
+    if value is not None and not isinstance(value, bool):
+        raise ParameterError(f"bad input for {name}: {INCLUDE_TOKENS} must be true or false, got {value!r}",
+                             hint=f"leave {INCLUDE_TOKENS} out to get the figures without token lists")
+    return bool(value)
+
+
+def without_tokens(value: Any, dropped: set[str]) -> Any:
+    """``value`` with every token list (TOKEN_KEYS holding a list) left out, at any depth; their names
+    are added to ``dropped``."""
+    if isinstance(value, dict):
+        kept = {}
+        for key, item in value.items():
+            if key in TOKEN_KEYS and isinstance(item, list):
+                dropped.add(key)
+            else:
+                kept[key] = without_tokens(item, dropped)
+        return kept
+    if isinstance(value, list):
+        return [without_tokens(item, dropped) for item in value]
+    return value
+
+
+def with_tokens(store: Any, value: Any) -> Any:
+    """``value`` with the token lists of each stored run it names (an object with a ``run_id``) filled
+    in from the store, at any depth."""
+    if isinstance(value, list):
+        return [with_tokens(store, item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: with_tokens(store, item) for key, item in value.items()}
+    if isinstance(value.get("run_id"), str):
+        try:
+            stored = store.get_run(value["run_id"])
+        except SpecpilotError:
+            return out
+        out.update({key: stored[key] for key in TOKEN_KEYS if isinstance(stored.get(key), list)})
+    return out
+
+
+def shape_result(store: Any, result: ToolResult, include_tokens: bool) -> ToolResult:
+    """A result as this server sends it: token lists left out (with a note saying how to get them),
+    or, with ``include_tokens``, those of every run it names read back from the store."""
+    if result.is_error:
+        return result
+    if include_tokens:
+        content = with_tokens(store, result.content)
+    else:
+        dropped: set[str] = set()
+        content = without_tokens(result.content, dropped)
+        if dropped:
+            content["tokens_omitted"] = (f"left out: {', '.join(sorted(dropped))}; the stored run keeps them "
+                                         f"(lookup_runs with the run id and {INCLUDE_TOKENS}: true returns them)")
+    return ToolResult(name=result.name, content=content, is_error=result.is_error, run_ids=result.run_ids)
+
+
+class ProgressRelay:
+    """A tool's progress lines as ``notifications/progress`` on its call's progressToken (nothing is
+    sent when the client gave none). Called from the tool's worker thread; a notification that cannot
+    be sent is dropped and never fails the tool."""
+
+    def __init__(self, session: Any):
+        self.session = session
+        self.sent = 0
+
+    async def send(self, text: str) -> None:
+        """Send one line (from the event loop)."""
+        self.sent += 1
+        try:
+            await self.session.report_progress(float(self.sent), None, text)
+        except Exception as exc:  # noqa: BLE001 - the client left: the tool goes on
+            log.debug("progress notification not sent: %s", exc)
+
+    def __call__(self, text: str) -> None:
+        """Send one line (from the tool's worker thread), waiting until it is written."""
+        try:
+            anyio.from_thread.run(self.send, str(text))
+        except Exception as exc:  # noqa: BLE001 - the event loop is closing: the tool goes on
+            log.debug("progress notification not sent: %s", exc)
+
+
 def _accepted(response: Any) -> bool:
     return (getattr(response, "action", None) == "accept" and isinstance(response.content, dict)
             and response.content.get("approve") is True)
@@ -159,20 +278,21 @@ class SpecpilotMCP:
     def __init__(self, store: Any):
         self.store = store
         self.seal = RequestSeal()
-        self.server = Server(SERVER_NAME, instructions=_instructions(), on_list_tools=self.list_tools,
-                             on_call_tool=self.call_tool)
+        self.server = Server(SERVER_NAME, version=server_version(), instructions=_instructions(),
+                             on_list_tools=self.list_tools, on_call_tool=self.call_tool)
         # the SDK's own protection of requestState (encrypted, bound to the call), around RequestSeal's
         self.server.middleware.append(RequestStateBoundary(
             RequestStateSecurity.ephemeral(ttl=STATE_TTL_S), default_audience=SERVER_NAME))
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
-            types.Tool(name=t.name, description=t.description, input_schema=t.input_schema())
+            types.Tool(name=t.name, description=t.description, input_schema=tool_schema(t))
             for t in registry.load_tools().values()])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams):
         name, arguments = params.name, dict(params.arguments or {})
         try:
+            include_tokens = pop_include_tokens(name, arguments)
             tool_ = registry.get_tool(name)
             inp = registry.parse_input(tool_, arguments)
         except SpecpilotError as exc:
@@ -187,8 +307,15 @@ class SpecpilotMCP:
             if not isinstance(approval_id, str):
                 return approval_id  # an InputRequiredResult: the client asks the person and retries
             arguments[APPROVAL_FIELD] = approval_id
-        result = await anyio.to_thread.run_sync(host_call, self.store, name, arguments)
+        relay = ProgressRelay(ctx.session)
+        await relay.send(f"running {name}")
+        result = await anyio.to_thread.run_sync(self._run, name, arguments, include_tokens, relay)
         return to_call_result(result)
+
+    def _run(self, name: str, arguments: dict, include_tokens: bool, progress: Callable[[str], None]) -> ToolResult:
+        """The call itself (in a worker thread): the tool through host_call, the result shaped to send."""
+        result = host_call(self.store, name, arguments, progress=progress)
+        return shape_result(self.store, result, include_tokens)
 
     async def _elicit(self, ctx: Any, params: Any, tool_: registry.Tool, inp: Any):
         """Ask the person through the client; return the decided approval id (or an InputRequiredResult)."""

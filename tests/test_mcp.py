@@ -12,6 +12,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from agent.mcp_server import tool_schema
 from memory import Store
 from tools.agent_tools import registry
 
@@ -65,7 +66,8 @@ def test_tools_are_listed_with_the_registry_schemas_and_errors_are_results(specp
             listed = (await client.list_tools()).tools
             assert [t.name for t in listed] == list(registry.load_tools())
             by_name = {t.name: t for t in listed}
-            assert by_name["run_method"].input_schema == registry.get_tool("run_method").input_schema()
+            # the registry's schema, plus the server's own include_tokens (tests/test_mcp_polish.py)
+            assert by_name["run_method"].input_schema == tool_schema(registry.get_tool("run_method"))
             assert by_name["install_packages"].description == registry.get_tool("install_packages").description
 
             found = await client.call_tool("lookup_runs", {"run_id": one_run})

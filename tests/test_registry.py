@@ -148,7 +148,9 @@ def test_run_tool_fills_what_the_caller_left_out_from_saved_params(store, monkey
     assert not result.is_error, result.content
     [used] = seen
     assert used.target == "/models/mine" and used.max_new_tokens == 32
-    assert used.params == {"window": 2, "ngram": 3, "guess": 4}  # the caller's window wins
+    # the caller's window is given; the saved ngram and guess stay in memory, where the run reads them as
+    # "memory" values (not "given" ones: tests/test_sizing_paths.py)
+    assert used.params == {"window": 2}
     assert "prompt_ids" not in result.content and result.run_ids == [result.content["run_id"]]
     assert result.content["statement"].startswith(f"run {result.content['run_id']} (lookahead, /models/mine")
 

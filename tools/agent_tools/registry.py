@@ -10,6 +10,7 @@ the approval gate (``agent.approval``) consumed for exactly this call.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import logging
@@ -19,7 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from tools.engine.params import METHODS, PARAM_MODELS
 from tools.errors import ApprovalError, ParameterError, SpecpilotError
+from tools.models import BUILTIN_MODELS, DTYPES
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +81,10 @@ class Tool:
     read_only: bool = False
 
     def input_schema(self) -> dict:
-        """The JSON schema of the tool's input (pydantic's, with titles kept for readability)."""
-        return self.input_model.model_json_schema()
+        """The JSON schema of the tool's input (pydantic's, with titles kept for readability), every
+        field described: model names with the built-in ones as examples, ``dtype`` as an enum and a
+        method's ``params`` with each method's own fields (see :func:`document_schema`)."""
+        return document_schema(self.input_model.model_json_schema())
 
 
 @dataclass
@@ -241,3 +246,126 @@ def describe_tools() -> list[dict]:
     """Every tool for listings (JSON CLI, docs): name, description, gate, read_only and input schema."""
     return [{"name": t.name, "description": t.description, "gate": t.gate, "read_only": t.read_only,
              "input_schema": t.input_schema()} for t in load_tools().values()]
+
+
+# ---- the published input schemas: every field described ------------------------------------------
+
+MODEL_FIELDS = ("target", "draft")  # fields naming a model; the built-in names are their examples
+MODEL_REF = ("a built-in name (see examples), a local folder holding a transformers checkpoint, a .gguf file, "
+             "or a Hugging Face hub id (only when the hub is reachable)")
+# what a field means wherever its input model gives no description (the same in every tool that has it)
+FIELD_DESCRIPTIONS = {
+    "target": f"the target model, whose output is reproduced and timed: {MODEL_REF}",
+    "draft": f"the draft model that proposes tokens for the target: {MODEL_REF}",
+    "max_new_tokens": "new tokens to generate after the prompt",
+    "temperature": "sampling temperature; 0 is greedy decoding (the output must then match the baseline's token "
+                   "for token)",
+    "top_p": "nucleus sampling: sample among the most likely tokens whose probabilities add up to this (1: off)",
+    "top_k": "sample among the k most likely tokens only (0: off)",
+    "seed": "random seed of sampling (the same seed gives the same sampled output)",
+    "dtype": "precision of the weights and arithmetic; auto picks bfloat16 where this CPU/GPU runs it fast, "
+             "else float32 (the result says which was used and why)",
+    "device_map": "accelerate's device map: 'auto' spreads a large model over the GPUs (default: one device)",
+    "threads": "CPU threads for torch (default: torch's own choice)",
+    "repeats": "how many times each measurement is repeated; the median is reported",
+    "warmup": "untimed warm-up runs of each method before the timed ones",
+    "prompt": "the prompt text (sent through the model's chat template when chat is true)",
+    "num_heads": "Medusa heads to train (head i predicts the token i+1 places ahead)",
+    "steps": "training steps (batches)",
+    "format": "the report's format: markdown (a table with the figures) or json (every stored field)",
+}
+# one example of each method's own parameters (each valid: tests parse them with parse_params)
+PARAM_EXAMPLES = {"draft": {"k": 4}, "medusa": {"tree": "cpu8"}, "lookahead": {"window": 7, "ngram": 4, "guess": 4},
+                  "ngram": {"max_ngram_size": 3, "num_candidate_tokens": 10}}
+# run settings that save_params keeps inside params, beside the method's own (their JSON types)
+SAVED_SETTINGS = {"target": "string", "draft": "string", "dtype": "string", "max_new_tokens": "integer",
+                  "temperature": "number", "top_p": "number", "top_k": "integer", "seed": "integer"}
+
+
+def document_schema(schema: dict) -> dict:
+    """A copy of an input schema with every top-level field described: a missing description comes
+    from FIELD_DESCRIPTIONS (``method`` lists its methods), model fields get the built-in names as
+    examples, ``dtype`` becomes an enum, and ``params`` lists each method's own fields. Only
+    descriptions, examples and enums are added: no key is renamed or removed."""
+    schema = copy.deepcopy(schema)
+    props = schema.get("properties", {})
+    for name, prop in props.items():
+        if name == "method":
+            prop.setdefault("description", _method_description(_enum_of(prop)))
+        elif name in FIELD_DESCRIPTIONS:
+            prop.setdefault("description", FIELD_DESCRIPTIONS[name])
+        if name in MODEL_FIELDS:
+            prop["examples"] = list(BUILTIN_MODELS)
+        if name == "dtype":
+            _set_enum(prop, DTYPES)
+        if name == "params":
+            # an input with no target of its own (save_params) keeps the run settings inside params too
+            _document_params(prop, with_settings="target" not in props)
+    return schema
+
+
+def _enum_of(prop: dict) -> list:
+    """The allowed values of a (possibly optional) enum property."""
+    for branch in [prop, *prop.get("anyOf", ())]:
+        if "enum" in branch:
+            return list(branch["enum"])
+    return []
+
+
+def _set_enum(prop: dict, values: tuple[str, ...]) -> None:
+    """Make a free string property (or the string branch of an optional one) an enum of ``values``."""
+    if _enum_of(prop):
+        return
+    for branch in [prop, *prop.get("anyOf", ())]:
+        if branch.get("type") == "string":
+            branch["enum"] = list(values)
+            return
+
+
+def _method_description(methods: list) -> str:
+    names = [m for m in methods if m in METHODS] or list(METHODS)
+    return "the decoding method: " + "; ".join(f"{m} = {METHODS[m].description}" for m in names)
+
+
+def _param_fields(method: str) -> dict:
+    return PARAM_MODELS[method].model_json_schema().get("properties", {})
+
+
+def _params_by_method() -> str:
+    return "; ".join(f"{m}: {', '.join(_param_fields(m)) or 'none'}" for m in METHODS)
+
+
+def _document_params(prop: dict, with_settings: bool) -> None:
+    """Describe a ``params`` property: ``{method: {...}}`` when its values are objects (compare_methods),
+    else one method's parameters, chosen by the input's ``method`` (the union of every method's fields,
+    each description naming its method; the object stays open, so nothing accepted before is refused)."""
+    given = prop.get("description", "the method's own parameters")
+    if isinstance(prop.get("additionalProperties"), dict):
+        prop["properties"] = {m: {**PARAM_MODELS[m].model_json_schema(),
+                                  "description": f"{m} ({METHODS[m].description}): its own parameters"}
+                              for m in METHODS}
+        prop["description"] = (f"{given}. Keys are method names, values that method's own parameters "
+                               f"({_params_by_method()}); e.g. {json.dumps(PARAM_EXAMPLES)}")
+        prop["examples"] = [PARAM_EXAMPLES]
+        return
+    fields: dict = {}
+    for method in METHODS:  # a name two methods share keeps the first one's schema and both descriptions
+        for name, field_schema in _param_fields(method).items():
+            said = f"{method}: {field_schema.get('description', '')}"
+            if name in fields:
+                fields[name]["description"] += f" | {said}"
+            else:
+                fields[name] = {**field_schema, "description": said}
+    if with_settings:
+        for name, kind in SAVED_SETTINGS.items():
+            fields.setdefault(name, {"type": kind, "description": f"run setting: {FIELD_DESCRIPTIONS[name]}"})
+            if name in MODEL_FIELDS:
+                fields[name]["examples"] = list(BUILTIN_MODELS)
+            if name == "dtype":
+                _set_enum(fields[name], DTYPES)
+    prop["properties"] = fields
+    prop["description"] = (f"{given}. The keys depend on method ({_params_by_method()})"
+                           + ("; run settings may be saved beside them" if with_settings else "")
+                           + f"; e.g. for method draft {json.dumps(PARAM_EXAMPLES['draft'])}, "
+                             f"for lookahead {json.dumps(PARAM_EXAMPLES['lookahead'])}")
+    prop["examples"] = list(PARAM_EXAMPLES.values())
