@@ -27,11 +27,11 @@ TRAIN_OPTIONS = ("target", "out", "heads", "layers", "data", "self_distill", "st
 
 
 def _medusa() -> types.SimpleNamespace:
-    """tools.medusa: the training (train) and the self-distillation data (data)."""
+    """tools.medusa: the training (train), the self-distillation data (data) and EAGLE's training (eagle)."""
     # they load torch and transformers: imported when a command runs, not for `specpilot --help`
-    from tools.medusa import data, train
+    from tools.medusa import data, eagle_train, train
 
-    return types.SimpleNamespace(data=data, train=train)
+    return types.SimpleNamespace(data=data, train=train, eagle=eagle_train)
 
 
 def training_arguments(args) -> dict:

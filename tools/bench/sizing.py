@@ -39,7 +39,7 @@ from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RAT
                                       relative_cost)
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
-from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, DraftParams, LookaheadParams,
+from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, DraftParams, EagleParams, LookaheadParams,
                                  PromptLookupParams, parse_params)
 from tools.errors import ParameterError
 
@@ -174,6 +174,19 @@ def size_medusa(machine: MachineCost, fixed: dict, num_heads: int | None = None,
     return {"tree": (value, f"{named}: {nodes + 1} tokens per step; {flat}")}
 
 
+def size_eagle(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
+    """The verified tree: the drafted nodes that fit the near-flat part of the curve; the depth and the
+    nodes expanded per depth no larger than that tree can use (EAGLE-2's defaults are GPU-sized:
+    60 nodes, depth 6, top-10)."""
+    tokens, flat = _flat(machine.curve)
+    nodes = int(fixed.get("tree_nodes") or max(1, min(EagleParams().tree_nodes, tokens - 1)))
+    depth = max(1, min(EagleParams().depth, nodes))
+    topk = max(1, min(EagleParams().topk, nodes))
+    return {"tree_nodes": (nodes, f"{nodes} drafted nodes + the root fit in one verification pass: {flat}"),
+            "depth": (depth, f"the longest path a {nodes}-node tree can hold, at most {EagleParams().depth}"),
+            "topk": (topk, f"nodes expanded per depth: at most {EagleParams().topk} and the tree's {nodes} nodes")}
+
+
 def expected_speedup(k: int, acceptance: float, draft_ratio: float, curve: dict[int, float]) -> float:
     """Tokens per unit of target time of a K-token draft: (1 - a^(K+1)) / (1 - a) tokens per step
     (a: per-token acceptance), over K draft tokens at ``draft_ratio`` each plus one verification of
@@ -227,11 +240,12 @@ def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
     }
 
 
-SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draft, "ngram": size_ngram}
+SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draft, "ngram": size_ngram,
+          "eagle": size_eagle}
 # the fields each sizer sets (tests check them against SIZERS): a method whose every one of these is given or
 # saved needs no machine to be sized (``fixed_params``)
 SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
-                "draft": ("k", "k_max"),
+                "draft": ("k", "k_max"), "eagle": ("tree_nodes", "depth", "topk"),
                 "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates")}
 
 

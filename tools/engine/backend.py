@@ -68,6 +68,10 @@ class Backend(ABC):
         (so a caller may score a subset of the vocabulary); None when the head is not that simple."""
         return None
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The model's input embeddings [1, n, hidden] of ids [1, n]; None when the backend has none to give."""
+        return None
+
     def sync(self) -> None:
         """Wait for queued device work, so wall-clock timings are honest (no-op on a CPU)."""
         if self.device.type == "cuda":
@@ -121,6 +125,9 @@ class TransformersBackend(Backend):
         logits = self.model.get_output_embeddings()(hidden)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         return torch.tanh(logits / cap) * cap if cap else logits
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.get_input_embeddings()(ids)
 
     def head_rows(self, token_ids: torch.Tensor) -> torch.Tensor | None:
         head = self.model.get_output_embeddings()

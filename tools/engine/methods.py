@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from tools.engine import autoregressive, lookahead, medusa, prompt_lookup
+from tools.engine import autoregressive, eagle, lookahead, medusa, prompt_lookup
 from tools.engine.params import (ACCELERATED, DESCRIPTIONS, METHOD_NAMES, METHODS, PARAM_MODELS, AcceleratedName,
                                  BaselineParams, DraftParams, LookaheadParams, MedusaParams, MethodName, MethodSpec,
                                  PromptLookupParams, parse_params)
@@ -21,11 +21,6 @@ from tools.errors import ParameterError
 __all__ = ["AcceleratedName", "LookaheadParams", "MedusaParams", "MethodName", "PromptLookupParams", "ACCELERATED", "DESCRIPTIONS", "METHODS", "METHOD_NAMES", "PARAM_MODELS", "BaselineParams", "DraftParams",
            "MethodContext", "MethodSpec", "needs_draft", "parse_params", "run"]
 
-
-
-
-
-
 @dataclass
 class MethodContext:
     """Loaded models a method may need."""
@@ -33,6 +28,7 @@ class MethodContext:
     target: object  # tools.models.LoadedModel
     draft: object | None = None  # LoadedModel
     medusa_heads: object | None = None  # MedusaHeads
+    eagle_head: object | None = None  # EagleHead
 
 
 def needs_draft(method: str) -> bool:
@@ -50,6 +46,10 @@ def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Genera
         return decoder.run(prompt_ids, settings)
     if method == "medusa":
         return medusa.generate(target, ctx.medusa_heads, prompt_ids, settings, params)
+    if method == "eagle":
+        if ctx.eagle_head is None:
+            raise ParameterError("EAGLE needs a draft head for this target", hint="train one with `specpilot eagle train`")
+        return eagle.generate(target, ctx.eagle_head, prompt_ids, settings, params)
     if method == "lookahead":
         return lookahead.generate(target, prompt_ids, settings, params)
     if method == "ngram":

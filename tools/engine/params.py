@@ -60,6 +60,18 @@ class MedusaParams(BaseModel):
     )
 
 
+class EagleParams(BaseModel):
+    """EAGLE's draft tree (EAGLE-2's dynamic tree): how deep the head drafts, how many nodes it
+    expands per depth, and how many drafted nodes the target verifies in its one pass."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    depth: int = Field(5, ge=1, le=12, description="draft depth: the longest path the head proposes per step")
+    topk: int = Field(4, ge=1, le=16, description="children drafted per expanded node and nodes expanded per depth")
+    tree_nodes: int = Field(10, ge=1, le=128, description="drafted nodes verified per step (the most probable paths)")
+    eagle_heads: str | None = Field(None, description="EAGLE head folder (default: the one shipped for the target)")
+
+
 class PromptLookupParams(BaseModel):
     """Prompt lookup parameters: n-gram sizes to match, the draft length and the drafts per step."""
 
@@ -168,6 +180,8 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
                training="Medusa heads"),
     MethodSpec("lookahead", LookaheadParams, "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
                "#2ca02c", "greedy: identical; sampling: lossless"),
+    MethodSpec("eagle", EagleParams, "EAGLE: a one-layer draft head over the target's features, dynamic draft tree "
+               "(exact)", "#ff7f0e", "greedy: identical; sampling: lossless", training="EAGLE head"),
     MethodSpec("ngram", PromptLookupParams, "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
                "#9467bd", "greedy: identical; sampling: lossless"),
 )}

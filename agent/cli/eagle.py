@@ -1,0 +1,82 @@
+"""``specpilot eagle train``: train an EAGLE draft head on a frozen target (asks for approval first).
+
+The same gate as ``specpilot medusa train`` (agent.approval): an approval holding the exact command
+is recorded and the person approves it on the controlling terminal by typing ``train TARGET``; with
+no terminal it stays pending, to be approved with ``specpilot tool approve ID`` and used with
+``--approval-id ID``. Feature caching resumes chunk by chunk and training from its last checkpoint,
+so an interrupted run loses at most a few minutes; the exact command is recorded with the head.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from agent.approval import approve_command
+from agent.cli.medusa import _medusa
+from memory import Store
+from tools import models
+
+TRAIN_ACTION = "train"
+TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
+                 "learning_rate", "dtype")
+
+
+def training_command(args) -> str:
+    words = ["specpilot", "eagle", "train"]
+    for name in TRAIN_OPTIONS:
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, list):
+            words += [flag, *map(str, value)]
+        elif value not in (None, False):
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def cmd_eagle_train(args) -> int:
+    eagle_train = _medusa().eagle  # loads torch: when the command runs, not for --help
+    arguments = {"tool": "specpilot eagle train", "input": {n: getattr(args, n) for n in TRAIN_OPTIONS}}
+    command = training_command(args)
+    what = (f"{command}  (loads {args.target}, caches its hidden states over the training text, trains the head "
+            f"and writes it to {args.out}; this takes a long time on a CPU)")
+    with Store() as store:
+        approval = approve_command(store, TRAIN_ACTION, arguments, what, approval_id=args.approval_id)
+    print(f"approved: approval {approval['id']}, by {approval['decided_by']}", file=sys.stderr)
+    files = [Path(f) for f in args.data] if args.data else eagle_train.default_data_files(args.target)
+    if not files:
+        print(f"no training text: give --data FILES (self-distillation answers of {args.target}, e.g. from "
+              "`specpilot medusa make-data --generator TARGET`)", file=sys.stderr)
+        return 2
+    overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
+                 "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate}
+    config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    target = models.load(args.target, dtype=args.dtype)
+    summary = eagle_train.train_eagle(target, files, Path(args.out).expanduser(), config, max_tokens=args.max_tokens,
+                                      log=lambda line: print(line, file=sys.stderr, flush=True),
+                                      command=command)
+    print(json.dumps(summary, default=str, indent=None if args.json else 1))
+    return 0
+
+
+def add_eagle_commands(sub) -> None:
+    p = sub.add_parser("eagle", help="EAGLE draft heads: train one for a target")
+    esub = p.add_subparsers(dest="eagle_command", required=True)
+    t = esub.add_parser("train", help="train an EAGLE draft head on a frozen target (asks for approval)")
+    t.add_argument("--target", required=True)
+    t.add_argument("--out", required=True, help="folder for the head and its checkpoint")
+    t.add_argument("--data", nargs="*", default=None,
+                   help="self-distillation text (default: the answers shipped for a built-in target)")
+    t.add_argument("--max-tokens", type=int, default=60000, help="training text used, in tokens")
+    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--passes", type=int, default=None, help="training-time test depth")
+    t.add_argument("--draft-vocab", type=int, default=None)
+    t.add_argument("--intermediate-size", type=int, default=None)
+    t.add_argument("--learning-rate", type=float, default=None)
+    t.add_argument("--dtype", default="auto", help="the dtype EAGLE will run the target in (auto: as `run` does)")
+    t.add_argument("--approval-id", default=None,
+                   help="an approval a person gave with `specpilot tool approve ID` for exactly this command")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_eagle_train)

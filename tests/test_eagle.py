@@ -1,0 +1,195 @@
+"""EAGLE on tiny Qwen2 and Llama models: greedy output identical to the baseline for any head and
+tree shape, lossless sampling, the dynamic tree's selection, and the head's cache bookkeeping."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import VOCAB, assert_greedy_equal, make_tiny_model
+from tools.engine import autoregressive, eagle
+from tools.engine.eagle import EagleHead, _Grown, config_for, select_tree
+from tools.engine.params import EagleParams
+from tools.engine.types import GenerationSettings
+from tools.errors import ParameterError
+
+
+def random_head(model, draft_vocab=VOCAB, seed=3, identity=True) -> EagleHead:
+    torch.manual_seed(seed)
+    ids = torch.randperm(VOCAB)[:draft_vocab].sort().values
+    head = EagleHead(config_for(model.config, draft_vocab, 48), ids)
+    if identity:
+        head.init_identity()
+    return head.eval()
+
+
+@pytest.fixture(params=["qwen2", "llama"], scope="module")
+def target(request):
+    return make_tiny_model(request.param, layers=2, seed=0)
+
+
+PROMPTS = [[1, 5, 9, 2, 7], [3, 3, 3, 3, 8, 1, 4, 4, 4, 2, 6], [11]]
+
+
+@pytest.mark.parametrize("depth,topk,nodes", [(1, 1, 1), (3, 2, 4), (5, 4, 10), (6, 3, 24), (2, 8, 16)])
+def test_greedy_output_is_the_baseline(target, depth, topk, nodes):
+    settings = GenerationSettings(max_new_tokens=40)
+    head = random_head(target)
+    for prompt in PROMPTS:
+        base = autoregressive.generate(target, prompt, settings).output_ids
+        got = eagle.generate(target, head, prompt, settings, EagleParams(depth=depth, topk=topk, tree_nodes=nodes))
+        assert_greedy_equal(target, prompt, base, got.output_ids)
+        assert got.target_forwards == got.steps + 1
+        assert got.new_tokens == len(base)
+
+
+def test_a_reduced_draft_vocabulary_and_odd_budgets(target):
+    head = random_head(target, draft_vocab=17)
+    for budget in (1, 2, 3, 7):
+        settings = GenerationSettings(max_new_tokens=budget)
+        base = autoregressive.generate(target, PROMPTS[0], settings).output_ids
+        got = eagle.generate(target, head, PROMPTS[0], settings, EagleParams(depth=5, topk=3, tree_nodes=9))
+        assert got.output_ids == base
+
+
+def test_eos_stops_generation(target):
+    settings = GenerationSettings(max_new_tokens=30)
+    base = autoregressive.generate(target, PROMPTS[1], settings).output_ids
+    eos = base[9]
+    settings = GenerationSettings(max_new_tokens=30, eos_token_ids=[eos])
+    got = eagle.generate(target, random_head(target), PROMPTS[1], settings)
+    assert got.output_ids == base[: base.index(eos) + 1] and got.stopped_by == "eos"
+
+
+def test_select_tree_keeps_the_most_probable_paths_closed_under_ancestors():
+    grown = _Grown(tokens=[0, 10, 11, 12, 13, 14], parents=[-1, 0, 0, 1, 1, 3], depths=[0, 1, 1, 2, 2, 3],
+                   scores=[0.0, -0.1, -2.0, -0.3, -1.0, -0.35])
+    tree = select_tree(grown, 3)
+    assert tree.tokens == [0, 10, 12, 14]
+    assert tree.parents == [-1, 0, 1, 2]
+    tree = select_tree(grown, 5)
+    assert sorted(tree.tokens) == [0, 10, 11, 12, 13, 14]
+    first = tree.children[0]
+    assert [tree.tokens[c] for c in first] == [10, 11]  # most confident child first
+    assert [tree.tokens[c] for c in tree.children[1]] == [12, 13]
+
+
+def test_the_head_cache_holds_one_row_per_accepted_position(target):
+    settings = GenerationSettings(max_new_tokens=25)
+    head = random_head(target)
+    backend = eagle.as_backend(target)
+    step = eagle.EagleStep(backend, head, settings, EagleParams(depth=4, topk=3, tree_nodes=8))
+    result = eagle.decode(backend, PROMPTS[0], settings, step, "eagle")
+    # every position up to the last root was read by the head once
+    assert step.dk.shape[2] == step.read == len(step.tokens) - 1 - (len(step.tokens) - 1 - step.read)
+    assert backend.cache_length(step.cache) == len(step.tokens) - 1
+    assert result.new_tokens == 25
+
+
+def test_a_backend_without_embeddings_is_a_clear_error(target):
+    class NoEmbed(eagle.Backend):
+        def __init__(self, inner):
+            self.inner = inner
+            self.device, self.dtype, self.vocab_size = inner.device, inner.dtype, inner.vocab_size
+
+        def __getattribute__(self, name):
+            if name in ("embed", "inner", "device", "dtype", "vocab_size", "__class__"):
+                return object.__getattribute__(self, name)
+            return getattr(object.__getattribute__(self, "inner"), name)
+
+        new_cache = cache_length = crop = keep_positions = forward = hidden = lm_head = None
+
+    backend = NoEmbed(eagle.as_backend(target))
+    with pytest.raises(ParameterError, match="input embeddings"):
+        eagle.generate(backend, random_head(target), PROMPTS[0], GenerationSettings(max_new_tokens=5))
+
+
+def test_sampling_is_lossless():
+    """The distribution of the second new token (the first one drafted and verified) matches the
+    target's own: sum over the first token x1 of p(x1) p(x2 | x1)."""
+    model = make_tiny_model("qwen2", layers=1, seed=5, vocab=12)
+    head = EagleHead(config_for(model.config, 12, 16), torch.arange(12))
+    head.init_identity()
+    prompt, temp = [1, 2, 3], 1.5
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1] / temp, -1)
+        exact = torch.zeros(12)
+        for x1 in range(12):
+            p2 = torch.softmax(model(torch.tensor([prompt + [x1]])).logits[0, -1] / temp, -1)
+            exact += p1[x1] * p2
+    counts, total = Counter(), 1200
+    params = EagleParams(depth=2, topk=3, tree_nodes=4)
+    for seed in range(total):
+        out = eagle.generate(model, head, prompt, GenerationSettings(max_new_tokens=2, temperature=temp, seed=seed),
+                             params).output_ids
+        counts[out[1]] += 1
+    observed = [counts[t] for t in range(12)]
+    exact = exact.double() / exact.double().sum()
+    expected = [float(exact[t]) * total for t in range(12)]
+    assert chisquare(observed, expected).pvalue > 1e-3
+
+
+# ---------------------------------------------------------------------------------------- training
+def _tiny_shards(model, tmp_path, n=8, length=40):
+    from tools.medusa.features import cache_chunk_features, load_chunk_features
+
+    g = torch.Generator().manual_seed(0)
+    chunks = [torch.randint(0, VOCAB, (4,), generator=g).tolist() for _ in range(n)]
+    chunks = [c + autoregressive.generate(model, c, GenerationSettings(max_new_tokens=length)).output_ids
+              for c in chunks]
+    return chunks, load_chunk_features(cache_chunk_features(model, chunks, tmp_path / "features"))
+
+
+def test_training_time_test_masks():
+    from tools.medusa.eagle_train import _pass_masks
+
+    m1, m2, m3 = _pass_masks(5, 3)
+    assert m1.tolist() == torch.ones(4, 4, dtype=torch.bool).tril().tolist()
+    assert m2.shape == (3, 4 + 3) and m2[1].tolist() == [True, True, False, False, False, True, False]
+    assert m3.shape == (2, 4 + 3 + 2) and m3[0].tolist() == [True, False, False, False, True, False, False, True, False]
+
+
+def test_features_are_cached_per_chunk_and_resumed(tmp_path):
+    from tools.medusa.features import cache_chunk_features
+
+    model = make_tiny_model("qwen2", layers=1, seed=2)
+    chunks = [[1, 2, 3, 4, 5], [6, 7, 8, 9]]
+    paths = cache_chunk_features(model, chunks, tmp_path)
+    stamp = paths[0].stat().st_mtime_ns
+    paths[1].unlink()
+    seen = []
+    cache_chunk_features(model, chunks, tmp_path, lambda done, total: seen.append((done, total)))
+    assert paths[0].stat().st_mtime_ns == stamp and paths[1].exists() and seen == [(1, 2), (2, 2)]
+
+
+def test_train_save_load_resume_and_run(tmp_path):
+    from tools.medusa.eagle_train import EagleTrainConfig, load_head, train_head
+
+    model = make_tiny_model("qwen2", layers=2, seed=0)
+    chunks, shards = _tiny_shards(model, tmp_path)
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    config = EagleTrainConfig(intermediate_size=32, draft_vocab=40, epochs=2, held_out_chunks=2, checkpoint_every=4,
+                              learning_rate=3e-3)
+    losses = []
+    summary = train_head(shards, embed, lm_head, model.config, tmp_path / "head", config, "key", chunks, {"x": 1},
+                         progress=lambda step, total, loss, hits: losses.append(loss))
+    assert summary["steps"] == 12 and len(summary["held_out"]["top1_by_depth"]) == 3 and summary["x"] == 1
+    head = load_head(tmp_path / "head")
+    assert head.draft_ids.numel() == 40
+    resumed = train_head(shards, embed, lm_head, model.config, tmp_path / "head", config, "key", chunks, {})
+    assert resumed["steps"] == 12  # already done: nothing more to train
+    with pytest.raises(ParameterError, match="other data"):
+        train_head(shards, embed, lm_head, model.config, tmp_path / "head", config, "other", chunks, {})
+    settings = GenerationSettings(max_new_tokens=30)
+    base = autoregressive.generate(model, chunks[0][:4], settings).output_ids
+    assert eagle.generate(model, head, chunks[0][:4], settings).output_ids == base
+
+
+def test_loading_refuses_what_is_not_a_head(tmp_path):
+    from tools.medusa.eagle_train import load_head
+
+    with pytest.raises(ParameterError, match="holds no EAGLE head"):
+        load_head(tmp_path)

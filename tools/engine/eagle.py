@@ -1,0 +1,307 @@
+"""EAGLE: a one-layer draft head over the target's own features, a dynamic draft tree, one target pass.
+
+EAGLE (Li et al., arXiv 2401.15077) drafts at the feature level: a small head reads the target's
+final hidden state at position t together with the embedding of the token at t + 1 and predicts the
+hidden state at t + 1; the target's own LM head (here only the rows of a reduced draft vocabulary)
+turns that into draft tokens. EAGLE-2 (arXiv 2406.16858) grows the draft tree by the head's
+confidence: at each depth the ``topk`` most likely frontier nodes are expanded by one batched head
+pass, and the ``tree_nodes`` nodes with the highest path probability are verified. EAGLE-3 (arXiv
+2503.01840) trains the head on its own predictions (training-time test); tools.medusa.eagle_train
+does that for the first depths.
+
+Exactness does not depend on the head: the target verifies the tree in one forward pass under a
+tree mask and only tokens the target itself picks are kept (greedy: the argmax path; sampling: the
+drafted children are tried in order of the head's confidence, each kept with the target's
+probability, rejected ones removed from p — lossless for any deterministic draft, see
+tools.engine.draft_tree). The head's own KV cache holds one row per accepted position; tree rows
+are dropped after each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tools.engine.backend import Backend, as_backend
+from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree
+from tools.engine.loop import DecodeStep, decode, next_token
+from tools.engine.params import EagleParams
+from tools.engine.sampling import make_generator, warp_probs
+from tools.engine.types import DecodeResult, GenerationSettings, StepTally
+from tools.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    """Shape of a draft head (the attention shape is the target's; the MLP may be narrower)."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_eps: float
+    draft_vocab: int
+
+
+def config_for(target_config, draft_vocab: int, intermediate_size: int | None = None) -> EagleConfig:
+    """A head shaped like one decoder layer of the target (``intermediate_size`` may be narrower)."""
+    c = target_config
+    heads = c.num_attention_heads
+    rope = (getattr(c, "rope_parameters", None) or {}).get("rope_theta") or getattr(c, "rope_theta", None) or 10000.0
+    return EagleConfig(hidden_size=c.hidden_size, num_heads=heads,
+                       num_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+                       head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
+                       intermediate_size=intermediate_size or c.intermediate_size, rope_theta=float(rope),
+                       rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)), draft_vocab=draft_vocab)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(size)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding (rotate-half form) of x [B, heads, n, d] at positions [n] or [B, n]."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    angles = positions.to(torch.float32)[..., None] * inv  # [.., n, d/2]
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if cos.dim() == 3:  # [B, n, d] -> [B, 1, n, d]
+        cos, sin = cos[:, None], sin[:, None]
+    half = d // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class EagleHead(nn.Module):
+    """fc([embedding, feature]) -> one decoder layer -> the predicted next feature.
+
+    ``draft_ids`` [draft_vocab] are the target token ids the head may propose (a reduced vocabulary:
+    the draft logits are feature @ lm_head[draft_ids].T)."""
+
+    def __init__(self, config: EagleConfig, draft_ids: torch.Tensor):
+        super().__init__()
+        c, h = config, config.hidden_size
+        self.config = c
+        self.fc = nn.Linear(2 * h, h)
+        self.q_proj = nn.Linear(h, c.num_heads * c.head_dim)
+        self.k_proj = nn.Linear(h, c.num_kv_heads * c.head_dim)
+        self.v_proj = nn.Linear(h, c.num_kv_heads * c.head_dim)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, h, bias=False)
+        self.post_norm = RMSNorm(h, c.rms_eps)
+        self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        if draft_ids.numel() != c.draft_vocab:
+            raise ParameterError(f"the draft vocabulary has {draft_ids.numel()} ids, the config says {c.draft_vocab}")
+        self.register_buffer("draft_ids", draft_ids.to(torch.long), persistent=True)
+
+    def init_identity(self) -> None:
+        """Start from 'the next feature is this feature': fc passes the feature half through."""
+        h = self.config.hidden_size
+        with torch.no_grad():
+            self.fc.weight.mul_(0.1)
+            self.fc.weight[:, h:] += torch.eye(h)
+            self.fc.bias.zero_()
+
+    def forward(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor,
+                past_v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """feats, embeds [B, n, h] at positions [n] or [B, n]; past_k/v [B, kv_heads, L, d]; mask bool
+        [n, L + n] or [B, n, L + n] (True: may attend). Returns (next features [B, n, h], k, v of the rows)."""
+        c = self.config
+        b, n, _ = feats.shape
+        x = self.fc(torch.cat([embeds, feats], dim=-1))
+        q = rope(self.q_proj(x).view(b, n, c.num_heads, c.head_dim).transpose(1, 2), positions, c.rope_theta)
+        k = rope(self.k_proj(x).view(b, n, c.num_kv_heads, c.head_dim).transpose(1, 2), positions, c.rope_theta)
+        v = self.v_proj(x).view(b, n, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        keys, values = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        group = c.num_heads // c.num_kv_heads
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+        m = mask[None, None] if mask.dim() == 2 else mask[:, None]
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=m)
+        hidden = x + self.o_proj(attn.transpose(1, 2).reshape(b, n, c.num_heads * c.head_dim))
+        normed = self.post_norm(hidden)
+        hidden = hidden + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        return hidden, k, v
+
+    def empty_kv(self, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.config
+        shape = (1, c.num_kv_heads, 0, c.head_dim)
+        return torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------- drafting
+@dataclass
+class _Grown:
+    """Nodes of a grown draft tree before selection (node 0 is the root)."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    scores: list[float]
+
+
+def select_tree(grown: _Grown, nodes: int) -> DraftTree:
+    """The ``nodes`` drafted nodes with the highest path log-probability, closed under ancestors, as a
+    DraftTree whose children are in order of confidence (pure)."""
+    order = sorted(range(1, len(grown.tokens)), key=lambda i: (-grown.scores[i], grown.depths[i], i))
+    keep: set[int] = set()
+    for i in order:
+        if len(keep) >= nodes:
+            break
+        while i and i not in keep:
+            keep.add(i)
+            i = grown.parents[i]
+    ranked = sorted(keep, key=lambda i: (grown.depths[i], -grown.scores[i], i))
+    index, score = {0: 0}, [0.0]
+    tree = DraftTree([grown.tokens[0]], [-1], [0], [[]])
+    for i in ranked:
+        score.append(grown.scores[i])
+        parent = index[grown.parents[i]]
+        index[i] = len(tree.tokens)
+        tree.tokens.append(grown.tokens[i])
+        tree.parents.append(parent)
+        tree.depths.append(grown.depths[i])
+        tree.children.append([])
+        tree.children[parent].append(index[i])
+    for children in tree.children:  # most confident first: the order sampling verification tries them
+        children.sort(key=lambda j: -score[j])
+    return tree
+
+
+class EagleStep(DecodeStep):
+    """EAGLE's state: the target cache, the head's cache (one row per accepted position), the
+    target features not yet read by the head, and the tokens so far."""
+
+    def __init__(self, backend: Backend, head: EagleHead, settings: GenerationSettings, params: EagleParams):
+        self.backend, self.head, self.settings, self.params = backend, head, settings, params
+        rows = backend.head_rows(head.draft_ids.to(backend.device))
+        if rows is None:
+            raise ParameterError("EAGLE needs a target whose logits are hidden @ lm_head.T (no softcapping or scale)",
+                                 hint="use another method for this model")
+        self.rows = rows.to(torch.float32)
+        self.head.to(device=backend.device, dtype=torch.float32).eval()
+        self.generator = make_generator(settings, backend.device)
+        self.positions = params.depth
+
+    def _embed(self, ids: list[int]) -> torch.Tensor:
+        embedded = self.backend.embed(torch.tensor([ids], device=self.backend.device))
+        if embedded is None:
+            raise ParameterError("EAGLE needs the target's input embeddings; this backend does not expose them",
+                                 hint="run EAGLE on the transformers backend")
+        return embedded.to(torch.float32)
+
+    def prefill(self, input_ids: torch.Tensor) -> int:
+        b = self.backend
+        self.cache = b.new_cache()
+        n = input_ids.shape[1]
+        feats = b.hidden(input_ids, self.cache, torch.arange(n, device=input_ids.device)[None])
+        first = next_token(b.lm_head(feats[-1:])[0], self.settings, self.generator)
+        self.tokens = input_ids[0].tolist() + [first]
+        self.feats, self.read = feats.to(torch.float32), 0
+        self.dk, self.dv = self.head.empty_kv(b.device, torch.float32)
+        return first
+
+    def _catch_up(self) -> torch.Tensor:
+        """Feed the head the target features of positions read..m-1 (with the tokens that followed);
+        return the predicted feature of the root's position m."""
+        m, device = len(self.tokens) - 1, self.backend.device
+        positions = torch.arange(self.read + 1, m + 1, device=device)
+        n, past = m - self.read, self.dk.shape[2]
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=device)
+        mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        out, k, v = self.head(self.feats[None], self._embed(self.tokens[self.read + 1: m + 1]), positions,
+                              self.dk, self.dv, mask)
+        self.dk, self.dv, self.read = torch.cat([self.dk, k], 2), torch.cat([self.dv, v], 2), m
+        return out[0, -1]
+
+    def _logp(self, feats: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(feats @ self.rows.T, dim=-1)
+
+    def grow(self, root_feat: torch.Tensor, depth: int) -> DraftTree:
+        """EAGLE-2's dynamic tree: expand the ``topk`` most probable frontier nodes, one head pass per depth."""
+        p, device, m = self.params, self.backend.device, len(self.tokens) - 1
+        ids = self.head.draft_ids
+        grown = _Grown([self.tokens[-1]], [-1], [0], [0.0])
+        frontier, feats = [0], root_feat[None]  # nodes to expand, and the feature each one predicts from
+        tk, tv, tree_rows = self.dk[:, :, :0], self.dv[:, :, :0], []  # head cache rows of expanded nodes
+        for d in range(1, depth + 1):
+            logp = self._logp(feats)
+            top = torch.topk(logp, p.topk, dim=-1)
+            added = []
+            for r, parent in enumerate(frontier):
+                for s, j in zip(top.values[r].tolist(), top.indices[r].tolist()):
+                    grown.tokens.append(int(ids[j]))
+                    grown.parents.append(parent)
+                    grown.depths.append(d)
+                    grown.scores.append(grown.scores[parent] + s)
+                    added.append(len(grown.tokens) - 1)
+            if d == depth:
+                break
+            frontier = sorted(added, key=lambda i: -grown.scores[i])[: p.topk]
+            mask = self._expansion_mask(grown, frontier, tree_rows, device)
+            out, k, v = self.head(feats[[added.index(i) // p.topk for i in frontier]][None],
+                                  self._embed([grown.tokens[i] for i in frontier]),
+                                  torch.full((len(frontier),), m + d, device=device),
+                                  torch.cat([self.dk, tk], 2), torch.cat([self.dv, tv], 2), mask)
+            tk, tv, tree_rows, feats = torch.cat([tk, k], 2), torch.cat([tv, v], 2), tree_rows + frontier, out[0]
+        return select_tree(grown, p.tree_nodes)
+
+    def _expansion_mask(self, grown: _Grown, frontier: list[int], tree_rows: list[int], device) -> torch.Tensor:
+        past = self.dk.shape[2]
+        mask = torch.zeros(len(frontier), past + len(tree_rows) + len(frontier), dtype=torch.bool)
+        mask[:, :past] = True
+        where = {node: past + r for r, node in enumerate(tree_rows)}
+        for r, node in enumerate(frontier):
+            mask[r, past + len(tree_rows) + r] = True
+            a = grown.parents[node]
+            while a > 0:
+                mask[r, where[a]] = True
+                a = grown.parents[a]
+        return mask.to(device)
+
+    def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
+        b, m = self.backend, len(self.tokens) - 1
+        depth = max(1, min(self.params.depth, remaining - 1))
+        tree = self.grow(self._catch_up(), depth)
+        device = b.device
+        ids = torch.tensor([tree.tokens], device=device)
+        positions = (torch.tensor(tree.depths, device=device) + m)[None]
+        hidden = b.hidden(ids, self.cache, positions, tree.visible().to(device))
+        logits = b.lm_head(hidden)
+        if self.settings.greedy:
+            node, following = accept_greedy_tree(tree, logits.argmax(-1).tolist())
+        else:
+            node, following = accept_sampling_tree(tree, lambda i: warp_probs(logits[i], self.settings),
+                                                   self.generator)
+        path = tree.path_to(node)
+        b.keep_positions(self.cache, m, torch.tensor(path, device=device))
+        new = [tree.tokens[i] for i in path[1:]] + [following]
+        self.feats = hidden[torch.tensor(path, device=device)].to(torch.float32)
+        self.tokens.extend(new)
+        return new, len(path) - 1, range(1, max(tree.depths) + 1)
+
+    def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
+        p, c = self.params, self.head.config
+        return {"depth": p.depth, "topk": p.topk, "tree_nodes": p.tree_nodes, "draft_vocab": c.draft_vocab,
+                "head_intermediate": c.intermediate_size, "lossy": False}
+
+
+def generate(model, head: EagleHead, prompt_ids, settings: GenerationSettings,
+             params: EagleParams | None = None) -> DecodeResult:
+    """Generate with an EAGLE draft head; return a DecodeResult with method "eagle".
+
+    ``model`` is a transformers causal LM, a LoadedModel or a Backend exposing hidden states and
+    embeddings. Greedy output equals the target's own greedy output; sampling is lossless."""
+    backend = as_backend(model)
+    return decode(backend, prompt_ids, settings, EagleStep(backend, head, settings, params or EagleParams()), "eagle")

@@ -1,0 +1,293 @@
+"""Train an EAGLE draft head on a frozen target, on a CPU, with training-time test; save and load it.
+
+1. The target runs once over self-distillation text (tools.medusa.data's chat answers; the same
+   files Medusa learns from) and every chunk's final hidden states and greedy next tokens are cached
+   (tools.medusa.features: resumable, one shard per chunk).
+2. The draft vocabulary is the ``draft_vocab`` most frequent tokens of that text (the target's
+   answers), so drafting projects onto a fraction of the 151,936-row LM head.
+3. Pass 1 (EAGLE-1): row i reads the feature f_i and the embedding of token t_{i+1} and predicts
+   f_{i+1}; its draft logits learn the target's greedy token after i + 1. Pass p > 1 (EAGLE-3's
+   training-time test) feeds the head its own pass p-1 prediction, as drafting at depth p does,
+   with the attention pattern drafting has: the real rows up to i, then the row's own earlier
+   predictions. Loss per pass: smooth-L1 on the feature plus ``cls_weight`` x cross-entropy,
+   weighted ``pass_decay ** (p-1)``.
+4. Checkpoints every ``checkpoint_every`` steps and on Ctrl-C; a later call with the same ``out``
+   resumes. The held-out tail of the chunks gives top-1 accuracy per depth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_file, save_file
+
+from tools.engine.eagle import EagleConfig, EagleHead, config_for
+from tools.errors import ParameterError
+from tools.medusa.features import cache_chunk_features, load_chunk_features
+from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, tokenize_files
+
+HEAD_FILE, CONFIG_FILE, STATE_FILE = "eagle_head.safetensors", "eagle_config.json", "eagle_train_state.pt"
+FORMAT = "specpilot-eagle"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "eagle"
+
+
+class EagleTrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    intermediate_size: int = Field(2048, ge=16, description="MLP width of the head's decoder layer")
+    draft_vocab: int = Field(8192, ge=16, description="tokens the head may propose (the most frequent ones)")
+    passes: int = Field(3, ge=1, le=6, description="training-time test depth (1: EAGLE-1 teacher forcing)")
+    epochs: float = Field(3.0, gt=0, description="passes over the training chunks")
+    learning_rate: float = 1e-3
+    warmup_steps: int = 20
+    cls_weight: float = 0.5
+    pass_decay: float = 0.8
+    held_out_chunks: int = Field(4, ge=1)
+    checkpoint_every: int = 25
+    seed: int = 0
+
+
+def draft_vocabulary(token_lists, size: int, vocab: int) -> torch.Tensor:
+    """The ``size`` most frequent ids in ``token_lists`` (ties by id), topped up with the lowest unused ids."""
+    counts = Counter(t for tokens in token_lists for t in tokens)
+    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
+    chosen = set(ranked)
+    ranked += [t for t in range(vocab) if t not in chosen][: size - len(ranked)]
+    return torch.tensor(sorted(ranked), dtype=torch.long)
+
+
+def _pass_masks(n: int, passes: int) -> list[torch.Tensor]:
+    """Attention masks of the training-time test: pass p's row i sees pass-1 rows <= i and its own
+    row i in every later pass (rows of pass p: n - p)."""
+    masks = []
+    for p in range(1, passes + 1):
+        rows = n - p
+        blocks = [torch.ones(rows, n - 1, dtype=torch.bool).tril()[:, : n - 1]]
+        blocks += [torch.eye(rows, n - q, dtype=torch.bool) for q in range(2, p + 1)]
+        masks.append(torch.cat(blocks, dim=1))
+    return masks
+
+
+def chunk_loss(head: EagleHead, shard: dict, embed: torch.Tensor, rows: torch.Tensor, to_draft: torch.Tensor,
+               config: EagleTrainConfig) -> tuple[torch.Tensor, list[float]]:
+    """Loss of one chunk over ``config.passes`` passes, and top-1 accuracy per pass."""
+    hidden, greedy, tokens = shard["hidden"], shard["greedy"], shard["tokens"]
+    n = hidden.shape[0]
+    passes = min(config.passes, n - 1)
+    masks = _pass_masks(n, passes)
+    feats = hidden[: n - 1]
+    past_k = past_v = None
+    total, hits = hidden.new_zeros(()), []
+    for p in range(1, passes + 1):
+        m = n - p
+        idx = torch.arange(m)
+        emb = embed[tokens[idx + p]]
+        if past_k is None:
+            past_k, past_v = head.empty_kv(hidden.device, hidden.dtype)
+        out, k, v = head(feats[:m][None], emb[None], idx + p, past_k, past_v, masks[p - 1])
+        pred = out[0]
+        labels = to_draft[greedy[idx + p]]
+        logits = pred @ rows.T
+        reg = F.smooth_l1_loss(pred, hidden[idx + p])
+        cls = F.cross_entropy(logits, labels, ignore_index=-100)
+        total = total + config.pass_decay ** (p - 1) * (reg + config.cls_weight * cls)
+        valid = labels >= 0
+        hits.append(float((logits.argmax(-1)[valid] == labels[valid]).float().mean()) if valid.any() else 0.0)
+        past_k, past_v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+        feats = pred
+    return total, hits
+
+
+def _lr(step: int, total: int, config: EagleTrainConfig) -> float:
+    if step < config.warmup_steps:
+        return config.learning_rate * (step + 1) / config.warmup_steps
+    span = max(total - config.warmup_steps, 1)
+    return config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(step - config.warmup_steps, span) / span))
+
+
+def data_key(shard_paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in shard_paths:
+        h.update(p.parent.name.encode() + p.name.encode())
+    return h.hexdigest()[:16]
+
+
+def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, target_config, out: Path,
+               config: EagleTrainConfig, key: str, vocab_tokens, meta: dict,
+               progress: Callable[[int, int, float, list[float]], None] | None = None) -> dict:
+    """Train (or resume) a head on cached shards; save it in ``out``; return the training summary."""
+    torch.manual_seed(config.seed)
+    draft_ids = draft_vocabulary(vocab_tokens, config.draft_vocab, lm_head.shape[0])
+    head = EagleHead(config_for(target_config, config.draft_vocab, config.intermediate_size), draft_ids)
+    head.init_identity()
+    optimizer = torch.optim.AdamW(head.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    train, held = shards[: -config.held_out_chunks], shards[-config.held_out_chunks:]
+    if not train:
+        raise ParameterError(f"{len(shards)} chunks leave none for training after {config.held_out_chunks} held out",
+                             hint="cache more text, or hold out fewer chunks")
+    total_steps, step, history = max(1, round(config.epochs * len(train))), 0, []
+    state_path = out / STATE_FILE
+    if state_path.exists():
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        if state["key"] != key or state["config"] != config.model_dump():
+            raise ParameterError(f"{out} holds a checkpoint for other data or settings",
+                                 hint="choose another output folder, or delete its eagle_train_state.pt")
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, history = state["step"], state["history"]
+    rows = lm_head[draft_ids].float()
+    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
+    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    order = torch.randperm(len(train) * max(1, math.ceil(config.epochs)), generator=torch.Generator().manual_seed(
+        config.seed)) % len(train)
+    head.train()
+    try:
+        while step < total_steps:
+            for group in optimizer.param_groups:
+                group["lr"] = _lr(step, total_steps, config)
+            loss, hits = chunk_loss(head, train[int(order[step])], embed, rows, to_draft, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            history.append((step, float(loss.detach()), hits))
+            if progress:
+                progress(step, total_steps, float(loss.detach()), hits)
+            if step % config.checkpoint_every == 0:
+                _checkpoint(state_path, head, optimizer, step, key, config, history)
+    except KeyboardInterrupt:
+        _checkpoint(state_path, head, optimizer, step, key, config, history)
+        raise
+    _checkpoint(state_path, head, optimizer, step, key, config, history)
+    head.eval()
+    with torch.no_grad():
+        per_chunk = [chunk_loss(head, s, embed, rows, to_draft, config)[1] for s in held]
+    held_top1 = [round(sum(c[p] for c in per_chunk) / len(per_chunk), 4) for p in range(len(per_chunk[0]))]
+    coverage = float((to_draft[torch.cat([s["greedy"] for s in held])] >= 0).float().mean())
+    summary = {**meta, "steps": step, "config": config.model_dump(), "held_out": {
+        "chunks": len(held), "top1_by_depth": held_top1, "draft_vocab_coverage": round(coverage, 4)},
+        "final_loss": history[-1][1] if history else None}
+    save_head(head, out, summary)
+    return summary
+
+
+def _checkpoint(path: Path, head, optimizer, step, key, config, history) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "key": key,
+                "config": config.model_dump(), "history": history}, tmp)
+    os.replace(tmp, path)
+
+
+def save_head(head: EagleHead, folder: Path, training: dict, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write the head (weights in ``dtype``, the draft ids as int64) and its config in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: (v if k == "draft_ids" else v.to(dtype)).contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(folder / HEAD_FILE))
+    meta = {"format": FORMAT, "format_version": 1, "head": asdict(head.config), "training": training}
+    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return folder
+
+
+def load_head(folder: str | Path) -> EagleHead:
+    """An EagleHead from a folder written by :func:`save_head` (float32)."""
+    folder = Path(folder).expanduser()
+    if not (folder / CONFIG_FILE).is_file() or not (folder / HEAD_FILE).is_file():
+        raise ParameterError(f"{folder} holds no EAGLE head ({CONFIG_FILE} and {HEAD_FILE})",
+                             hint="train one with `specpilot eagle train`, or give the folder of one")
+    meta = json.loads((folder / CONFIG_FILE).read_text())
+    if meta.get("format") != FORMAT:
+        raise ParameterError(f"{folder / CONFIG_FILE} is not a specpilot EAGLE head (format {meta.get('format')!r})",
+                             hint="upstream EAGLE checkpoints are not loaded; train a head with `specpilot eagle train`")
+    state = load_file(str(folder / HEAD_FILE))
+    head = EagleHead(EagleConfig(**meta["head"]), state["draft_ids"])
+    head.load_state_dict({k: v.float() if k != "draft_ids" else v for k, v in state.items()})
+    head.training_info = meta.get("training", {})
+    return head.eval()
+
+
+def default_head_path(target_ref: str) -> Path | None:
+    """The head shipped for a built-in target, when there is one."""
+    folder = SHIPPED / Path(str(target_ref)).name.lower()
+    return folder if (folder / HEAD_FILE).is_file() else None
+
+
+def check_head_fits(head: EagleHead, target_config, vocab_size: int) -> None:
+    """Refuse a head made for another model shape."""
+    c = head.config
+    if c.hidden_size != target_config.hidden_size or int(head.draft_ids.max()) >= vocab_size:
+        raise ParameterError(f"this EAGLE head was trained for a model with hidden size {c.hidden_size}; the "
+                             f"target has {target_config.hidden_size} and {vocab_size} tokens",
+                             hint="use the head trained for this target, or train one with `specpilot eagle train`")
+
+
+def elapsed(t0: float) -> str:
+    return f"{time.perf_counter() - t0:.0f}s"
+
+
+def default_data_files(target_ref: str) -> list[Path]:
+    """The self-distillation answers shipped beside the Medusa heads of a built-in target (its own
+    answers first), else none."""
+    folder = Path(__file__).resolve().parents[1] / "data" / "medusa" / Path(str(target_ref)).name.lower()
+    names = ("distill_target.txt", "distill_target2.txt", "distill_data.txt")
+    return [folder / n for n in names if (folder / n).is_file()]
+
+
+def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, *, max_tokens: int,
+                chunk_tokens: int = 512, cache_root: Path | None = None, log: Callable[[str], None] = print,
+                command: str | None = None) -> dict:
+    """Cache the target's features over ``files`` (resumable), train a head on them and save it in ``out``.
+
+    ``target`` is a tools.models.LoadedModel. Returns the training summary (also in eagle_config.json)."""
+    model, tokenizer = target.model, target.tokenizer
+    chunks = tokenize_files(tokenizer, files, chunk_tokens, max_tokens, 8)
+    key = _fingerprint(model, chunks)
+    folder = (cache_root or default_cache_dir().parent / "eagle-features") / _fingerprint(model, [])
+    t0 = time.perf_counter()
+    log(f"caching the target's features over {sum(map(len, chunks))} tokens in {len(chunks)} chunks ({folder})")
+    paths = cache_chunk_features(model, chunks, folder,
+                                 lambda done, total: log(f"  features {done}/{total} ({elapsed(t0)})"))
+    shards = load_chunk_features(paths)
+    vocab_tokens = [tokenizer.encode(Path(f).read_text(errors="replace"), add_special_tokens=False) for f in files]
+    meta = {"command": command, "base_model": getattr(target, "ref", None), "data": describe_data(files), "tokens": sum(map(len, chunks)),
+            "chunks": len(chunks), "chunk_tokens": chunk_tokens, "feature_seconds": round(time.perf_counter() - t0)}
+    t1 = time.perf_counter()
+
+    def progress(step, total, loss, hits):
+        if step % 10 == 0 or step == total:
+            log(f"  step {step}/{total} loss {loss:.3f} top-1 by depth {' '.join(f'{h:.2f}' for h in hits)} "
+                f"({elapsed(t1)})")
+
+    summary = train_head(shards, model.get_input_embeddings().weight.detach().float(),
+                         model.get_output_embeddings().weight.detach().float(), model.config, out, config, key,
+                         vocab_tokens, meta, progress)
+    summary["train_seconds"] = round(time.perf_counter() - t1)
+    save_head(load_head(out), out, summary)
+    return summary
+
+
+def load_eagle_for(target, given: str | None) -> EagleHead:
+    """The EAGLE head for a loaded target: ``given`` (a folder), else the one shipped for it; checked
+    against the target's shape."""
+    ref = getattr(target, "ref", None) or ""
+    folder = Path(given).expanduser() if given else default_head_path(ref)
+    if folder is None:
+        raise ParameterError(f"no EAGLE head is shipped for {ref or 'this target'}",
+                             hint="train one with `specpilot eagle train --target TARGET --out DIR` (asks for "
+                                  "approval) and pass it with --eagle-heads DIR")
+    head = load_head(folder)
+    model = target.model
+    check_head_fits(head, model.config, model.get_output_embeddings().weight.shape[0])
+    return head
