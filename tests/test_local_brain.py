@@ -249,6 +249,21 @@ def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_mod
     assert session.calls[-1] == ("run_method", {"method": "ngram", "prompt": article})
 
 
+def test_run_settings_the_user_never_gave_are_dropped(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    invented = local.Decision(name="compare_methods", arguments={
+        "methods": ["lookahead", "ngram"], "prompt": "def fib(n):", "temperature": 0.7, "max_new_tokens": 100})
+    monkeypatch.setattr(brain, "decide", lambda text: invented)
+    session = RecordingSession()
+    brain.respond(session, "compare lookahead and ngram on 'def fib(n):'")
+    assert session.calls == [("compare_methods", {"methods": ["lookahead", "ngram"], "prompt": "def fib(n):"})]
+    given = local.Decision(name="run_method", arguments={"method": "ngram", "prompt": "def fib(n):",
+                                                         "temperature": 0.7, "max_new_tokens": 64})
+    monkeypatch.setattr(brain, "decide", lambda text: given)
+    brain.respond(session, "run ngram on 'def fib(n):' at temperature 0.7 for 64 tokens")
+    assert session.calls[-1] == ("run_method", given.arguments)
+
+
 def test_local_model_available_follows_the_files(tmp_path, monkeypatch, chat_model_dirs):
     assert local.local_model_available(str(chat_model_dirs[0]))
     assert not local.local_model_available(str(tmp_path / "nothing-here"))

@@ -51,6 +51,10 @@ CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
+# run settings the model must not invent: kept only when the number is in the user's words (else the
+# tool's default, or the saved value, applies: a small model otherwise "helpfully" adds temperature 0.7)
+NUMERIC_GROUNDED = ("temperature", "max_new_tokens", "top_p", "top_k", "seed", "repeats", "warmup")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")  # single quotes: 3+ characters, so "don't" is not
 _ENGINES: dict[str, ConstrainedLM] = {}
@@ -303,6 +307,12 @@ class LocalBrain:
             if isinstance(value, str) and _squash(value) not in said:
                 if key in required:
                     return key
+                del decision.arguments[key]
+        numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
+        for key in NUMERIC_GROUNDED:
+            value = decision.arguments.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) not in numbers \
+                    and key not in required:
                 del decision.arguments[key]
         return None
 
