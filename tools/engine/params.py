@@ -167,7 +167,8 @@ class MethodSpec:
     colour: str  # chart colour
     lossless: str  # what stays exact, in words
     needs_draft: bool = False
-    needs_heads: bool = False
+    needs_heads: bool = False  # Medusa heads
+    needs_features: bool = False  # reads the target's final hidden states (not on llama.cpp)
     training: str = "none"  # what has to be trained before the method can run
 
 
@@ -176,12 +177,13 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("draft", DraftParams, "draft-model speculative decoding (rejection sampling, exact)", "#1f77b4",
                "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True),
     MethodSpec("medusa", MedusaParams, "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
-               "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True,
+               "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True, needs_features=True,
                training="Medusa heads"),
     MethodSpec("lookahead", LookaheadParams, "lookahead decoding: Jacobi iteration + n-gram pool verification (exact)",
                "#2ca02c", "greedy: identical; sampling: lossless"),
     MethodSpec("eagle", EagleParams, "EAGLE: a one-layer draft head over the target's features, dynamic draft tree "
-               "(exact)", "#ff7f0e", "greedy: identical; sampling: lossless", training="EAGLE head"),
+               "(exact)", "#ff7f0e", "greedy: identical; sampling: lossless", needs_features=True,
+               training="EAGLE head"),
     MethodSpec("ngram", PromptLookupParams, "prompt lookup: n-gram candidates copied from the prompt/output (exact)",
                "#9467bd", "greedy: identical; sampling: lossless"),
 )}
