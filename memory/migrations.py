@@ -369,3 +369,11 @@ def m009_run_record_columns(db: Database) -> None:
         rest = {k: v for k, v in extra.items() if k not in values}
         values["extra"] = json.dumps(rest) if rest else None
         db["runs"].update(row["run_id"], values)
+
+
+@migration
+def m010_run_backend_column(db: Database) -> None:
+    """A run records the engine that ran it (tools.bench.record.RunRecord.backend); every run stored before
+    ran on transformers."""
+    db["runs"].add_column("backend", str)
+    db.execute("update runs set backend = 'transformers' where backend is null")

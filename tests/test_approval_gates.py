@@ -411,3 +411,21 @@ def test_approvals_list_is_the_audit_trail(store, capsys):
     assert specpilot_main(["approvals", "list"]) == 0
     table = capsys.readouterr().out
     assert denied in table and "p-waiting" in table and "expired" in table
+
+
+def test_eagle_train_asks_on_the_terminal_before_anything_loads(store, monkeypatch, tmp_path):
+    import tools.models
+
+    loads = []
+    monkeypatch.setattr(tools.models, "load", lambda ref, **k: loads.append(ref) or (_ for _ in ()).throw(
+        SpecpilotError("stop after the gate")))
+    args = ["eagle", "train", "--target", "tiny-target", "--out", str(tmp_path / "head"), "--data", __file__]
+    monkeypatch.setattr(approval, "open_terminal", typed("yes"))
+    assert specpilot_main(args) == 2
+    assert loads == [] and [r["status"] for r in store.list_approvals()] == ["denied"]
+    monkeypatch.setattr(approval, "open_terminal", typed("train tiny-target"))
+    assert specpilot_main(args) == 2  # stops at our load stand-in, after the approval
+    assert loads == ["tiny-target"]
+    rows = store.list_approvals()
+    assert sorted(r["status"] for r in rows) == ["consumed", "denied"]
+    assert all(r["arguments"]["tool"] == "specpilot eagle train" for r in rows)

@@ -45,10 +45,13 @@ def test_compare_runs_every_method_and_stores_each_run_with_its_task(tiny_model_
     result = compare(tiny_input(tiny_model_dir, medusa_heads=str(tiny_heads_dir), repeats=2), store=store,
                      progress=messages.append)
 
-    assert [r["method"] for r in result["rows"]] == ["baseline", "draft", "medusa", "lookahead", "ngram"]
-    assert all(r["status"] == "measured" for r in result["rows"])
+    assert [r["method"] for r in result["rows"]] == ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]
+    eagle_row = next(r for r in result["rows"] if r["method"] == "eagle")  # no EAGLE head for this target
+    assert eagle_row["status"] != "measured" and "eagle train" in json.dumps(eagle_row)
+    assert all(r["status"] == "measured" for r in result["rows"] if r["method"] != "eagle")
     task = store.get_task(result["task_id"])
-    assert task["status"] == "done" and task["left"] == [] and sorted(task["done"]) == sorted(task["plan"])
+    assert task["status"] == "done" and task["left"] == []
+    assert sorted(task["done"]) == sorted(m for m in task["plan"] if m != "eagle")
     assert sorted(task["run_ids"]) == sorted(result["run_ids"]) and len(result["run_ids"]) == 5
     rows = {r["method"]: r for r in result["rows"]}
     for run_id in result["run_ids"]:
@@ -142,15 +145,15 @@ def test_the_compare_table_states_requirements_and_quality(tiny_model_dir, capsy
     assert "report:" in out and ".md" in out
 
 
-def test_the_demo_compares_all_five_methods_and_writes_the_report(tiny_model_dir):
+def test_the_demo_compares_every_method_and_writes_the_report(tiny_model_dir):
     from tools.agent_tools.demo import demo
 
     store = Store()
     result = demo(store=store, max_new_tokens=8, dtype="float32", target=str(tiny_model_dir),
                   draft=str(tiny_model_dir))
     rows = {r["method"]: r for r in result["compare"]["rows"]}
-    assert list(rows) == ["baseline", "draft", "medusa", "lookahead", "ngram"]
-    assert rows["medusa"]["status"] == "not run"  # no heads ship for the tiny model
+    assert list(rows) == ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]
+    assert rows["medusa"]["status"] == rows["eagle"]["status"] == "not run"  # no heads ship for the tiny model
     assert all(rows[m]["status"] == "measured" for m in ("baseline", "draft", "lookahead", "ngram"))
     assert rows["lookahead"]["params_source"] == "sized"  # to this machine's cost curve, each field with its reason
     assert rows["lookahead"]["sizing"]["window"].startswith("sized: the widest window")

@@ -193,3 +193,25 @@ def test_loading_refuses_what_is_not_a_head(tmp_path):
 
     with pytest.raises(ParameterError, match="holds no EAGLE head"):
         load_head(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- product
+def test_run_and_compare_eagle_from_the_command_line(tiny_model_dir, tmp_path, capsys):
+    import json
+
+    from agent.cli.main import main
+    from tools.medusa.eagle_train import save_head
+
+    model = make_tiny_model("qwen2", layers=2, seed=0)  # the weights saved in tiny_model_dir
+    save_head(random_head(model), tmp_path / "head", {"note": "random, for the plumbing"})
+    code = main(["run", "--method", "eagle", "--target", str(tiny_model_dir), "--dtype", "float32", "--raw",
+                 "--eagle-heads", str(tmp_path / "head"), "--prompt", "def f(x): return x", "--max-new-tokens", "12",
+                 "--json"])
+    assert code == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["method"] == "eagle" and record["matches_baseline"] is True
+    assert record["params"]["eagle_heads"] == str(tmp_path / "head") and record["sizing"]
+    code = main(["run", "--method", "eagle", "--target", str(tiny_model_dir), "--dtype", "float32", "--raw",
+                 "--prompt", "def f(x): return x", "--max-new-tokens", "4", "--json"])
+    captured = capsys.readouterr()
+    assert code != 0 and "no EAGLE head is shipped" in captured.err + captured.out and "Traceback" not in captured.err

@@ -193,7 +193,7 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
     from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from test_llamacpp_backend import EOS, MERGES, VOCAB, write_tiny_llama
+    from gguf_tiny import EOS, MERGES, VOCAB, write_tiny_llama
     from tools.engine.llamacpp import load_gguf
 
     write_tiny_llama(tmp_path / "tiny.gguf", seed=3)

@@ -247,7 +247,7 @@ def test_compare_reads_which_methods_and_asks_for_a_missing_prompt(store, compar
     assert question.awaiting and "Which prompt should I compare lookahead on" in question.text
     s.handle("write a haiku")
     assert [(i.prompt, i.methods) for i in compares] == [
-        ("def fib(n):", ["baseline", "draft", "medusa", "lookahead", "ngram"]),
+        ("def fib(n):", ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]),
         ("Explain quantum computing", ["baseline", "draft", "medusa"]),
         ("write a sort function", ["baseline", "medusa", "lookahead"]),
         ("write a haiku", ["baseline", "lookahead"])]
@@ -268,7 +268,7 @@ def test_a_comparison_without_a_prompt_asks_for_one_and_a_question_about_differe
 def test_methods_named_for_a_comparison():
     assert find_methods("draft model, Medusa and lookahead") == ["draft", "medusa", "lookahead"]
     assert find_methods("all the speculative decoding methods") == []
-    assert compare_list([]) == ["baseline", "draft", "medusa", "lookahead", "ngram"]
+    assert compare_list([]) == ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]
     assert compare_list(["lookahead", "baseline", "draft"]) == ["baseline", "draft", "lookahead"]
 
 

@@ -13,8 +13,8 @@ import types
 from rich.markup import escape
 from rich.table import Table
 
-from agent.cli.options import (add_generation_options, add_method_argument, add_method_options, method_params,
-                               method_table, prompt_text)
+from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
+                               add_method_options, method_params, method_table, prompt_text)
 from agent.render import err, fmt, out, peer_label
 from memory import Store
 from tools import models
@@ -24,11 +24,15 @@ from tools.report.markdown import select_runs, write_report
 
 # ---------------------------------------------------------------------------- shared
 def _bench() -> types.SimpleNamespace:
-    """The measuring modules: compare, suite (bench), tune and protocol (the hardware's name)."""
+    """The measuring modules: compare, context (models, engines, sizing), suite (bench), tune and protocol
+    (the hardware's name)."""
     # tools.bench loads torch: imported when a command runs (or `tune` is parsed), not for `specpilot --help`
-    from tools.bench import compare, protocol, suite, tune
+    from tools.bench import compare, context, protocol, suite, tune
 
-    return types.SimpleNamespace(compare=compare, protocol=protocol, suite=suite, tune=tune)
+    return types.SimpleNamespace(compare=compare, context=context, protocol=protocol, suite=suite, tune=tune)
+
+
+bench_modules = _bench  # for the other command modules (guide)
 
 
 def _methods(values: list[str] | None, default: list[str]) -> list[str]:
@@ -87,7 +91,8 @@ def _pct(value) -> str:
 def compare_table(result: dict) -> Table:
     """The comparison: one row per method with figures, requirements and measured quality."""
     hw = result.get("hardware") or {}
-    table = Table(title=f"compare — task {result['task_id']}",
+    engine = " on llama.cpp" if result.get("backend") == "llamacpp" else ""
+    table = Table(title=f"compare{engine} — task {result['task_id']}",
                   caption=f"{hw.get('name', '?')} · {result.get('dtype')} · {result['settings']['max_new_tokens']} "
                           f"new tokens max · median of {result.get('repeats')} (after warm-up) · baseline "
                           f"{_fmt(result.get('baseline_tokens_per_s'))} tok/s")
@@ -109,6 +114,40 @@ def compare_table(result: dict) -> Table:
         table.add_row(peer_label(name), _fmt(peer["wall_time_s"], 2, " s"), _fmt(peer["tokens_per_s"]),
                       _fmt(peer["speedup"], 2, "x"), "—", "—", same, "none",
                       "yes" if name.startswith("hf_assisted") else "no", "(in each run)")
+    return table
+
+
+ENGINE_NAMES = {"transformers": "transformers", "llamacpp": "llama.cpp"}
+
+
+def backends_table(result: dict) -> Table:
+    """A comparison on several engines: per engine its methods and peers, tokens/s absolute, speedup
+    against that engine's own baseline."""
+    hw = result.get("hardware") or {}
+    by = result["by_backend"]
+    table = Table(title=f"compare on {' and '.join(ENGINE_NAMES.get(b, b) for b in by)} — tasks "
+                        f"{', '.join(str(t) for t in result['task_ids'])}",
+                  caption=f"{hw.get('name', '?')} · same {len(result['prompt_ids'])} prompt ids on every engine · "
+                          f"{result['settings']['max_new_tokens']} new tokens max · median of {result.get('repeats')} "
+                          "(after warm-up) · speedup against each engine's own baseline")
+    right = ("time", "tok/s", "speedup", "accept", "tok/step")
+    for col in ("engine", "method", "time", "tok/s", "speedup", "accept", "tok/step", "output vs baseline", "run id"):
+        table.add_column(col, justify="right" if col in right else "left", no_wrap=col in ("method", "run id"),
+                         min_width=24 if col == "output vs baseline" else None)
+    for backend, res in by.items():
+        name = f"{ENGINE_NAMES.get(backend, backend)} ({res.get('dtype')})"
+        for row in res["rows"]:
+            if row["status"] != "measured":
+                table.add_row(name, row["method"], "—", "—", "—", "—", "—", f"not run: {row['short_reason']}", "—")
+                continue
+            table.add_row(name, row["method"], _fmt(row["wall_time_s"], 2, " s"), _fmt(row["tokens_per_s"]),
+                          _fmt(row["speedup"], 2, "x"), _pct(row["acceptance_rate"]),
+                          _fmt(row["mean_accepted_per_step"]), row["quality"], row["run_id"])
+        for peer, fig in (res.get("peers") or {}).items():
+            same = "n/a" if fig.get("matches_baseline") is None else ("identical" if fig["matches_baseline"] else "differs")
+            table.add_row(name, peer_label(peer), _fmt(fig["wall_time_s"], 2, " s"), _fmt(fig["tokens_per_s"]),
+                          _fmt(fig["speedup"], 2, "x"), "—", "—", same, "(in each run)")
+        table.add_section()
     return table
 
 
@@ -149,8 +188,11 @@ def _run_and_show(args, name: str, run, table, details=None) -> int:
 def cmd_compare(args) -> int:
     comparing = _bench().compare
     methods = _methods(args.methods, list(method_table().METHOD_NAMES))
+    backends = list(dict.fromkeys(args.backend or ["transformers"]))
     inp = comparing.CompareInput(prompt=prompt_text(args), methods=methods, medusa_heads=args.medusa_heads,
-                       params=_given_params(args, methods), peers=args.peers, **_generation(args))
+                       params=_given_params(args, methods), peers=args.peers, backend=backends[0], **_generation(args))
+    if len(backends) > 1:
+        return _compare_backends(args, comparing, inp, backends)
 
     def details(result: dict) -> None:
         _print_params(result["rows"])
@@ -159,6 +201,27 @@ def cmd_compare(args) -> int:
         out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
 
     return _run_and_show(args, "compare", lambda progress: comparing.compare(inp, progress=progress), compare_table, details)
+
+
+def _compare_backends(args, comparing, inp, backends: list[str]) -> int:
+    """``compare --backend A --backend B``: one comparison per engine, shown in one table."""
+    with err.status("compare: starting…") as status:
+        result = comparing.compare_backends(inp, backends, progress=_progress(status))
+    if args.report:
+        result["reports"] = {b: _write_task_report(r["task_id"], r["run_ids"]) for b, r in result["by_backend"].items()}
+    if args.json:
+        _print_json(result)
+        return 0
+    out.print(backends_table(result))
+    for method, reason in result["not_run"].items():
+        out.print(f"{method}: not run: {reason}")
+    for backend, res in result["by_backend"].items():
+        out.print(f"[bold]{ENGINE_NAMES.get(backend, backend)}[/bold]: baseline {_fmt(res.get('baseline_tokens_per_s'))} "
+                  f"tok/s, task {res['task_id']}")
+        _print_params(res["rows"])
+        _print_report_paths((result.get("reports") or {}).get(backend), res["task_id"])
+    out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
+    return 0
 
 
 def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
@@ -374,8 +437,9 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
     p.add_argument("--methods", nargs="+", default=None, help="methods to compare (default: all five)")
-    p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
+    p.add_argument("--peers", action="store_true", help=PEERS_HELP)
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
+    add_backend_option(p, repeatable=True)
     add_generation_options(p)
     add_method_options(p)
     p.set_defaults(func=cmd_compare)

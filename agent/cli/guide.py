@@ -1,15 +1,46 @@
-"""``specpilot guide METHOD``: parameter guidance for this hardware (optionally measuring the cost curve)."""
+"""``specpilot guide METHOD``: parameter guidance for this hardware (optionally measuring the cost curve).
+
+With ``--backend llamacpp`` the cost curve is llama.cpp's (the target's GGUF file run by llama.cpp), stored
+apart from transformers' curve, and the method's parameters are shown sized to it, as run and compare
+on that backend size them.
+"""
 
 from __future__ import annotations
 
 import json
 
-from agent.cli.options import add_method_argument, method_table
-from agent.render import out
+from rich.markup import escape
+
+from agent.cli.eval import bench_modules
+from agent.cli.options import BACKEND_CHOICES, BACKEND_HELP, add_method_argument, method_table
+from agent.render import err, out
 from memory import Store
 
 
+def cmd_guide_llamacpp(args) -> int:
+    """``guide METHOD --backend llamacpp [--measure]``: llama.cpp's cost curve and the method sized to it."""
+    with Store() as store, err.status("guide: starting…") as status:
+        result = bench_modules().context.engine_sizing(store, args.method, args.target, "llamacpp",
+                                                        measure=args.measure, repeats=args.repeats,
+                                                        progress=status.update)
+    if args.json:
+        print(json.dumps(result, default=str))
+        return 0
+    measured = result["measured"]
+    if measured and measured["curve_ms"]:
+        out.print("forward-pass cost on llama.cpp on this machine (ms, new tokens → time): "
+                  + ", ".join(f"{n}: {t}" for n, t in measured["curve_ms"].items()))
+    if measured:
+        out.print(escape(measured["source"]), highlight=False)
+    out.print(f"[bold]{result['method']}[/bold] on {result['target']} on llama.cpp ({result['dtype']}):")
+    for line in result["lines"]:
+        out.print(f"  • {escape(line)}", highlight=False)
+    return 0
+
+
 def cmd_guide(args) -> int:
+    if args.backend == "llamacpp":
+        return cmd_guide_llamacpp(args)
     # the loop imports the tools, which load torch: imported when the command runs
     from agent.loop import host_call
 
@@ -46,6 +77,8 @@ def add_guide_commands(sub) -> None:
     p.add_argument("--measure", action="store_true",
                    help="first measure how the target's forward time grows with the tokens per pass, and store it")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default="transformers",
+                   help=BACKEND_HELP + "; llamacpp: its own cost curve, and the method sized to it")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_guide)

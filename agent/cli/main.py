@@ -19,9 +19,10 @@ from rich.table import Table
 from agent.cli.commands import add_agent_commands, add_ask_arguments
 from agent.cli.eval import add_eval_commands, cmd_demo
 from agent.cli.guide import add_guide_commands
+from agent.cli.eagle import add_eagle_commands
 from agent.cli.medusa import add_medusa_commands
-from agent.cli.options import (Parser, add_generation_options, add_method_argument, add_method_options,
-                               method_params, prompt_text)
+from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
+                               add_method_options, method_params, prompt_text)
 from agent.render import err, out, runs_table, show_run
 from memory import Store
 from tools import models
@@ -65,7 +66,7 @@ def cmd_run(args) -> int:
         draft=args.draft, medusa_heads=args.medusa_heads, params=method_params(args),
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
         seed=args.seed, chat=args.chat, dtype=args.dtype, device_map=args.device_map, threads=args.threads,
-        repeats=args.repeats, peers=args.peers,
+        repeats=args.repeats, peers=args.peers, backend=args.backend,
     )
     with err.status("starting…") as status:
         record = run_method(inp, progress=lambda msg: status.update(msg))
@@ -116,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_method_argument(p, "--method", required=True)
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
-    p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
+    p.add_argument("--peers", action="store_true", help=PEERS_HELP)
+    add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)
     p.set_defaults(func=cmd_run)
@@ -144,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ask_arguments(p)
 
     # command groups that live in their own modules
-    for register in (add_medusa_commands, add_guide_commands, add_eval_commands, add_agent_commands):
+    for register in (add_medusa_commands, add_eagle_commands, add_guide_commands, add_eval_commands, add_agent_commands):
         register(sub)
     return parser
 

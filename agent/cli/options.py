@@ -192,3 +192,21 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=1, help="timed repeats after a warm-up (median reported)")
     p.add_argument("--json", action="store_true", help="print one JSON object with all digits")
+
+
+PEERS_HELP = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on llamacpp "
+              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama)")
+# the engines (tools.bench.context.BACKENDS, checked equal by the tests; not imported: it loads torch)
+BACKEND_CHOICES = ("transformers", "llamacpp")
+BACKEND_HELP = ("the engine: transformers (default) or llamacpp (the GGUF files of `specpilot models fetch`, or a "
+                ".gguf --target, run by llama.cpp without dequantising; Medusa and EAGLE do not run there)")
+
+
+def add_backend_option(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
+    """``--backend transformers|llamacpp``; ``repeatable``: given more than once, one table with every engine."""
+    if repeatable:
+        p.add_argument("--backend", action="append", choices=BACKEND_CHOICES, default=None,
+                       help=BACKEND_HELP + "; give it twice (--backend transformers --backend llamacpp) for both "
+                                           "engines in one table")
+    else:
+        p.add_argument("--backend", choices=BACKEND_CHOICES, default="transformers", help=BACKEND_HELP)

@@ -11,8 +11,13 @@ A method is finished (its run stored, its task step done) as soon as its last re
 Ctrl-C keeps what finished and marks the task unfinished with what is left.
 
 A method that cannot run here (no Medusa heads for this target, the draft model missing, a
-vocabulary mismatch) is reported as "not run: reason" and noted in the task; it does not stop the
-others.
+vocabulary mismatch, Medusa on the llama.cpp backend) is reported as "not run: reason" and noted in
+the task; it does not stop the others.
+
+:func:`compare_backends` compares on several engines (``--backend transformers --backend llamacpp``):
+one comparison per engine, one after another (the first engine's models are freed before the next
+loads), on the same prompt ids, each method's speedup against that engine's own baseline, the rows
+put in one table.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from tools import models
 from tools.bench import protocol as measure
 from tools.bench.protocol import Progress
 from tools.bench.record import RunRecord
-from tools.bench.context import checked_prompt_ids, generation_settings, medusa_heads_for, prepare, size_candidates
+from tools.bench.context import (BACKENDS, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
+                                 release_models, size_candidates)
 from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, RunInput, measure_candidates, record_from
 from tools.bench.summary import quality_text
 from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, MethodName, parse_params
@@ -100,6 +106,8 @@ def common_settings(inp: BaseModel, heads_path: str | None) -> dict:
             "device_map", "repeats", "peers")
     out = {k: getattr(inp, k, None) for k in keys}
     out["medusa_heads"] = heads_path
+    if getattr(inp, "backend", "transformers") != "transformers":  # transformers runs keep their keys of before
+        out["backend"] = inp.backend
     return out
 
 
@@ -139,10 +147,12 @@ def row_not_run(method: str, reason: str, target: str, draft: str | None, heads_
 
 
 # ---------------------------------------------------------------------------- compare
-def compare(inp: CompareInput, store=None, progress: Progress = None, sources: dict[str, str] | None = None) -> dict:
+def compare(inp: CompareInput, store=None, progress: Progress = None, sources: dict[str, str] | None = None,
+            prompt_ids: list[int] | None = None) -> dict:
     """Run every method in ``inp.methods`` on one prompt against the same baseline; store each run
     (linked to one task) and return the comparison: rows per method in the order asked, task id,
-    settings, hardware and versions. ``sources`` relabels where given parameters came from.
+    settings, hardware and versions. ``sources`` relabels where given parameters came from;
+    ``prompt_ids``: the prompt's ids as another engine got them (default: the target's tokenizer's).
 
     KeyboardInterrupt leaves the finished methods stored, marks the task unfinished with what is left,
     and is re-raised.
@@ -154,7 +164,7 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
         if sources and cand.method in sources and cand.source == "given":
             cand.source = sources[cand.method]
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if "medusa" in methods else None
-    task_id = store.create_task(f"compare {', '.join(methods)} on {short(inp.prompt)!r}", "compare", methods)
+    task_id = store.create_task(task_request(inp, methods), "compare", methods)
     rows: dict[str, dict] = {}
     records: dict[str, dict] = {}
 
@@ -173,7 +183,7 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
             if method in methods and method not in rows:
                 mark_not_run(method, reason)
         ctx = prepared.ctx
-        prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
+        prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt, prompt_ids)  # fits the context, before measuring
         settings = generation_settings(inp, ctx)
         common = common_settings(inp, heads_path)
         # parameters not given or saved are sized to this machine (tools.bench.sizing), each with its reason
@@ -200,7 +210,13 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
         raise
     store.update_task(task_id, status="done")
     return comparison(inp, task_id, ctx, settings, heads_path, [rows[m] for m in methods if m in rows],
-                      {m: records[m] for m in methods if m in records})
+                      {m: records[m] for m in methods if m in records}, prompt_ids)
+
+
+def task_request(inp: CompareInput, methods: list[str]) -> str:
+    """A compare task's request line: the methods, the engine when it is not transformers, the prompt."""
+    engine = f" on {inp.backend}" if inp.backend != "transformers" else ""
+    return f"compare {', '.join(methods)}{engine} on {short(inp.prompt)!r}"
 
 
 def short(prompt: str, width: int = 60) -> str:
@@ -218,11 +234,13 @@ def end_stopped_task(store, task_id: int, exc: BaseException, left: list[str], f
 
 
 def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: GenerationSettings,
-               heads_path: str | None, rows: list[dict], records: dict[str, dict]) -> dict:
+               heads_path: str | None, rows: list[dict], records: dict[str, dict],
+               prompt_ids: list[int] | None = None) -> dict:
     """compare's result: the rows in the order asked, the run ids and the shared figures."""
     any_record = next(iter(records.values()), None) or {}
     return {
         "task_id": task_id,
+        "backend": inp.backend,
         "prompt": inp.prompt,
         "target": inp.target,
         "draft": ctx.draft.ref if ctx.draft is not None else None,
@@ -238,8 +256,42 @@ def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: Ge
         "baseline_wall_time_s": any_record.get("baseline_wall_time_s"),
         "baseline_tokens_per_s": any_record.get("baseline_tokens_per_s"),
         "hardware": measure.hardware_info(ctx.target.device),
-        "versions": measure.versions(),
+        "versions": measure.versions(inp.backend),
+        "prompt_ids": prompt_ids,
     }
+
+
+def compare_backends(inp: CompareInput, backends: list[str], store=None, progress: Progress = None) -> dict:
+    """:func:`compare` on each engine in ``backends``, one after another (each engine's models freed before
+    the next one's load), every engine on the first one's prompt ids. Returns each engine's comparison
+    under ``by_backend`` and one list of ``rows``, each with its ``backend``: every speedup is against
+    that engine's own baseline, and tokens/s are absolute, so the engines compare directly."""
+    backends = list(dict.fromkeys(backends))
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        raise ParameterError(f"unknown backend(s): {', '.join(unknown) or 'none given'}",
+                             hint=f"choose from: {', '.join(BACKENDS)}")
+    store = store if store is not None else Store()
+    by_backend: dict[str, dict] = {}
+    prompt_ids = None
+    for backend in backends:
+        if by_backend:
+            release_models()  # one engine's models in memory at a time
+        if progress:
+            progress(f"engine {backend}")
+        result = compare(inp.model_copy(update={"backend": backend}), store, progress, prompt_ids=prompt_ids)
+        prompt_ids = result["prompt_ids"] if prompt_ids is None else prompt_ids
+        by_backend[backend] = result
+    rows = [{**row, "backend": b, "baseline_tokens_per_s": r.get("baseline_tokens_per_s")}
+            for b, r in by_backend.items() for row in r["rows"]]
+    return {"backends": backends, "by_backend": by_backend, "rows": rows, "prompt": inp.prompt,
+            "prompt_ids": prompt_ids, "target": inp.target, "settings": next(iter(by_backend.values()))["settings"],
+            "repeats": inp.repeats, "task_ids": [r["task_id"] for r in by_backend.values()],
+            "run_ids": [i for r in by_backend.values() for i in r["run_ids"]],
+            "not_run": {f"{b}/{m}": why for b, r in by_backend.items() for m, why in r["not_run"].items()},
+            "peers": {b: r["peers"] for b, r in by_backend.items()},
+            "hardware": next(iter(by_backend.values()))["hardware"],
+            "versions": {k: v for r in by_backend.values() for k, v in r["versions"].items()}}
 
 
 def make_record(inp: BaseModel, prompt: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,

@@ -8,6 +8,12 @@ rounds after a warm-up, and leaves out the sizes past the first of 16+ tokens co
 pass: about half a minute for the default target in float32 on a 2-core CPU with the machine to
 itself, seconds on a GPU. A curve in which a pass costs more than the work it does (``disturbed``)
 was timed on a busy machine and is not stored.
+
+Each engine has its own curve: a target on the llama.cpp backend (tools.engine.llamacpp) is timed through
+that backend (:func:`backend_cost_curve`) and its curve stored under the dtype "gguf", which no
+transformers model has, so sizing a method for llama.cpp reads llama.cpp's curve and never the
+transformers one (and the other way round). ``specpilot guide METHOD --measure --backend llamacpp``
+measures it on demand (:func:`measure_curve`).
 """
 
 from __future__ import annotations
@@ -16,9 +22,13 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import torch
+
 from tools.bench.protocol import hardware_name
 from tools.engine import quantize
+from tools.engine.backend import Backend
 from tools.engine.cost_curve import forward_cost_curve, monotone
+from tools.engine.llamacpp import LlamaCppBackend
 from tools.errors import ParameterError, StoreError
 
 # Used only on a CPU where no curve is stored and measuring is not allowed (or was disturbed): the curve
@@ -59,6 +69,7 @@ class MachineCost:
     curve_source: str
     draft_ratio: float | None = None  # one draft token's time / one target token's time
     draft_source: str = ""
+    backend: str = "transformers"  # the engine the curve was timed on: transformers or llamacpp
 
 
 # ---------------------------------------------------------------------------- the curve
@@ -95,7 +106,7 @@ def machine_cost(store, target, draft=None, draft_quant: str = "auto", allow_mea
     kind = "gpu" if device.startswith("cuda") else "cpu"
     hardware = hardware_name(device)
     curve, source = _target_curve(store, target, hardware, kind, allow_measure, progress)
-    machine = MachineCost(kind, hardware, curve, source)
+    machine = MachineCost(kind, hardware, curve, source, backend=_backend(target))
     if draft is not None and curve and curve != CPU_FALLBACK_CURVE:
         machine.draft_ratio, machine.draft_source = _draft_ratio(store, draft, draft_quant, hardware, curve,
                                                                  allow_measure, progress)
@@ -140,8 +151,21 @@ def disturbed(curve: dict[int, float], raw: dict[int, list[float]] | None = None
     return None
 
 
-def _fallback(kind: str, why: str) -> tuple[dict[int, float] | None, str]:
+def _backend(loaded) -> str:
+    return "llamacpp" if isinstance(loaded.model, LlamaCppBackend) else "transformers"
+
+
+def _engine(loaded) -> str:
+    """How a curve's source names the model: "<ref> in <dtype>" (and the engine when it is llama.cpp)."""
+    return f"{loaded.ref} in {loaded.dtype}" + (" on llama.cpp" if _backend(loaded) == "llamacpp" else "")
+
+
+def _fallback(kind: str, why: str, backend: str = "transformers") -> tuple[dict[int, float] | None, str]:
     if kind == "cpu":
+        if backend == "llamacpp":
+            return dict(CPU_FALLBACK_CURVE), (f"{why}, so a conservative CPU curve (measured with transformers in "
+                                              "float32 on a 2-core AVX2 CPU, not llama.cpp; `specpilot guide "
+                                              "lookahead --measure --backend llamacpp` measures llama.cpp's)")
         return dict(CPU_FALLBACK_CURVE), (f"{why}, so a conservative CPU curve (2-core AVX2 CPU, float32; "
                                           "`specpilot guide lookahead --measure` measures this one)")
     return None, f"{why}: the GPU-sized defaults stay"
@@ -151,37 +175,86 @@ def _target_curve(store, target, hardware: str, kind: str, allow_measure: bool,
                   progress) -> tuple[dict[int, float] | None, str]:
     stored = _stored_curve(store, target.ref, hardware, target.dtype)
     if stored is not None:
-        return stored["curve"], (f"the cost curve of {target.ref} in {stored['dtype']} stored on "
-                                 f"{stored['measured_at'][:10]}")
+        return stored["curve"], f"the cost curve of {_engine(target)} stored on {stored['measured_at'][:10]}"
     if not allow_measure:
-        return _fallback(kind, "no cost curve measured here yet")
+        return _fallback(kind, "no cost curve measured here yet", _backend(target))
     key = (target.ref, hardware, target.dtype)
     if key in _DISTURBED:  # this process found the machine busy already: do not spend the time again
-        return _fallback(kind, _DISTURBED[key])
+        return _fallback(kind, _DISTURBED[key], _backend(target))
+    curve, source = measure_curve(store, target, progress)
+    return (curve, source) if curve is not None else _fallback(kind, source, _backend(target))
+
+
+def measure_curve(store, target, progress=None, repeats: int = MEASURE_REPEATS) -> tuple[dict[int, float] | None, str]:
+    """Measure the loaded target's cost curve now, on its engine, and store it: (curve, what was done, in
+    words); the curve is None when the timings show a busy machine (then nothing is stored)."""
+    hardware = hardware_name(str(target.device))
     if progress:
         progress("measuring this machine's forward-pass cost curve (once: it is stored for later runs)")
     start = time.perf_counter()
     # a quick probe first: a busy machine shows in the first two sizes, before the long passes are timed
     raw: dict[int, list[float]] = {}
-    curve = forward_cost_curve(target.model, MEASURE_SIZES[:2], cache_len=MEASURE_CACHE_LEN, repeats=3, raw=raw)
+    curve = _curve(target.model, MEASURE_SIZES[:2], 3, raw)
     if not disturbed(curve, raw):
         raw.clear()
-        curve = forward_cost_curve(target.model, MEASURE_SIZES, cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS,
-                                   stop_ratio=MEASURE_STOP_RATIO, stop_from=MEASURE_STOP_FROM, raw=raw)
+        curve = _curve(target.model, MEASURE_SIZES, repeats, raw, stop_ratio=MEASURE_STOP_RATIO,
+                       stop_from=MEASURE_STOP_FROM)
     took = time.perf_counter() - start
     problem = disturbed(curve, raw)
     if problem:
-        _DISTURBED[key] = f"the cost curve measured now ({took:.0f} s) looks disturbed ({problem}) and was not stored"
-        return _fallback(kind, _DISTURBED[key])
+        why = f"the cost curve measured now ({took:.0f} s) looks disturbed ({problem}) and was not stored"
+        _DISTURBED[(target.ref, hardware, target.dtype)] = why
+        return None, why
     saved = _save_curve(store, target.ref, hardware, curve, target.dtype)
-    return curve, f"the cost curve of {target.ref} in {target.dtype} measured now ({took:.0f} s), {saved}"
+    return curve, f"the cost curve of {_engine(target)} measured now ({took:.0f} s), {saved}"
+
+
+def _curve(model, sizes, repeats: int, raw: dict, **stop) -> dict[int, float]:
+    """The cost curve of a transformers model (tools.engine.cost_curve) or of a llama.cpp backend."""
+    if isinstance(model, LlamaCppBackend):
+        return backend_cost_curve(model, sizes, cache_len=MEASURE_CACHE_LEN, repeats=repeats, raw=raw, **stop)
+    return forward_cost_curve(model, sizes, cache_len=MEASURE_CACHE_LEN, repeats=repeats, raw=raw, **stop)
+
+
+def backend_cost_curve(backend: Backend, sizes=MEASURE_SIZES, cache_len: int = MEASURE_CACHE_LEN,
+                       repeats: int = MEASURE_REPEATS, seed: int = 0, stop_ratio: float | None = None,
+                       stop_from: int = 16, raw: dict[int, list[float]] | None = None) -> dict[int, float]:
+    """tools.engine.cost_curve.forward_cost_curve through the Backend seam (for the llama.cpp backend):
+    {n: median seconds of one causal forward over n new tokens after ``cache_len`` cached ones, logits
+    for all n rows as verification asks}, timed in rounds (round 0 warms up and, with ``stop_ratio``,
+    drops the sizes past the first of ``stop_from``+ tokens costing ``stop_ratio`` x the smallest)."""
+    sizes = sorted({int(n) for n in sizes})
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, backend.vocab_size, (1, cache_len + sizes[-1]), generator=g)
+    cache = backend.new_cache()
+    backend.forward(tokens[:, :cache_len], cache, torch.arange(cache_len)[None], rows=1)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for r in range(repeats + 1):
+        for n in list(times):
+            backend.crop(cache, cache_len)
+            t0 = time.perf_counter()
+            backend.forward(tokens[:, cache_len: cache_len + n], cache, torch.arange(cache_len, cache_len + n)[None])
+            backend.sync()
+            took = time.perf_counter() - t0
+            if r:
+                times[n].append(took)
+            elif n == sizes[0]:
+                first = took
+            elif stop_ratio is not None and n >= stop_from and took > stop_ratio * first:
+                for m in [m for m in times if m > n]:
+                    del times[m]
+                break
+    backend.crop(cache, cache_len)
+    if raw is not None:
+        raw.update(times)
+    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
 def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int, float], allow_measure: bool,
                  progress) -> tuple[float | None, str]:
     """(one draft token's time over one target token's, where it came from)."""
     try:
-        int8 = quantize.resolve(draft_quant, draft.device) == "int8"
+        int8 = _backend(draft) == "transformers" and quantize.resolve(draft_quant, draft.device) == "int8"
     except ParameterError:
         int8 = False
     dtype = "int8" if int8 else draft.dtype
@@ -193,11 +266,12 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
             progress("timing one draft token (once: it is stored for later runs)")
         model = quantize.int8_draft(draft.model) if int8 else draft.model
         raw: dict[int, list[float]] = {}
-        measured = forward_cost_curve(model, (1,), cache_len=MEASURE_CACHE_LEN, repeats=MEASURE_REPEATS, raw=raw)
+        measured = _curve(model, (1,), MEASURE_REPEATS, raw)
         if disturbed(measured, raw):
             return None, ""
         saved = _save_curve(store, draft.ref, hardware, measured, dtype)
         t1, where = one_token_time(measured), f"measured now, {saved}"
     else:
         return None, ""
-    return t1 / one_token_time(curve), f"{draft.ref} in {dtype}: {t1 * 1000:.0f} ms a token, {where}"
+    engine = " on llama.cpp" if _backend(draft) == "llamacpp" else ""
+    return t1 / one_token_time(curve), f"{draft.ref} in {dtype}{engine}: {t1 * 1000:.0f} ms a token, {where}"

@@ -1,5 +1,9 @@
-"""transformers' own accelerated generation, timed the same way as our methods: assisted generation
-(same draft model) and prompt-lookup decoding. They are the peers our decoders must beat."""
+"""The engines' own generation, timed the same way as our methods: the peers our decoders must beat.
+
+On transformers: assisted generation (same draft model) and prompt-lookup decoding. On llama.cpp
+(through llama-cpp-python's high-level ``Llama``, tools.engine.llamacpp.LlamaReference): plain decoding
+and its ``LlamaPromptLookupDecoding`` draft mode. llama.cpp's draft-simple and ngram modes are in its
+``common`` library, which llama-cpp-python does not bind, so they are not peers here."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 import torch
 
 from tools.engine.autoregressive import as_input_ids, sync
+from tools.engine.llamacpp import LlamaReference
 from tools.engine.types import DecodeResult, GenerationSettings
 
 
@@ -15,7 +20,11 @@ PEER_LABELS = {
     "hf_assisted": "transformers assisted",
     "hf_assisted_int8": "transformers assisted (int8 draft)",
     "hf_prompt_lookup": "transformers prompt lookup",
+    "llamacpp_plain": "llama.cpp plain",
+    "llamacpp_prompt_lookup": "llama.cpp prompt lookup",
 }
+# LlamaPromptLookupDecoding's own defaults: n-grams of up to 2 tokens, 10 draft tokens
+LLAMACPP_PROMPT_LOOKUP = (2, 10)
 
 
 def _hf_generate(method: str, model, prompt_ids, settings: GenerationSettings, **extra) -> DecodeResult:
@@ -63,3 +72,14 @@ def hf_prompt_lookup(model, prompt_ids, settings: GenerationSettings, num_tokens
 def hf_plain(model, prompt_ids, settings: GenerationSettings) -> DecodeResult:
     """transformers' plain ``generate``: the yardstick for our baseline's speed."""
     return _hf_generate("hf_generate", model, prompt_ids, settings)
+
+
+def llamacpp_generate(method: str, reference: LlamaReference, prompt_ids, settings: GenerationSettings) -> DecodeResult:
+    """One generation by llama-cpp-python's ``Llama`` (plain, or the draft mode ``reference`` was made with):
+    the whole prompt processed again (no reuse of the previous call's cache), stopping at an EOS id."""
+    out, took = reference.greedy(prompt_ids, settings.max_new_tokens, settings.eos_token_ids,
+                                 temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
+                                 seed=settings.seed)
+    eos = bool(out) and out[-1] in set(settings.eos_token_ids)
+    return DecodeResult(method=method, output_ids=out, prefill_s=0.0, decode_s=took, steps=0, target_forwards=0,
+                        stopped_by="eos" if eos else "length", extra={"engine": "llama-cpp-python Llama"})

@@ -62,17 +62,18 @@ def hardware_name(device: str = "cpu") -> str:
     return info.get("gpu") or info["name"]
 
 
-def versions() -> dict:
-    """Versions of the libraries that affect the figures."""
+def versions(backend: str = "transformers") -> dict:
+    """Versions of the libraries that affect the figures (on the llama.cpp backend, llama-cpp-python's too)."""
     import transformers  # imported here: slow to import, and only needed once a measurement is done
+    from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
-    try:
-        from importlib.metadata import version
-
-        out["specpilot"] = version("specpilot")
-    except Exception:  # noqa: BLE001 - running from a source tree without metadata
-        out["specpilot"] = "source"
+    for key, dist in (("specpilot", "specpilot"), *((("llama_cpp_python", "llama-cpp-python"),)
+                                                     if backend == "llamacpp" else ())):
+        try:
+            out[key] = version(dist)
+        except PackageNotFoundError:  # specpilot running from a source tree without metadata
+            out[key] = "source" if key == "specpilot" else "not installed"
     return out
 
 

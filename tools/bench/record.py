@@ -3,7 +3,7 @@
 ``record_from`` (tools.bench.run) builds a :class:`RunRecord` from measured timings; compare, bench
 and tune set the fields they own (``task_id``, ``settings_key``, ``category``, ...) on it; the store
 persists every field in a column of its own (memory.migrations m009 added the columns this model
-has beyond the first schema); ``specpilot runs show --json`` prints it. A field is never renamed
+has beyond the first schema, m010 ``backend``); ``specpilot runs show --json`` prints it. A field is never renamed
 or removed: a new field is added, with a default, and ``RECORD_VERSION`` goes up. Records stored
 by an older version read back through :meth:`RunRecord.from_stored` (missing fields get their
 defaults; keys this version no longer knows are kept under ``legacy``).
@@ -17,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["RECORD_VERSION", "PeerFigures", "RunRecord", "JSON_FIELDS"]
 
-# 1: the untyped dict of the first releases (no record_version stored); 2: this model
-RECORD_VERSION = 2
+# 1: the untyped dict of the first releases (no record_version stored); 2: this model; 3: ``backend`` added
+RECORD_VERSION = 3
 
 
 class PeerFigures(BaseModel):
-    """One transformers peer (assisted generation, prompt lookup) timed beside the baseline."""
+    """One peer (transformers' assisted generation and prompt lookup, llama.cpp's plain and prompt-lookup
+    decoding) timed beside the baseline."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -85,6 +86,7 @@ class RunRecord(BaseModel):
     method_extra: dict[str, Any] = Field(default_factory=dict)
     peers: dict[str, PeerFigures] = Field(default_factory=dict)
     # where it ran
+    backend: str = "transformers"  # the engine that ran baseline and method: transformers or llamacpp (GGUF)
     hardware: dict[str, Any] = Field(default_factory=dict)
     dtype: str | None = None
     dtype_reason: str | None = None

@@ -17,11 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from memory import Store
 from tools import models
 from tools.bench import protocol as measure
-from tools.bench.context import (checked_prompt_ids, eos_ids_for, generation_settings, load_cached, peer_runners,
-                                 prepare, prompt_ids_for, sized_run_params, uses_int8_draft)
+from tools.bench.context import (BackendName, backend_of, check_backend, checked_prompt_ids, eos_ids_for,
+                                 generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
+                                 sized_run_params, uses_int8_draft)
 from tools.bench.peers import PEER_LABELS
 from tools.bench.record import PeerFigures, RunRecord
-from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params, run
+from tools.engine import llamacpp
+from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError, StoreError
 
@@ -39,6 +41,8 @@ class MeasureOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: BackendName = Field("transformers", description="the engine: transformers (default) or llamacpp (the "
+                                                              "GGUF files run by llama.cpp, not dequantised)")
     target: str = models.DEFAULT_TARGET
     draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
     medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
@@ -55,7 +59,8 @@ class MeasureOptions(BaseModel):
     warmup: int = Field(1, ge=0, le=5)
 
 
-PEERS_DESCRIPTION = "also time transformers' assisted generation and prompt lookup"
+PEERS_DESCRIPTION = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on "
+                     "llamacpp llama.cpp's plain decoding and its prompt-lookup mode")
 
 
 class RunInput(MeasureOptions):
@@ -94,15 +99,15 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
     reason)`` and a failing peer is left out; without it every error propagates.
     """
     baseline_params = parse_params("baseline", {})
-    runners: dict[str, measure.Runner] = {"baseline": lambda s: run("baseline", ctx, prompt_ids, s, baseline_params)}
+    runners: dict[str, measure.Runner] = {"baseline": lambda s: run_on("baseline", ctx, prompt_ids, s, baseline_params)}
     peer_names = []
     if with_peers:
-        found = peer_runners(ctx, prompt_ids, int8_peer)
+        found = peer_runners(ctx, prompt_ids, int8_peer, settings.max_new_tokens)
         runners.update(found)
         peer_names = list(found)
     live = {c.label: c for c in candidates if c.method != "baseline"}
     for cand in live.values():
-        runners[cand.label] = (lambda c: lambda s: run(c.method, ctx, prompt_ids, s, c.params))(cand)
+        runners[cand.label] = (lambda c: lambda s: run_on(c.method, ctx, prompt_ids, s, c.params))(cand)
 
     def finished(name: str, timed: dict[str, measure.Timed]) -> None:
         if name == "baseline":
@@ -125,7 +130,7 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
 
 
 def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, PeerFigures]:
-    """The record's figures of each transformers peer timed beside the baseline."""
+    """The record's figures of each peer (the engine's own modes) timed beside the baseline."""
     base = timed["baseline"]
     rows = {}
     for name in PEER_LABELS:
@@ -148,9 +153,13 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
     base, main = timed["baseline"], timed[inp.method]
     res = main.result
     divergence = matches = None
+    backend = backend_of(ctx)
     if settings.greedy:
         matches = res.output_ids == base.result.output_ids
-        if not matches:
+        if not matches and backend == "llamacpp":
+            divergence = llamacpp.diagnose_divergence(ctx.target.model, prompt_ids, base.result.output_ids,
+                                                      res.output_ids)
+        elif not matches:
             divergence = measure.diagnose_divergence(
                 ctx.target.model, prompt_ids, base.result.output_ids, res.output_ids, ctx.target.dtype
             )
@@ -171,9 +180,9 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
         mean_accepted_per_step=res.mean_accepted_per_step, drafted_by_position=res.drafted_by_position,
         accepted_by_position=res.accepted_by_position, stopped_by=res.stopped_by, method_extra=res.extra,
         lossy=bool(res.extra.get("lossy", False)), matches_baseline=matches, first_divergence=divergence,
-        peers=peer_rows(timed, settings.greedy), hardware=measure.hardware_info(ctx.target.device),
+        peers=peer_rows(timed, settings.greedy), backend=backend, hardware=measure.hardware_info(ctx.target.device),
         dtype=ctx.target.dtype, dtype_reason=ctx.target.dtype_reason, device_map=inp.device_map,
-        versions=measure.versions(),
+        versions=measure.versions(backend),
     )
 
 
@@ -208,6 +217,7 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     if inp.method not in METHOD_NAMES:
         raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
     parse_params(inp.method, inp.params)  # fail fast, before loading models
+    check_backend(inp.method, inp.backend)
     store = store if store is not None else Store()
     own_task = task_id is None and not getattr(store, "read_only", False)
     if own_task:

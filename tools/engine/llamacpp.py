@@ -164,6 +164,7 @@ class LlamaCppBackend(Backend):
         # llama.cpp may lower n_batch (to n_ctx) and round n_ctx: use what the context has
         self.n_ctx, self.n_batch, self.n_seq_max = lib.llama_n_ctx(self._ctx), lib.llama_n_batch(self._ctx), n_seq_max
         self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(self._model))
         self.hidden_size = int(lib.llama_model_n_embd(self._model))
         self.device, self.dtype = torch.device("cpu"), torch.float32
         self._init_batch(self.n_batch, n_seq_max)
@@ -506,21 +507,34 @@ def diagnose_divergence(backend: LlamaCppBackend, prompt_ids, baseline_ids: list
 
 
 class LlamaReference:
-    """llama.cpp's own greedy decoding (llama-cpp-python's high-level ``Llama``, temperature 0), the
-    reference the backend's outputs and speed are checked against."""
+    """llama.cpp's own decoding through llama-cpp-python's high-level ``Llama``: plain (the reference the
+    backend's outputs and speed are checked against, and the "llama.cpp plain" peer), or with
+    ``prompt_lookup`` = (max n-gram size, draft tokens) its ``LlamaPromptLookupDecoding`` draft mode (which
+    needs logits for every position: ``logits_all``, an n_ctx x vocabulary float32 array). llama.cpp's other
+    speculative modes (draft-simple, ngram-simple, ...) live in its ``common`` library, which llama-cpp-python
+    does not bind (only libllama): they cannot be run from Python."""
 
-    def __init__(self, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512):
+    def __init__(self, path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
+                 prompt_lookup: tuple[int, int] | None = None):
         lib = _lib()
-        self.llm = lib.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                             n_threads=n_threads or max(1, torch.get_num_threads()),
-                             n_threads_batch=n_threads or max(1, torch.get_num_threads()), verbose=False)
+        threads = n_threads or max(1, torch.get_num_threads())
+        drafter = lib.llama_speculative.LlamaPromptLookupDecoding(*prompt_lookup) if prompt_lookup else None
+        self.n_ctx = n_ctx
+        self.llm = lib.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
+                             n_threads_batch=threads, draft_model=drafter, logits_all=drafter is not None,
+                             verbose=False)
 
-    def greedy(self, prompt_ids, max_new_tokens: int, eos_token_ids=()) -> tuple[list[int], float]:
-        """(new token ids, wall seconds from the start to the last token), stopping after an EOS id."""
+    def greedy(self, prompt_ids, max_new_tokens: int, eos_token_ids=(), temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, seed: int = 0) -> tuple[list[int], float]:
+        """(new token ids, wall seconds from the start to the last token), stopping after an EOS id; greedy
+        unless ``temperature`` > 0 (then llama.cpp's top-k / top-p / temperature sampler, seeded)."""
         eos, out = set(eos_token_ids), []
-        self.llm.reset()
+        self.llm.reset()  # no prompt reuse from the previous call: every call processes the whole prompt
+        self.llm.set_seed(seed)
+        sampling = (dict(top_k=1, temp=0.0) if temperature == 0 else
+                    dict(top_k=top_k, top_p=top_p, min_p=0.0, temp=temperature))
         t0 = time.perf_counter()
-        for token in self.llm.generate(list(prompt_ids), top_k=1, temp=0.0, reset=True):
+        for token in self.llm.generate(list(prompt_ids), reset=True, repeat_penalty=1.0, **sampling):
             out.append(int(token))
             if len(out) >= max_new_tokens or token in eos:
                 break
