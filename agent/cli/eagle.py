@@ -10,12 +10,11 @@ so an interrupted run loses at most a few minutes; the exact command is recorded
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 
 from agent.approval import approve_command
-from agent.cli.medusa import _medusa
+from agent.cli.medusa import _medusa, training_command
 from memory import Store
 from tools import models
 
@@ -24,22 +23,10 @@ TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "dra
                  "learning_rate", "dtype")
 
 
-def training_command(args) -> str:
-    words = ["specpilot", "eagle", "train"]
-    for name in TRAIN_OPTIONS:
-        value = getattr(args, name)
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, list):
-            words += [flag, *map(str, value)]
-        elif value not in (None, False):
-            words += [flag, str(value)]
-    return shlex.join(words)
-
-
 def cmd_eagle_train(args) -> int:
     eagle_train = _medusa().eagle  # loads torch: when the command runs, not for --help
     arguments = {"tool": "specpilot eagle train", "input": {n: getattr(args, n) for n in TRAIN_OPTIONS}}
-    command = training_command(args)
+    command = training_command(args, ("specpilot", "eagle", "train"), TRAIN_OPTIONS)
     what = (f"{command}  (loads {args.target}, caches its hidden states over the training text, trains the head "
             f"and writes it to {args.out}; this takes a long time on a CPU)")
     with Store() as store:

@@ -39,10 +39,11 @@ def training_arguments(args) -> dict:
     return {"tool": TRAIN_COMMAND, "input": {name: getattr(args, name) for name in TRAIN_OPTIONS}}
 
 
-def training_command(args) -> str:
-    """The command as the person would type it (shown before they approve)."""
-    words = ["specpilot", "medusa", "train"]
-    for name in TRAIN_OPTIONS:
+def training_command(args, words: tuple[str, ...] = ("specpilot", "medusa", "train"),
+                     options: tuple[str, ...] = TRAIN_OPTIONS) -> str:
+    """The command as the person would type it (shown before they approve): ``words`` and the set ``options``."""
+    words = list(words)
+    for name in options:
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if value is True:
