@@ -70,7 +70,8 @@ def setup(args):
 
 
 def runners(args, target, draft, reference, eos):
-    """method -> run(prompt_ids, max_new_tokens) -> (tokens, wall seconds, tokens per target forward, acceptance)."""
+    """(method -> run(prompt_ids, max_new_tokens) -> (tokens, wall seconds, tokens per target forward, acceptance),
+    rerun(method, prompt_ids) -> the diagnosis's replay of that method, None for llama.cpp's own)."""
     from tools.engine import autoregressive, lookahead, prompt_lookup
     from tools.engine.llamacpp import draft_generate
     from tools.engine.params import DraftParams, LookaheadParams, PromptLookupParams
@@ -80,9 +81,15 @@ def runners(args, target, draft, reference, eos):
     ngram_params = PromptLookupParams(**json.loads(args.ngram_params))
     short_params = PromptLookupParams(**json.loads(args.ngram_short_params))
 
+    decoders = {"baseline": lambda b, ids, s: autoregressive.generate(b, ids, s),
+                "ngram": lambda b, ids, s: prompt_lookup.generate(b, ids, s, ngram_params),
+                "ngram-short": lambda b, ids, s: prompt_lookup.generate(b, ids, s, short_params),
+                "draft": lambda b, ids, s: draft_generate(b, draft, ids, s, draft_params),
+                "lookahead": lambda b, ids, s: lookahead.generate(b, ids, s, LookaheadParams())}
+
     def ours(fn):
         def run(ids, n):
-            r = fn(ids, GenerationSettings(max_new_tokens=n, eos_token_ids=eos))
+            r = fn(target, ids, GenerationSettings(max_new_tokens=n, eos_token_ids=eos))
             return r.output_ids, r.wall_time_s, r.mean_accepted_per_step, r.acceptance_rate
         return run
 
@@ -90,13 +97,14 @@ def runners(args, target, draft, reference, eos):
         out, wall = reference.greedy(ids, n, eos)
         return out, wall, 1.0, None
 
-    table = {"llama.cpp plain": plain,
-             "baseline": ours(lambda ids, s: autoregressive.generate(target, ids, s)),
-             "ngram": ours(lambda ids, s: prompt_lookup.generate(target, ids, s, ngram_params)),
-             "ngram-short": ours(lambda ids, s: prompt_lookup.generate(target, ids, s, short_params)),
-             "draft": ours(lambda ids, s: draft_generate(target, draft, ids, s, draft_params)),
-             "lookahead": ours(lambda ids, s: lookahead.generate(target, ids, s, LookaheadParams()))}
-    return {m: table[m] for m in args.methods.split(",")}
+    def rerun(method, ids):  # the divergence diagnosis replays a method through a recording backend
+        fn = decoders.get(method)
+        return None if fn is None else (
+            lambda backend: fn(backend, ids, GenerationSettings(max_new_tokens=args.max_new_tokens,
+                                                                eos_token_ids=eos)).output_ids)
+
+    table = {"llama.cpp plain": plain, **{m: ours(fn) for m, fn in decoders.items()}}
+    return {m: table[m] for m in args.methods.split(",")}, rerun
 
 
 def measure(args, run, prompts_ids, diagnose) -> list[dict]:
@@ -117,7 +125,7 @@ def measure(args, run, prompts_ids, diagnose) -> list[dict]:
         ref = outs.get("llama.cpp plain", outs.get("baseline"))[0]
         for m in run:
             out, per_fwd, acc = outs[m]
-            why = diagnose(ids, ref, out) if out != ref else None
+            why = diagnose(m, ids, ref, out) if out != ref else None
             records.append({"category": row["category"], "question_id": row.get("question_id"), "method": m,
                             "prompt_tokens": len(ids), "new_tokens": len(out), "wall_s": statistics.median(walls[m]),
                             "walls": walls[m], "tokens_per_forward": per_fwd, "acceptance": acc,
@@ -153,10 +161,11 @@ def main() -> None:
     eos = sorted({tok.eos_token_id, target.tokenizer.eos_token_id})
     rows = load_prompts(args.prompts, args.categories, args.limit)
     prompts_ids = [(row, prompt_ids_for(tok, row["prompt"], True)) for row in rows]
-    run = runners(args, target, draft, reference, eos)
+    run, rerun = runners(args, target, draft, reference, eos)
     from tools.engine.llamacpp import diagnose_divergence
 
-    records = measure(args, run, prompts_ids, lambda ids, ref, out: diagnose_divergence(target, ids, ref, out))
+    records = measure(args, run, prompts_ids,
+                      lambda m, ids, ref, out: diagnose_divergence(target, ids, ref, out, rerun=rerun(m, ids)))
     report(records, list(run))
     if args.out:
         Path(args.out).write_text(json.dumps(records, indent=1))

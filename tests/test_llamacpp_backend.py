@@ -176,6 +176,40 @@ def test_divergence_diagnosis(target, baselines):
     assert found["position"] == 5 and found["kind"] == "mismatch" and found["margin"] > 0
 
 
+def test_the_recording_backend_sees_the_rows_a_method_computed(target, baselines):
+    """A lookahead run (token-tree passes) replayed through RecordingBackend: the rows its own passes
+    computed for prompt + the first 5 tokens, whose top-1 is the token it emitted there."""
+    from tools.engine.replay import RecordingBackend
+
+    prompt, base = PROMPTS[0], baselines[0]
+    recorder = RecordingBackend(target, prompt + base[:5])
+    params = LookaheadParams(window=3, ngram=3, guess=2)
+    again = lookahead.generate(recorder, prompt, SETTINGS.model_copy(update={"max_new_tokens": 6}), params)
+    assert again.output_ids == base[:6]
+    assert recorder.seen and recorder.seen[-1].top1 == base[5]
+    assert recorder.tokens[: len(prompt) + 5] == prompt + base[:5]
+
+
+def test_divergence_replays_the_method_when_recomputing_does_not_explain_it(target, baselines):
+    """A forged output whose token no pass puts on top: the replay shows the method's own pass, and the
+    verdict stays a mismatch; a replay that does not reproduce the output says so."""
+    prompt, base = PROMPTS[0], baselines[0]
+    wrong = base[:5] + [(base[5] + 1) % len(VOCAB)] + base[6:]
+
+    def rerun(backend):
+        return wrong  # stands in for a method whose pass chose wrong[5] without computing it
+
+    forged = diagnose_divergence(target, prompt, base, wrong, rerun=rerun)
+    assert forged["kind"] == "mismatch" and forged["method_pass"]["note"].startswith("no pass")
+
+    def real(backend):
+        return prompt_lookup.generate(backend, prompt, SETTINGS).output_ids
+
+    found = diagnose_divergence(target, prompt, base, wrong, rerun=real)
+    own = found["method_pass"]
+    assert found["kind"] == "mismatch" and not own["replayed"] and own["top1"] == base[5]
+    assert own["note"] == "running the method again left its first output at token 5"
+
 def test_gguf_tokenizer(target):
     tok = target.tokenizer
     ids = tok("hello world")["input_ids"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -147,6 +147,17 @@ def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, PeerFi
     return rows
 
 
+def rerun_for(method: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings, params: dict):
+    """``rerun(backend) -> output ids``: the method again, same settings, with the target's model swapped for
+    ``backend`` (the divergence diagnosis replays it through a recording backend)."""
+    model = parse_params(method, params)
+
+    def rerun(backend) -> list[int]:
+        return run_on(method, replace(ctx, target=replace(ctx.target, model=backend)), prompt_ids, settings,
+                      model).output_ids
+    return rerun
+
+
 def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings,
                 params: dict, timed: dict[str, measure.Timed]) -> RunRecord:
     """Assemble the run record from measured timings (every figure comes from ``timed``)."""
@@ -158,7 +169,8 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
         matches = res.output_ids == base.result.output_ids
         if not matches and backend == "llamacpp":
             divergence = llamacpp.diagnose_divergence(ctx.target.model, prompt_ids, base.result.output_ids,
-                                                      res.output_ids)
+                                                      res.output_ids, rerun=rerun_for(inp.method, ctx, prompt_ids,
+                                                                                      settings, params))
         elif not matches:
             divergence = measure.diagnose_divergence(
                 ctx.target.model, prompt_ids, base.result.output_ids, res.output_ids, ctx.target.dtype

@@ -43,6 +43,7 @@ import torch
 from tools.engine.backend import Backend
 from tools.engine.loop import decode
 from tools.engine.params import DraftParams
+from tools.engine.replay import diagnose_divergence  # noqa: F401 - part of this backend's API
 from tools.engine.speculative import DraftStep, _Drafter, validate_k
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
@@ -452,58 +453,6 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
     step = DraftStep(target, _Drafter(draft, n_vocab, n_vocab), n_vocab, settings, k=k, k_max=max(k, k_max),
                      adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none")
     return decode(target, prompt_ids, settings, step, "draft")
-
-
-def _logits_after(backend: LlamaCppBackend, prompt: list[int], generated: list[int], batch: int,
-                  history: bool) -> torch.Tensor:
-    """The logits after prompt + generated, the prompt in one forward and the last ``batch`` tokens in
-    one forward; the tokens between one at a time (the baseline's way when ``batch`` is 1), or with
-    ``history`` in passes of ``batch`` too (as a method's accepted tokens came from verification passes)."""
-    chain = prompt + generated
-    last = min(batch, len(chain) - 1) if generated or batch > 1 else 0
-    head = min(len(prompt), len(chain) - last)
-    middle, step = chain[head: len(chain) - last], batch if history else 1
-    pieces = [chain[:head], *(middle[i: i + step] for i in range(0, len(middle), step)), chain[len(chain) - last:]]
-    cache, length = backend.new_cache(), 0
-    for piece in (p for p in pieces if p):
-        logits = backend.forward(torch.tensor([piece]), cache, torch.arange(length, length + len(piece))[None], rows=1)
-        length += len(piece)
-    return logits[-1]
-
-
-def diagnose_divergence(backend: LlamaCppBackend, prompt_ids, baseline_ids: list[int], method_ids: list[int],
-                        batches=(2, 4, 8, 16)) -> dict | None:
-    """Where a method's greedy output leaves the baseline's on this backend, and why: None when equal.
-
-    llama.cpp's quantized matmuls round differently for a batch of tokens than for one (other kernels,
-    other summation order), so verification passes can flip a near-tie. The baseline's top-1/top-2
-    margin at the first differing token is measured the baseline's way, then that position is recomputed
-    as the last row of a pass of n tokens (n in ``batches``), the tokens before it one at a time or in
-    passes of n: ``near_tie`` when the method's token is the baseline's second choice and one of these
-    picks it (shown, not assumed), ``mismatch`` otherwise."""
-    pos = next((i for i, (a, b) in enumerate(zip(baseline_ids, method_ids)) if a != b), None)
-    if pos is None:
-        return None if len(baseline_ids) == len(method_ids) else {"position": min(len(baseline_ids), len(method_ids)),
-                                                                  "kind": "length", "margin": None}
-    prompt, generated, token = list(prompt_ids), list(baseline_ids[:pos]), method_ids[pos]
-    top2 = torch.topk(_logits_after(backend, prompt, generated, 1, False), 2)
-    margin, second = float(top2.values[0] - top2.values[1]), int(top2.indices[1])
-    picks = {}
-    for n in batches:
-        for history in (False, True):
-            if second == token and not any(t == token for t in picks.values()):
-                picks[f"{n} tokens" + (f" (earlier tokens in passes of {n} too)" if history else "")] = int(
-                    _logits_after(backend, prompt, generated, n, history).argmax())
-    flips = [k for k, t in picks.items() if t == token]
-    out = {"position": pos, "baseline_token": baseline_ids[pos], "method_token": token, "margin": margin,
-           "baseline_second": second, "batched_top1": picks, "kind": "near_tie" if flips else "mismatch"}
-    out["explanation"] = (
-        f"near-tie: the baseline's top-1/top-2 margin is {margin:.4g}, and llama.cpp computing this position in a "
-        f"pass of {flips[0]} tokens picks the method's token itself (batched kernels round differently)" if flips
-        else f"mismatch: margin {margin:.4g}; the method's token is "
-             + ("the baseline's second choice but no batched recomputation picks it" if second == token
-                else "not even the baseline's second choice"))
-    return out
 
 
 class LlamaReference:
