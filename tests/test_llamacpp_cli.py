@@ -194,3 +194,28 @@ def test_guide_measure_on_llamacpp_stores_llamacpps_curve_and_sizes_from_it(caps
     capsys.readouterr()
     assert main(["guide", "medusa", "--backend", "llamacpp", "--target", gguf_files[0]]) == 2
     assert "medusa cannot run on the llama.cpp backend" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- bench and tune
+def _prompt_file(tmp_path) -> str:
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"question_id": i, "category": cat, "prompt": PROMPT + f" {i}"} for i, cat in enumerate(["a", "b"])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_bench_and_tune_run_on_llamacpp(capsys, gguf_files, tmp_path):
+    prompts = _prompt_file(tmp_path)
+    gen = ["--target", gguf_files[0], "--draft", gguf_files[1], "--raw", "--max-new-tokens", "8"]
+    bench = cli_json(capsys, "bench", "--backend", "llamacpp", "--prompts", prompts, "--methods", "ngram", *gen)
+    runs = [Store().get_run(run_id) for run_id in bench["run_ids"]]
+    assert runs and all(r["backend"] == "llamacpp" and r["dtype"] == "gguf" for r in runs)
+    assert all(r["matches_baseline"] for r in runs)
+    again = cli_json(capsys, "bench", "--backend", "llamacpp", "--prompts", prompts, "--methods", "ngram", *gen)
+    assert again["reused"] == len(runs) and again["measured"] == 0  # resumable per engine
+    other = cli_json(capsys, "bench", "--prompts", prompts, "--methods", "ngram", "--dtype", "float32", *gen)
+    assert other["reused"] == 0  # a transformers bench never reuses llama.cpp runs
+    tune = cli_json(capsys, "tune", "--method", "draft", "--backend", "llamacpp", "--prompts", prompts,
+                    "--grid", '[{"k": 2}, {"k": 3}]', *gen)
+    assert tune["best"] is not None and len(tune["rows"]) == 2
+    assert {Store().get_run(r)["backend"] for row in tune["rows"] for r in row["run_ids"]} == {"llamacpp"}

@@ -208,6 +208,9 @@ def test_a_curve_that_rises_at_once_gets_the_smallest_sizes_and_a_note():
     assert (s.params["window"], s.params["ngram"], s.params["prompt_lookup"]) == (1, 2, 0)
     assert any("measure it again" in n for n in s.notes) and any("measure it again" in line for line in s.lines())
     assert size_params("draft", steep).params["k_max"] == 1
+    assert not any("--backend" in n for n in s.notes)
+    on_llamacpp = MachineCost("cpu", "cpu", {1: 0.1, 2: 0.3, 4: 0.6}, "a busy machine's curve", backend="llamacpp")
+    assert any("--measure --backend llamacpp`" in n for n in size_params("lookahead", on_llamacpp).notes)
 
 
 def test_a_dear_two_token_pass_is_the_reference_and_gets_a_note():

@@ -296,7 +296,7 @@ def cmd_bench(args) -> int:
     methods = _methods(args.methods, suite.BENCH_METHODS)
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
-                     **_generation(args))
+                     backend=args.backend, **_generation(args))
     return _run_and_show(args, "bench", lambda progress: suite.bench(inp, progress=progress), bench_table)
 
 
@@ -361,7 +361,7 @@ def cmd_tune(args) -> int:
     grid = json.loads(args.grid) if args.grid else None
     limit = {"limit": args.limit} if args.limit is not None else {}
     inp = tuning.TuneInput(method=args.method, prompts=args.prompts, category=args.category, medusa_heads=args.medusa_heads,
-                    grid=grid, **limit, **gen)
+                    grid=grid, backend=args.backend, **limit, **gen)
     confirm = _confirm(args)
     if args.json and confirm is not None and not args.yes:
         confirm = None  # JSON output is for scripts: no question on stdout
@@ -451,6 +451,7 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram)")
     p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
+    add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)
     p.set_defaults(func=cmd_bench)
@@ -474,5 +475,6 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--medusa-heads", default=None)
     p.add_argument("--yes", action="store_true", help="save the recommendation without asking")
     p.add_argument("--from-last-sweep", action="store_true", help="save the newest stored sweep's best (no measuring)")
+    add_backend_option(p)
     add_generation_options(p)
     p.set_defaults(func=_dispatch_tune)
