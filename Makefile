@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0
-PYTEST_ARGS ?=   # e.g. PYTEST_ARGS="-n 2" to spread the tests over two processes (pytest-xdist)
+# the tests spread over two processes (pytest-xdist, a dev dependency); PYTEST_ARGS= runs them in one
+PYTEST_ARGS ?= -n 2
 
 .PHONY: demo test test-slow bench-draft clean install
 

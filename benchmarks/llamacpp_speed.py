@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 
-METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "draft", "lookahead")
+METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "ngram-sized", "draft", "lookahead")
 # prompt lookup sized for llama.cpp on a CPU, where a verification pass over n tokens costs far more than
 # one token (measured: ~2x at 4 tokens, ~5-6x at 16): one draft of up to 4 tokens, growing to 8
 SHORT_NGRAM = '{"num_candidates": 1, "num_candidate_tokens": 4, "max_candidate_tokens": 8, "max_draft_tokens": 8}'
@@ -69,6 +69,22 @@ def setup(args):
     return tok, target, draft, reference
 
 
+def sized_ngram(target):
+    """Prompt lookup as run and compare size it on llama.cpp: this machine's cost curve measured on the
+    backend (tools.bench.machine_cost.backend_cost_curve), then tools.bench.sizing.size_params, which
+    sets the draft budget and the cost-aware drafting policy (``pass_costs``)."""
+    from tools.bench.machine_cost import MachineCost, backend_cost_curve
+    from tools.bench.sizing import size_params
+    from tools.engine.params import PromptLookupParams
+
+    curve = backend_cost_curve(target)
+    print("llama.cpp cost curve (s): " + ", ".join(f"{n}: {t:.4f}" for n, t in curve.items()), flush=True)
+    sizing = size_params("ngram", MachineCost("cpu", "this CPU", curve, "measured now", backend="llamacpp"))
+    for line in sizing.lines():
+        print("  ngram-sized " + line, flush=True)
+    return PromptLookupParams(**sizing.params)
+
+
 def runners(args, target, draft, reference, eos):
     """(method -> run(prompt_ids, max_new_tokens) -> (tokens, wall seconds, tokens per target forward, acceptance),
     rerun(method, prompt_ids) -> the diagnosis's replay of that method, None for llama.cpp's own)."""
@@ -80,10 +96,12 @@ def runners(args, target, draft, reference, eos):
     draft_params = DraftParams(**json.loads(args.draft_params))
     ngram_params = PromptLookupParams(**json.loads(args.ngram_params))
     short_params = PromptLookupParams(**json.loads(args.ngram_short_params))
+    sized_params = sized_ngram(target) if "ngram-sized" in args.methods.split(",") else None
 
     decoders = {"baseline": lambda b, ids, s: autoregressive.generate(b, ids, s),
                 "ngram": lambda b, ids, s: prompt_lookup.generate(b, ids, s, ngram_params),
                 "ngram-short": lambda b, ids, s: prompt_lookup.generate(b, ids, s, short_params),
+                "ngram-sized": lambda b, ids, s: prompt_lookup.generate(b, ids, s, sized_params),
                 "draft": lambda b, ids, s: draft_generate(b, draft, ids, s, draft_params),
                 "lookahead": lambda b, ids, s: lookahead.generate(b, ids, s, LookaheadParams())}
 
@@ -148,9 +166,24 @@ def report(records: list[dict], methods: list[str]) -> None:
                          for m in methods[1:])
         extra = "; ".join(f"{m} {rows[m]['tokens_per_forward']:.2f} tok/fwd"
                           + (f", acc {rows[m]['acceptance']:.0%}" if rows[m]["acceptance"] is not None else "")
-                          for m in methods if m in ("ngram", "ngram-short", "draft", "lookahead"))
+                          for m in methods if m not in ("llama.cpp plain", "baseline"))
         print(f"| {cat} | {rows[methods[0]]['prompt_tokens']} | " + " | ".join(f"{t:.2f}" for t in tps) + " | "
               + " | ".join(f"{s:.2f}x" for s in speed) + f" | {same} |  {extra}")
+
+
+def overall(records: list[dict], methods: list[str]) -> None:
+    """The geometric mean over categories of each method's speed over the first column's (and the worst)."""
+    import math
+
+    cats = list(dict.fromkeys(r["category"] for r in records))
+    per = {m: [] for m in methods[1:]}
+    for cat in cats:
+        rows = {r["method"]: r for r in records if r["category"] == cat}
+        ref = rows[methods[0]]["wall_s"] / rows[methods[0]]["new_tokens"]
+        for m in methods[1:]:
+            per[m].append(ref / (rows[m]["wall_s"] / rows[m]["new_tokens"]))
+    print(f"\nover {len(cats)} categories, against {methods[0]}: " + "; ".join(
+        f"{m} geomean {math.exp(sum(map(math.log, v)) / len(v)):.2f}x (worst {min(v):.2f}x)" for m, v in per.items()))
 
 
 def main() -> None:
@@ -167,6 +200,7 @@ def main() -> None:
     records = measure(args, run, prompts_ids,
                       lambda m, ids, ref, out: diagnose_divergence(target, ids, ref, out, rerun=rerun(m, ids)))
     report(records, list(run))
+    overall(records, list(run))
     if args.out:
         Path(args.out).write_text(json.dumps(records, indent=1))
 

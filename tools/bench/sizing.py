@@ -237,6 +237,10 @@ def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
                                           f"the {budget} per step)"),
         "num_candidates": (drafts, f"{drafts} draft(s) of {length} tokens fit the {budget} draft tokens per step "
                                    f"(at most 3)"),
+        "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, budget + 2)],
+                       f"this machine's pass costs over 1..{budget + 1} tokens: each step drafts only as many tokens "
+                       f"as expected acceptance pays for (a pass over 2 tokens costs "
+                       f"{relative_cost(machine.curve, 2):.2f}x one), none when a plain step is cheaper"),
     }
 
 
@@ -246,7 +250,8 @@ SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draf
 # saved needs no machine to be sized (``fixed_params``)
 SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
                 "draft": ("k", "k_max"), "eagle": ("tree_nodes", "depth", "topk"),
-                "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates")}
+                "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates",
+                          "pass_costs")}
 
 
 # ---------------------------------------------------------------------------- precedence
@@ -285,7 +290,8 @@ def size_params(method: str, machine: MachineCost | None, given: dict | None = N
         sizing = _assemble(method, machine, given, saved, {})
         notes.append(f"the sized values did not fit the given/saved ones ({exc}): defaults used instead")
     if sized:
-        notes.extend(curve_notes(machine.curve, measured=machine.curve != CPU_FALLBACK_CURVE))
+        notes.extend(curve_notes(machine.curve, measured=machine.curve != CPU_FALLBACK_CURVE,
+                                 backend=machine.backend))
     sizing.notes.extend(notes)
     return sizing
 
@@ -328,7 +334,7 @@ def remembered_machine(store, target: str, kind: str, hardware: str, dtype: str 
     return machine, stored
 
 
-def curve_notes(curve: dict[int, float], measured: bool = True) -> list[str]:
+def curve_notes(curve: dict[int, float], measured: bool = True, backend: str = "transformers") -> list[str]:
     """What the curve means for speculation here, when it is not the usual near-flat start."""
     notes = []
     two = relative_cost(curve, 2)
@@ -338,7 +344,8 @@ def curve_notes(curve: dict[int, float], measured: bool = True) -> list[str]:
                      "usually do; methods that only verify guesses rarely)")
     if measured and step_tokens(curve) < STEEP_TOKENS:
         notes.append("this curve rises at once, so every size is the smallest; if the machine was busy when it was "
-                     "measured, measure it again (`specpilot guide lookahead --measure`)")
+                     "measured, measure it again (`specpilot guide lookahead --measure"
+                     + (" --backend llamacpp" if backend == "llamacpp" else "") + "`)")
     return notes
 
 

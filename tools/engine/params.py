@@ -14,6 +14,10 @@ from tools.errors import ParameterError
 MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
 MAX_CANDIDATE_TOKENS = 64
 MAX_CANDIDATES = 16
+# prompt lookup's per-token acceptance of a draft found by a 1-, 2-, 3-token match, before a run has seen
+# its own: fitted on the fit half of the Spec-Bench prompts (benchmarks/ngram_policy.py)
+ACCEPTANCE_PRIOR = (0.30, 0.58, 0.63)
+PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as much as the prior
 
 
 class BaselineParams(BaseModel):
@@ -85,6 +89,15 @@ class PromptLookupParams(BaseModel):
                                                       "up to this (copying runs on)")
     max_draft_tokens: int = Field(31, description="draft tokens verified per step at most (later drafts are "
                                                   "cut to fit; ~32 tokens per pass is nearly free on a CPU)")
+    pass_costs: list[float] | None = Field(
+        None, description="cost of a forward pass over 1, 2, 3, ... tokens relative to one token (this machine's "
+                          "cost curve; run and compare set it from the curve). With it each draft is cut to the "
+                          "length with the most expected tokens per unit of pass cost, and dropped when a plain "
+                          "one-token step is cheaper; None verifies whatever matches")
+    acceptance_prior: list[float] = Field(
+        default_factory=lambda: list(ACCEPTANCE_PRIOR),
+        description="per-token acceptance assumed for a draft found by a 1-, 2-, 3-, ...-token match before this "
+                    "run has seen its own (fitted on the fit half of the Spec-Bench prompts); only with pass_costs")
 
     def check(self) -> PromptLookupParams:
         """Return self, or raise ParameterError naming the parameter to change."""
@@ -104,6 +117,13 @@ class PromptLookupParams(BaseModel):
                 f"max_candidate_tokens must be from num_candidate_tokens ({self.num_candidate_tokens}) to "
                 f"{MAX_CANDIDATE_TOKENS}, got {self.max_candidate_tokens}",
                 hint="set it equal to num_candidate_tokens for a fixed draft length")
+        if self.pass_costs is not None and (not self.pass_costs or self.pass_costs[0] <= 0
+                                            or any(c <= 0 for c in self.pass_costs)):
+            raise ParameterError("pass_costs must be positive relative costs of passes over 1, 2, ... tokens",
+                                 hint="leave it out: run and compare set it from this machine's cost curve")
+        if not self.acceptance_prior or any(not 0.0 <= a < 1.0 for a in self.acceptance_prior):
+            raise ParameterError("acceptance_prior must be per-token acceptance rates in [0, 1), one per match size",
+                                 hint="leave it out to use the fitted values")
         if self.max_draft_tokens < 1:
             raise ParameterError(f"max_draft_tokens must be at least 1, got {self.max_draft_tokens}",
                                  hint="try max_draft_tokens=31")

@@ -46,7 +46,8 @@ from tools.engine.loop import DecodeStep, decode, next_token, prefill
 from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.params import MAX_CANDIDATE_TOKENS, MAX_CANDIDATES, PromptLookupParams  # noqa: F401  (re-exported: part of this module's API)
+from tools.engine.params import (MAX_CANDIDATE_TOKENS, MAX_CANDIDATES, PRIOR_WEIGHT,  # noqa: F401  (re-exported)
+                                 PromptLookupParams)
 
 
 
@@ -57,11 +58,18 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
     """Return up to ``num_candidates`` drafts for the text ``tokens`` [L] (LongTensor): what followed
     earlier occurrences of its longest repeated suffix n-gram, each at most ``length`` (default
     ``num_candidate_tokens``) and ``limit`` tokens, best first. Empty when nothing repeats."""
+    return match_candidates(tokens, params, limit, length)[1]
+
+
+def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None,
+                     length: int | None = None) -> tuple[int, list[list[int]]]:
+    """(the size of the n-gram matched, its drafts) as ``find_candidate_set`` finds them; (0, []) when
+    nothing repeats."""
     k = params.num_candidate_tokens if length is None else length
     k = k if limit is None else min(limit, k)
     size = tokens.shape[0]  # tokens in the text
     if k <= 0:
-        return []
+        return 0, []
     for n in range(min(params.max_ngram_size, size - 1), params.min_ngram_size - 1, -1):
         # occurrences that start before the suffix itself: windows of tokens[:-1]
         windows = tokens[:-1].unfold(0, n, 1)  # [size - n, n]
@@ -79,8 +87,8 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
             drafts.append(draft)
             if len(drafts) == params.num_candidates:
                 break
-        return drafts
-    return []
+        return n, drafts
+    return 0, []
 
 
 def fit_budget(drafts: list[list[int]], budget: int) -> list[list[int]]:
@@ -112,6 +120,52 @@ def accept_sampling_onehot(p_at: Callable[[int], torch.Tensor], drafts: list[int
     return tree.depths[node], nxt
 
 
+class DraftGate:
+    """The cost-aware drafting policy (with ``pass_costs``): how many draft tokens a step verifies.
+
+    A draft found by an n-token match is accepted token by token with probability a_n (geometric
+    model), so L draft tokens yield 1 + a + ... + a^L tokens for one pass over L + 1 tokens, which
+    costs ``pass_costs[L]`` one-token passes. The gate keeps the L (0 = no draft, a plain step) with
+    the most tokens per unit of cost. a_n starts at the fitted ``acceptance_prior`` and moves to what
+    this run's own drafts of n-token matches got (accepted tokens / (accepted + rejections), the prior
+    weighing ``PRIOR_WEIGHT`` tokens)."""
+
+    def __init__(self, params: PromptLookupParams):
+        self.costs, self.prior = list(params.pass_costs or [1.0]), list(params.acceptance_prior)
+        self.accepted: dict[int, float] = {}
+        self.rejected: dict[int, float] = {}
+        self.declined = 0
+
+    def acceptance(self, n: int) -> float:
+        prior = self.prior[min(n, len(self.prior)) - 1]
+        acc = self.accepted.get(n, 0.0) + PRIOR_WEIGHT * prior
+        return acc / (acc + self.rejected.get(n, 0.0) + PRIOR_WEIGHT * (1.0 - prior))
+
+    def cost(self, tokens: int) -> float:
+        """A pass over ``tokens`` relative to one token (past the curve: its last slope carried on)."""
+        c = self.costs
+        if tokens <= len(c):
+            return c[tokens - 1] / c[0]
+        slope = (c[-1] - c[-2]) if len(c) > 1 else c[-1]
+        return (c[-1] + max(0.0, slope) * (tokens - len(c))) / c[0]
+
+    def length(self, n: int, longest: int) -> int:
+        """Draft tokens worth verifying (0..``longest``) after an n-token match."""
+        a, best, best_rate, expect = self.acceptance(n), 0, 1.0, 1.0
+        for length in range(1, longest + 1):
+            expect += a ** length
+            rate = expect / self.cost(length + 1)
+            if rate > best_rate + 1e-9:
+                best, best_rate = length, rate
+        self.declined += best == 0 and longest > 0
+        return best
+
+    def update(self, n: int, drafted: int, kept: int) -> None:
+        if n and drafted:
+            self.accepted[n] = self.accepted.get(n, 0.0) + kept
+            self.rejected[n] = self.rejected.get(n, 0.0) + (kept < drafted)
+
+
 class PromptLookupStep(DecodeStep):
     """Prompt lookup's state: the whole text (prompt + output) in one device buffer, searched with
     tensor ops each step, and the current draft length (doubles after a fully accepted draft)."""
@@ -122,6 +176,7 @@ class PromptLookupStep(DecodeStep):
         self.k = params.num_candidate_tokens
         self.draft_steps = self.multi_steps = 0
         self.cache, self.text, self.length = None, None, 0
+        self.gate = DraftGate(params) if params.pass_costs else None
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         prompt_len = input_ids.shape[1]
@@ -136,8 +191,11 @@ class PromptLookupStep(DecodeStep):
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, list[int]]:
         params, backend, length = self.params, self.backend, self.length
-        drafts = fit_budget(find_candidate_set(self.text[:length], params, limit=remaining - 1, length=self.k),
-                            params.max_draft_tokens)
+        n_match, drafts = match_candidates(self.text[:length], params, limit=remaining - 1, length=self.k)
+        budget = params.max_draft_tokens
+        if self.gate is not None and drafts:
+            budget = self.gate.length(n_match, min(budget, max(len(d) for d in drafts)))
+        drafts = fit_budget(drafts, budget)
         tree = build_draft_tree(out[-1], drafts)
         prefix = length - 1
         ids = torch.tensor([tree.tokens], dtype=torch.long, device=backend.device)
@@ -150,6 +208,10 @@ class PromptLookupStep(DecodeStep):
             node, nxt = accept_sampling_tree(tree, lambda i: warp_probs(logits[i], self.settings), self.generator)
         path = tree.path_to(node)
         n = len(path) - 1
+        if self.gate is not None and drafts:  # the first (best) draft's outcome: its tokens kept in a row
+            kept = [tree.tokens[i] for i in path[1:]]
+            self.gate.update(n_match, len(drafts[0]), next((i for i, (x, y) in enumerate(zip(kept, drafts[0]))
+                                                             if x != y), min(len(kept), len(drafts[0]))))
         self.k = (min(2 * self.k, params.max_candidate_tokens) if drafts and n >= self.k
                   else params.num_candidate_tokens)
         if tree.is_chain:
@@ -172,6 +234,8 @@ class PromptLookupStep(DecodeStep):
             "num_candidates": p.num_candidates,
             "max_candidate_tokens": p.max_candidate_tokens,
             "max_draft_tokens": p.max_draft_tokens,
+            "pass_costs": p.pass_costs,
+            "declined_drafts": self.gate.declined if self.gate is not None else 0,
             "draft_steps": self.draft_steps,
             "multi_draft_steps": self.multi_steps,
             "tokens_per_decode_step": (len(out) - 1) / tally.steps if tally.steps else 0.0,
