@@ -99,6 +99,8 @@ class Sizing:
 
 
 def _shown(value) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        return "[" + ", ".join(f"{v:g}" for v in value[:4]) + (f", ... {len(value)} values]" if len(value) > 4 else "]")
     if isinstance(value, list):
         return f"<tree of {len(value)} nodes>"
     return str(value)
