@@ -1,12 +1,14 @@
-"""Fit prompt lookup's drafting policy: per-token acceptance of a draft by the size of the match behind it.
+"""Fit prompt lookup's drafting policy: per-token acceptance of a draft by the length of the match behind it.
 
     .venv/bin/python benchmarks/ngram_policy.py [--prompts prompts/spec_bench_fit.jsonl] [--limit 2]
 
 Runs prompt lookup (greedy, its default drafts) on the default target's GGUF through the llama.cpp
-backend over the FIT half of the shipped Spec-Bench prompts (every category), and counts for drafts
-found by a 1-, 2- and 3-token match how many of the best draft's tokens were kept in a row and how
-often a draft was cut short. The geometric per-token acceptance accepted / (accepted + rejections)
-per match size is what ``tools.engine.params.ACCEPTANCE_PRIOR`` holds; ``--eval`` prints the same
+backend over the FIT half of the shipped Spec-Bench prompts (every category), and counts, for drafts
+whose occurrence matches the last 1, 2, ..., 8+ tokens (tools.engine.prompt_lookup.matched_length),
+how many of the best draft's tokens were kept in a row and how often a draft was cut short. The
+geometric per-token acceptance accepted / (accepted + rejections) per match length, a bucket with
+fewer than ``--min-drafts`` drafts pooled with the shorter ones before it, is what
+``tools.engine.params.ACCEPTANCE_PRIOR`` holds (printed as a tuple); ``--eval`` prints the same
 figures on the eval half beside it, so overfitting shows. Acceptance is a property of the model's
 predictions, not of the engine: the llama.cpp backend is used because it is the fast one here.
 """
@@ -30,6 +32,7 @@ def parse_args():
     p.add_argument("--limit", type=int, default=2, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--min-drafts", type=int, default=20, help="pool a match length with fewer drafts into the one before")
     return p.parse_args()
 
 
@@ -63,11 +66,23 @@ def count(path: str, args, target, tok) -> dict[int, list[float]]:
     return stats
 
 
-def show(name: str, stats: dict[int, list[float]]) -> None:
-    print(f"\n{name}: | match size | drafts | accepted tokens | rejections | per-token acceptance |")
-    for n in sorted(stats):
-        acc, rej, drafts = stats[n]
-        print(f"| {n} | {drafts} | {acc:.0f} | {rej:.0f} | {acc / (acc + rej) if acc + rej else 0:.3f} |")
+def show(name: str, stats: dict[int, list[float]], min_drafts: int) -> None:
+    from tools.engine.prompt_lookup import LONG_MATCH
+
+    print(f"\n{name}: | match length | drafts | accepted tokens | rejections | per-token acceptance | pooled |")
+    pooled, acc_sum, rej_sum, drafts_sum = [], 0.0, 0.0, 0
+    for n in range(1, LONG_MATCH + 1):
+        acc, rej, drafts = stats.get(n, [0.0, 0.0, 0])
+        if drafts >= min_drafts or not pooled:
+            acc_sum, rej_sum, drafts_sum = acc, rej, drafts
+        else:  # too few drafts of this length: pool it with the lengths before it
+            acc_sum, rej_sum, drafts_sum = acc_sum + acc, rej_sum + rej, drafts_sum + drafts
+        rate = acc_sum / (acc_sum + rej_sum) if acc_sum + rej_sum else 0.0
+        pooled.append(round(rate, 2))
+        own = acc / (acc + rej) if acc + rej else 0.0
+        label = f"{n}+" if n == LONG_MATCH else str(n)
+        print(f"| {label} | {drafts} | {acc:.0f} | {rej:.0f} | {own:.3f} | {rate:.3f} |")
+    print(f"ACCEPTANCE_PRIOR = {tuple(pooled)}")
 
 
 def main() -> None:
@@ -84,9 +99,10 @@ def main() -> None:
         sys.exit(f"missing {path}: run `specpilot models fetch`")
     tok = AutoTokenizer.from_pretrained(str(models.converted_path(models.builtin(models.DEFAULT_TARGET))))
     target = load_gguf(path, n_ctx=4096, n_threads=args.threads)
-    show("fit half" if args.prompts == str(FIT_PROMPTS) else args.prompts, count(args.prompts, args, target, tok))
+    show("fit half" if args.prompts == str(FIT_PROMPTS) else args.prompts, count(args.prompts, args, target, tok),
+         args.min_drafts)
     if args.eval:
-        show("eval half", count(str(DEFAULT_PROMPTS), args, target, tok))
+        show("eval half", count(str(DEFAULT_PROMPTS), args, target, tok), args.min_drafts)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def test_the_run_s_own_outcomes_move_the_acceptance():
     for _ in range(40):
         gate.update(2, 10, 0)  # every draft of a 2-token match rejected at once
     assert gate.acceptance(2) < 0.1 and gate.length(2, 10) == 0
-    assert gate.acceptance(5) == pytest.approx(ACCEPTANCE_PRIOR[-1])  # longer matches use the last prior
+    assert gate.acceptance(5) == pytest.approx(ACCEPTANCE_PRIOR[4])
+    assert gate.acceptance(12) == pytest.approx(ACCEPTANCE_PRIOR[-1])  # longer matches use the last prior
 
 
 def test_costs_past_the_curve_follow_its_last_slope():
@@ -98,3 +99,15 @@ def test_sizing_sets_the_pass_costs_from_the_curve():
     assert sizing.fields["pass_costs"].source == "sized"
     given = size_params("ngram", machine, given={"pass_costs": [1.0, 1.5]})
     assert given.params["pass_costs"] == [1.0, 1.5]
+
+
+def test_a_match_is_measured_backwards_up_to_the_long_match_cap():
+    from tools.engine.prompt_lookup import LONG_MATCH, match_candidates, matched_length
+
+    passage = list(range(10, 30))
+    text = torch.tensor([1, 2] + passage + [3] + passage[:12])  # copying the passage: the last 12 tokens recur
+    n, drafts = match_candidates(text, PromptLookupParams(num_candidates=1))
+    assert n == LONG_MATCH and drafts == [passage[12:] + [3, 10]]
+    short = torch.tensor([5, 6, 7, 8, 1, 6, 7])  # only "6 7" recurs
+    assert match_candidates(short, PromptLookupParams(num_candidates=1)) == (2, [[8, 1, 6, 7]])
+    assert matched_length(torch.tensor([4, 4, 4]), 1, 1) == 1

@@ -261,13 +261,15 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
     stored = _stored_curve(store, draft.ref, hardware, dtype)
     if stored is not None:
         t1, where = one_token_time(stored["curve"]), f"stored on {stored['measured_at'][:10]}"
-    elif allow_measure:
+    elif allow_measure and (draft.ref, hardware, dtype) not in _DISTURBED:
         if progress:
             progress("timing one draft token (once: it is stored for later runs)")
         model = quantize.int8_draft(draft.model) if int8 else draft.model
         raw: dict[int, list[float]] = {}
         measured = _curve(model, (1,), MEASURE_REPEATS, raw)
-        if disturbed(measured, raw):
+        problem = disturbed(measured, raw)
+        if problem:  # as for the target: this process does not spend the time again (and sizes the same way)
+            _DISTURBED[(draft.ref, hardware, dtype)] = problem
             return None, ""
         saved = _save_curve(store, draft.ref, hardware, measured, dtype)
         t1, where = one_token_time(measured), f"measured now, {saved}"

@@ -14,9 +14,10 @@ from tools.errors import ParameterError
 MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
 MAX_CANDIDATE_TOKENS = 64
 MAX_CANDIDATES = 16
-# prompt lookup's per-token acceptance of a draft found by a 1-, 2-, 3-token match, before a run has seen
-# its own: fitted on the fit half of the Spec-Bench prompts (benchmarks/ngram_policy.py)
-ACCEPTANCE_PRIOR = (0.30, 0.58, 0.63)
+# prompt lookup's per-token acceptance of a draft whose occurrence matches the last 1, 2, ..., 8 or more
+# tokens, before a run has seen its own: fitted on the fit half of the Spec-Bench prompts
+# (benchmarks/ngram_policy.py)
+ACCEPTANCE_PRIOR = (0.30, 0.58, 0.56, 0.55, 0.55, 0.55, 0.55, 0.59)
 PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as much as the prior
 
 
@@ -96,8 +97,9 @@ class PromptLookupParams(BaseModel):
                           "one-token step is cheaper; None verifies whatever matches")
     acceptance_prior: list[float] = Field(
         default_factory=lambda: list(ACCEPTANCE_PRIOR),
-        description="per-token acceptance assumed for a draft found by a 1-, 2-, 3-, ...-token match before this "
-                    "run has seen its own (fitted on the fit half of the Spec-Bench prompts); only with pass_costs")
+        description="per-token acceptance assumed for a draft whose occurrence matches the last 1, 2, ..., 8 or "
+                    "more tokens, before this run has seen its own (fitted on the fit half of the Spec-Bench "
+                    "prompts); only with pass_costs")
 
     def check(self) -> PromptLookupParams:
         """Return self, or raise ParameterError naming the parameter to change."""

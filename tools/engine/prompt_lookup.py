@@ -49,6 +49,8 @@ from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.engine.params import (MAX_CANDIDATE_TOKENS, MAX_CANDIDATES, PRIOR_WEIGHT,  # noqa: F401  (re-exported)
                                  PromptLookupParams)
 
+LONG_MATCH = 8  # a match is measured up to this many tokens (the last acceptance prior covers this and longer)
+
 
 
 
@@ -63,8 +65,9 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
 
 def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None,
                      length: int | None = None) -> tuple[int, list[list[int]]]:
-    """(the size of the n-gram matched, its drafts) as ``find_candidate_set`` finds them; (0, []) when
-    nothing repeats."""
+    """(how many tokens the best draft's occurrence matches, its drafts) as ``find_candidate_set`` finds
+    them; (0, []) when nothing repeats. The match is the n-gram searched for, extended backwards up to
+    ``LONG_MATCH`` tokens: a long one means the output is copying a passage."""
     k = params.num_candidate_tokens if length is None else length
     k = k if limit is None else min(limit, k)
     size = tokens.shape[0]  # tokens in the text
@@ -87,8 +90,18 @@ def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: in
             drafts.append(draft)
             if len(drafts) == params.num_candidates:
                 break
-        return n, drafts
+        return matched_length(tokens, order[0], n), drafts
     return 0, []
+
+
+def matched_length(tokens: torch.Tensor, start: int, n: int, cap: int = LONG_MATCH) -> int:
+    """How many tokens before ``start`` equal the text's last ones (at least the ``n`` matched), up to ``cap``."""
+    span = min(cap, start)
+    if span <= n:
+        return n
+    earlier, last = tokens[start - span: start].flip(0), tokens[tokens.shape[0] - span:].flip(0)
+    differ = (earlier != last).nonzero()
+    return span if differ.numel() == 0 else max(n, int(differ[0, 0]))
 
 
 def fit_budget(drafts: list[list[int]], budget: int) -> list[list[int]]:
@@ -123,7 +136,8 @@ def accept_sampling_onehot(p_at: Callable[[int], torch.Tensor], drafts: list[int
 class DraftGate:
     """The cost-aware drafting policy (with ``pass_costs``): how many draft tokens a step verifies.
 
-    A draft found by an n-token match is accepted token by token with probability a_n (geometric
+    A draft whose occurrence matches the last n tokens (n up to ``LONG_MATCH``: a long match means the
+    output copies a passage) is accepted token by token with probability a_n (geometric
     model), so L draft tokens yield 1 + a + ... + a^L tokens for one pass over L + 1 tokens, which
     costs ``pass_costs[L]`` one-token passes. The gate keeps the L (0 = no draft, a plain step) with
     the most tokens per unit of cost. a_n starts at the fitted ``acceptance_prior`` and moves to what
