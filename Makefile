@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_CPU := torch==2.13.0
-# the tests spread over two processes (pytest-xdist, a dev dependency); PYTEST_ARGS= runs them in one
-PYTEST_ARGS ?= -n 2
+# the tests spread over two processes (pytest-xdist, a dev dependency), a file's tests in one process so
+# its module fixtures (tiny models, GGUF files, sampled distributions) are built once; PYTEST_ARGS= runs them in one
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: demo test test-slow bench-draft clean install
 

@@ -202,12 +202,14 @@ def test_escape_sequences_in_what_is_shown_cannot_repaint_the_terminal():
 
 # ---- finding 3: `tool approve` through `script`, and on a real pty -------------------------
 
-@pytest.mark.skipif(shutil.which("script") is None or shutil.which("yes") is None, reason="needs script and yes")
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script")
 def test_yes_piped_through_script_does_not_approve(store, records):
     """`yes | script -qec "specpilot tool approve ID"`: a pty, but no person typed the confirmation."""
     approval_id = pending_install(store)
     command = f"{sys.executable} -c {_quoted(RECORDING_SPECPILOT)} tool approve {approval_id}"
-    proc = subprocess.run(f"yes | script -qec {_quoted(command)} /dev/null | tail -c 20000", shell=True, cwd=ROOT,
+    # `yes` at 20 lines a second: a flood of "y" lines only made the pty echo compete with the program for the CPU
+    slow_yes = "while echo y; do sleep 0.05; done"
+    proc = subprocess.run(f"{slow_yes} | script -qec {_quoted(command)} /dev/null | tail -c 20000", shell=True, cwd=ROOT,
                           capture_output=True, text=True, timeout=TIMEOUT_S, start_new_session=True,
                           env=dict(os.environ, TERM="dumb"))
     assert "not given" in proc.stdout, proc.stdout[-2000:]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import random
 import sysconfig
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -123,8 +124,10 @@ THINGS = ("lists and tuples", "SQL and NoSQL databases", "recursion and iteratio
           "compiled and interpreted languages", "trains and planes for travel", "paper and e-books")
 
 
-def _stdlib_functions(limit_files: int = 400) -> list[tuple[str, str]]:
-    """(name, first docstring line) of public functions across the standard library's modules."""
+@lru_cache(maxsize=4)
+def _stdlib_functions(limit_files: int = 400) -> tuple[tuple[str, str], ...]:
+    """(name, first docstring line) of public functions across the standard library's modules (parsed
+    once per process: ~10 s of ``ast.parse``)."""
     root = _stdlib()
     skip = ("test", "idlelib", "tkinter", "turtledemo", "lib2to3", "site-packages", "ensurepip", "__phello__")
     found = []
@@ -140,11 +143,12 @@ def _stdlib_functions(limit_files: int = 400) -> list[tuple[str, str]]:
                 if 20 <= len(doc) <= 160 and doc[0].isalpha():
                     doc = doc[0].lower() + doc[1:]
                     found.append((node.name, doc if doc.endswith(".") else doc + "."))
-    return found
+    return tuple(found)
 
 
-def _module_docs() -> list[str]:
-    """First paragraphs (100-700 characters) of standard-library module docstrings."""
+@lru_cache(maxsize=1)
+def _module_docs() -> tuple[str, ...]:
+    """First paragraphs (100-700 characters) of standard-library module docstrings (parsed once per process)."""
     docs = []
     for path in sorted(_stdlib().glob("*.py")):
         try:
@@ -154,7 +158,7 @@ def _module_docs() -> list[str]:
         para = doc.strip().split("\n\n")[0].strip()
         if 100 <= len(para) <= 700:
             docs.append(para)
-    return docs
+    return tuple(docs)
 
 
 def _wide_math(rng: random.Random) -> str:
@@ -170,7 +174,7 @@ def _wide_math(rng: random.Random) -> str:
 
 def _wide_prompts(n: int, rng: random.Random) -> list[str]:
     """40% code in several languages from stdlib function docs, 30% varied math, 30% prose."""
-    funcs = _stdlib_functions()
+    funcs = list(_stdlib_functions())
     rng.shuffle(funcs)
     docs = _module_docs()
     verbs = ("do this", "solve this", "write this", "build this")
