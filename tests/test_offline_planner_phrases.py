@@ -177,6 +177,16 @@ def test_saving_from_chat_updates_one_parameter_and_keeps_the_rest(store):
     assert "Usage: /save" in s.handle("/save draft").text
 
 
+def test_a_parameter_s_default_for_a_method_does_not_change_the_default_method(store):
+    store.save_answer("default_method", "lookahead")
+    s = Session(store, OfflineBrain())
+    assert "Saved draft parameters" in s.handle("save k=6 as my default for draft").text
+    assert store.get_params("draft") == {"k": 6} and store.get_answer("default_method") == "lookahead"
+    s.handle("make medusa my default method")
+    s.handle("save k=5 for draft and make draft my default")
+    assert store.get_answer("default_method") == "draft"
+
+
 def test_a_parameter_without_a_method_asks_which(store):
     s = Session(store, OfflineBrain())
     question = s.handle("remember temperature 0.5")

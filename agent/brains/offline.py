@@ -16,7 +16,7 @@ from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE,
                                   DEFAULT_WORD, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING,
-                                  GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, OTHER_ACTIONS, PARAM_WORDS, PAST, QUOTED,
+                                  PARAM_DEFAULT, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, OTHER_ACTIONS, PARAM_WORDS, PAST, QUOTED,
                                   RECALL_STRONG, RECALL_WEAK, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
                                   RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION,
                                   STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS,
@@ -163,7 +163,8 @@ class OfflineBrain:
         if not params:
             return None
         method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
-        return self._save(session, method, params, make_default=bool(DEFAULT_WORD.search(msg.head)))
+        make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
+        return self._save(session, method, params, make_default=make_default)
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
         wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH)))

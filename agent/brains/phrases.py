@@ -77,6 +77,8 @@ RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|"
                         r"keep using|make|switch|persist|stick with)\b", I)
 DEFAULT_WORD = re.compile(r"\bdefault\b", I)
+# "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
+PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
 GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning)\b", I)
 PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|"
                          r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
