@@ -221,8 +221,9 @@ def test_gguf_tokenizer(target):
 # ---------------------------------------------------------------------------------------- real models
 @pytest.mark.slow
 def test_real_default_pair_on_llamacpp():
-    """Baseline = llama.cpp's own greedy; prompt lookup and draft = the baseline, or leave it only at a
-    shown near-tie (llama.cpp's batched kernels pick the method's token at that position themselves)."""
+    """Baseline = llama.cpp's own greedy; prompt lookup, lookahead and draft = the baseline, or leave it only
+    at a shown near-tie (llama.cpp's batched kernels, or the method's own pass replayed through a recording
+    backend, put the method's token on top at that position)."""
     from transformers import AutoTokenizer
 
     from tools import models
@@ -243,7 +244,9 @@ def test_real_default_pair_on_llamacpp():
         ids = prompt_ids_for(tok, prompt, True)
         base = autoregressive.generate(target, ids, settings).output_ids
         assert base == reference.greedy(ids, 32, settings.eos_token_ids)[0]
-        for got in (prompt_lookup.generate(target, ids, settings).output_ids,
-                    draft_generate(target, draft, ids, settings, DraftParams(k=4)).output_ids):
-            diagnosis = diagnose_divergence(target, ids, base, got)
+        small = LookaheadParams(window=3, ngram=3, guess=2)
+        for method in (lambda b: prompt_lookup.generate(b, ids, settings).output_ids,
+                       lambda b: lookahead.generate(b, ids, settings, small).output_ids,
+                       lambda b: draft_generate(b, draft, ids, settings, DraftParams(k=4)).output_ids):
+            diagnosis = diagnose_divergence(target, ids, base, method(target), rerun=method)
             assert diagnosis is None or diagnosis["kind"] == "near_tie", diagnosis
