@@ -147,9 +147,11 @@ def diagnose_divergence(backend: Backend, prompt_ids, baseline_ids: list[int], m
     elif own and own.get("flipped"):
         why = (f"near-tie: the baseline's top-1/top-2 margin is {margin:.4g}; {own['note']}")
     elif own and own.get("replayed") and own.get("top1") == token:
+        cause = ("its cached keys and values came from earlier multi-token passes, which round differently"
+                 if own["pass"].endswith(" 1 token") else "batched kernels round differently")
         why = (f"near-tie: the baseline's top-1/top-2 margin is {margin:.4g}; the method's own {own['pass']} computed "
-               f"this position with the method's token on top by {own['margin']:.4g} (batched kernels round "
-               "differently), and the method took that argmax")
+               f"this position with the method's token on top by {own['margin']:.4g} ({cause}), and the method took "
+               "that argmax")
     else:
         why = (f"mismatch: margin {margin:.4g}; the method's token is "
                + ("the baseline's second choice" if second == token else "not even the baseline's second choice")
