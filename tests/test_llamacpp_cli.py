@@ -219,3 +219,21 @@ def test_bench_and_tune_run_on_llamacpp(capsys, gguf_files, tmp_path):
                     "--grid", '[{"k": 2}, {"k": 3}]', *gen)
     assert tune["best"] is not None and len(tune["rows"]) == 2
     assert {Store().get_run(r)["backend"] for row in tune["rows"] for r in row["run_ids"]} == {"llamacpp"}
+
+
+def test_a_diverging_llamacpp_run_is_replayed_on_llamacpp(gguf_files):
+    """The divergence diagnosis reruns the method through a recording backend: a draft run on llama.cpp must
+    rerun on llama.cpp (both GGUF models), not take the transformers path (which has no LM head to read)."""
+    from dataclasses import replace
+
+    from tools.bench.run import RunInput, build_context, rerun_for
+    from tools.engine.replay import RecordingBackend
+
+    inp = RunInput(method="draft", prompt=PROMPT, backend="llamacpp", target=gguf_files[0], draft=gguf_files[1],
+                   chat=False, max_new_tokens=8)
+    ctx = build_context(inp)
+    prompt_ids = context.prompt_ids_for(ctx.target.tokenizer, PROMPT, False)
+    recorder = RecordingBackend(ctx.target.model, list(prompt_ids))
+    assert context.backend_of(replace(ctx, target=replace(ctx.target, model=recorder))) == "llamacpp"
+    out = rerun_for("draft", ctx, prompt_ids, context.generation_settings(inp, ctx), {"k": 2})(recorder)
+    assert len(out) == 8 and recorder.seen  # the first token's row was recorded

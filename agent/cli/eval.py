@@ -18,6 +18,7 @@ from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_op
 from agent.render import err, fmt, out, peer_label
 from memory import Store
 from tools import models
+from tools.engine.params import shown_value
 from tools.errors import ParameterError
 from tools.report.markdown import select_runs, write_report
 
@@ -155,15 +156,11 @@ def _print_params(rows: list[dict]) -> None:
     """Each measured method's parameters and where they came from; the reasons of those sized to this machine."""
     for row in rows:
         if row.get("status") == "measured" and row.get("params"):
-            params = ", ".join(f"{k}={_shown(v)}" for k, v in row["params"].items())
+            params = ", ".join(f"{k}={shown_value(v)}" for k, v in row["params"].items())
             out.print(f"{row['method']} params ({row.get('params_source')}): {params}")
             for name, why in (row.get("sizing") or {}).items():
                 if why.startswith("sized"):
                     out.print(f"[dim]  {name}: {escape(why)}[/dim]", highlight=False)
-
-
-def _shown(value) -> str:
-    return f"<tree of {len(value)} nodes>" if isinstance(value, list) else str(value)
 
 
 def _run_and_show(args, name: str, run, table, details=None) -> int:

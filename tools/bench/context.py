@@ -74,7 +74,8 @@ def release_models() -> None:
 
 def backend_of(ctx: MethodContext) -> str:
     """The engine the context's target runs on: "llamacpp" or "transformers"."""
-    return "llamacpp" if isinstance(ctx.target.model, LlamaCppBackend) else "transformers"
+    model = getattr(ctx.target.model, "inner", ctx.target.model)  # a RecordingBackend wraps the real one
+    return "llamacpp" if isinstance(model, LlamaCppBackend) else "transformers"
 
 
 # ---------------------------------------------------------------------------- llama.cpp models

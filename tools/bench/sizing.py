@@ -40,7 +40,7 @@ from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RAT
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
 from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, DraftParams, EagleParams, LookaheadParams,
-                                 PromptLookupParams, parse_params)
+                                 PromptLookupParams, parse_params, shown_value)
 from tools.errors import ParameterError
 
 SOURCES = ("given", "memory", "sized", "default")
@@ -89,21 +89,13 @@ class Sizing:
 
     def lines(self) -> list[str]:
         """One printable line per parameter, then the curve the sizes came from."""
-        out = [f"{name}={_shown(p.value)} ({p.source}): {p.reason}" for name, p in self.fields.items()]
+        out = [f"{name}={shown_value(p.value)} ({p.source}): {p.reason}" for name, p in self.fields.items()]
         return out + ([f"sized from {self.machine}"] if self.machine else []) + self.notes
 
     def to_dict(self) -> dict:
         fields = {n: {"value": p.value, "source": p.source, "reason": p.reason} for n, p in self.fields.items()}
         return {"method": self.method, "source": self.source, "params": self.params, "machine": self.machine,
                 "fields": fields, "notes": list(self.notes)}
-
-
-def _shown(value) -> str:
-    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
-        return "[" + ", ".join(f"{v:g}" for v in value[:4]) + (f", ... {len(value)} values]" if len(value) > 4 else "]")
-    if isinstance(value, list):
-        return f"<tree of {len(value)} nodes>"
-    return str(value)
 
 
 # ---------------------------------------------------------------------------- the curve in words

@@ -11,6 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tools.engine.medusa_trees import AUTO
 from tools.errors import ParameterError
 
+def shown_value(value) -> str:
+    """A parameter's value as one short piece of a line: a list of numbers (pass costs, priors) by its first
+    values, a list of lists (a tree's choices) by its size."""
+    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        return "[" + ", ".join(f"{v:g}" for v in value[:4]) + (f", ... {len(value)} values]" if len(value) > 4 else "]")
+    if isinstance(value, list):
+        return f"<tree of {len(value)} nodes>"
+    return str(value)
+
+
 MAX_STEP_TOKENS = 512  # tokens in one forward pass (1 + lookahead branch + verification branch)
 MAX_CANDIDATE_TOKENS = 64
 MAX_CANDIDATES = 16
