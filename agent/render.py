@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from tools.engine.params import shown_value
 from tools.report.markdown import fmt, versus_baseline
 
 out = Console(width=None if sys.stdout.isatty() else 140)
@@ -55,7 +56,7 @@ def show_run(record: dict, as_json: bool = False) -> None:
         print(json.dumps(record, default=str))
         return
     out.print(run_table(record))
-    params = ", ".join(f"{k}={v}" for k, v in (record.get("params") or {}).items())
+    params = ", ".join(f"{k}={shown_value(v)}" for k, v in (record.get("params") or {}).items())
     if params:
         source = f" ({record['params_source']})" if record.get("params_source") else ""
         out.print(f"params{source}: {params}")
