@@ -60,7 +60,7 @@ def find_candidate_set(tokens: torch.Tensor, params: PromptLookupParams, limit: 
     """Return up to ``num_candidates`` drafts for the text ``tokens`` [L] (LongTensor): what followed
     earlier occurrences of its longest repeated suffix n-gram, each at most ``length`` (default
     ``num_candidate_tokens``) and ``limit`` tokens, best first. Empty when nothing repeats."""
-    return match_candidates(tokens, params, limit, length)[1]
+    return _search(tokens, params, limit, length)[2]
 
 
 def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None = None,
@@ -68,11 +68,18 @@ def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: in
     """(how many tokens the best draft's occurrence matches, its drafts) as ``find_candidate_set`` finds
     them; (0, []) when nothing repeats. The match is the n-gram searched for, extended backwards up to
     ``LONG_MATCH`` tokens: a long one means the output is copying a passage."""
+    n, start, drafts = _search(tokens, params, limit, length)
+    return (matched_length(tokens, start, n) if drafts else 0), drafts
+
+
+def _search(tokens: torch.Tensor, params: PromptLookupParams, limit: int | None,
+            length: int | None) -> tuple[int, int, list[list[int]]]:
+    """(n-gram size matched, where the best draft starts, the drafts); (0, 0, []) when nothing repeats."""
     k = params.num_candidate_tokens if length is None else length
     k = k if limit is None else min(limit, k)
     size = tokens.shape[0]  # tokens in the text
     if k <= 0:
-        return 0, []
+        return 0, 0, []
     for n in range(min(params.max_ngram_size, size - 1), params.min_ngram_size - 1, -1):
         # occurrences that start before the suffix itself: windows of tokens[:-1]
         windows = tokens[:-1].unfold(0, n, 1)  # [size - n, n]
@@ -90,8 +97,8 @@ def match_candidates(tokens: torch.Tensor, params: PromptLookupParams, limit: in
             drafts.append(draft)
             if len(drafts) == params.num_candidates:
                 break
-        return matched_length(tokens, order[0], n), drafts
-    return 0, []
+        return n, order[0], drafts
+    return 0, 0, []
 
 
 def matched_length(tokens: torch.Tensor, start: int, n: int, cap: int = LONG_MATCH) -> int:
@@ -205,10 +212,13 @@ class PromptLookupStep(DecodeStep):
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, list[int]]:
         params, backend, length = self.params, self.backend, self.length
-        n_match, drafts = match_candidates(self.text[:length], params, limit=remaining - 1, length=self.k)
-        budget = params.max_draft_tokens
-        if self.gate is not None and drafts:
-            budget = self.gate.length(n_match, min(budget, max(len(d) for d in drafts)))
+        text, budget, n_match = self.text[:length], params.max_draft_tokens, 0
+        if self.gate is None:  # no policy: the match's length is not needed (no extra work per step)
+            drafts = find_candidate_set(text, params, limit=remaining - 1, length=self.k)
+        else:
+            n_match, drafts = match_candidates(text, params, limit=remaining - 1, length=self.k)
+            if drafts:
+                budget = self.gate.length(n_match, min(budget, max(len(d) for d in drafts)))
         drafts = fit_budget(drafts, budget)
         tree = build_draft_tree(out[-1], drafts)
         prefix = length - 1
