@@ -21,6 +21,7 @@ from agent.cli.eval import add_eval_commands, cmd_demo
 from agent.cli.guide import add_guide_commands
 from agent.cli.eagle import add_eagle_commands
 from agent.cli.medusa import add_medusa_commands
+from agent.cli.peers import add_peers_commands
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, prompt_text)
 from agent.render import err, out, runs_table, show_run
@@ -146,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ask_arguments(p)
 
     # command groups that live in their own modules
-    for register in (add_medusa_commands, add_eagle_commands, add_guide_commands, add_eval_commands, add_agent_commands):
+    for register in (add_medusa_commands, add_peers_commands, add_eagle_commands, add_guide_commands, add_eval_commands, add_agent_commands):
         register(sub)
     return parser
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from memory import Store
 from tools import models
-from tools.bench import peers
+from tools.bench import peers, upstream
 from tools.bench.protocol import Runner
 from tools.bench.machine_cost import machine_cost, measure_curve
 from tools.bench.sizing import SizedParam, Sizing, size_params
@@ -294,16 +294,7 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
     unavailable: dict[str, str] = {m: reason for m, reason in refusals.items() if reason}
     draft_methods = [m for m in methods if METHODS[m].needs_draft]
     if draft_methods or (getattr(inp, "peers", False) and backend == "transformers"):
-        ref = inp.draft or models.DEFAULT_DRAFT
-        if progress:
-            progress(f"loading draft {ref}")
-        try:
-            ctx.draft = load_cached(ref, inp.dtype, inp.device_map, inp.threads, backend, role="draft")
-        except SpecpilotError as exc:
-            if strict and draft_methods:
-                raise
-            for method in draft_methods:
-                unavailable[method] = f"draft model not available: {ref}: {exc.user_message()}"
+        ctx.draft = load_draft(inp, target, draft_methods, unavailable, strict, progress)
     for method in (m for m in methods if METHODS[m].needs_heads and m not in unavailable):
         if heads_path is None and not strict:
             unavailable[method] = (f"no Medusa heads for this target: train them with `specpilot medusa train "
@@ -325,6 +316,35 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
                 raise
             unavailable["eagle"] = f"no usable EAGLE head: {exc.user_message()}"
     return Prepared(ctx=ctx, unavailable=unavailable, heads_path=heads_path)
+
+
+def load_draft(inp: BaseModel, target, draft_methods: list[str], unavailable: dict[str, str], strict: bool,
+               progress=None):
+    """The draft for ``draft_methods`` and the assisted peer: the given one, else the built-in one. Wanted
+    only by the peer, it is skipped for a target whose family has no smaller built-in model (smollm2)
+    and dropped when its vocabulary is not the target's: the assisted peer is then left out."""
+    peer_only = not draft_methods
+    family_draft = models.builtin_draft_for(inp.target) if models.model_family(inp.target) else None
+    ref = inp.draft or family_draft or models.DEFAULT_DRAFT
+    if peer_only and not inp.draft and models.model_family(inp.target) and family_draft is None:
+        log.info("no built-in draft shares %s's tokenizer: transformers' assisted generation is not a peer", inp.target)
+        return None
+    if progress:
+        progress(f"loading draft {ref}")
+    try:
+        draft = load_cached(ref, inp.dtype, inp.device_map, inp.threads, getattr(inp, "backend", "transformers"),
+                            role="draft")
+    except SpecpilotError as exc:
+        if strict and draft_methods:
+            raise
+        for method in draft_methods:
+            unavailable[method] = f"draft model not available: {ref}: {exc.user_message()}"
+        return None
+    if peer_only and getattr(draft, "vocab_size", None) != getattr(target, "vocab_size", None):
+        log.info("draft %s does not share %s's vocabulary: transformers' assisted generation is not a peer",
+                 ref, inp.target)
+        return None
+    return draft
 
 
 def eagle_heads_given(inp: BaseModel) -> str | None:
@@ -409,10 +429,12 @@ def uses_int8_draft(method: str, params: BaseModel, ctx: MethodContext) -> bool:
 
 
 def peer_runners(ctx: MethodContext, prompt_ids: list[int], int8_draft: bool = False,
-                 max_new_tokens: int = LLAMACPP_CONTEXT) -> dict[str, Runner]:
+                 max_new_tokens: int = LLAMACPP_CONTEXT, method_params: dict | None = None) -> dict[str, Runner]:
     """The engine's own generation beside ours. transformers: assisted generation (when a draft is loaded;
     also with the int8 copy of the draft when ``int8_draft``, the same one our decoder uses, so the
-    comparison is like for like) and prompt lookup. llama.cpp: :func:`llamacpp_peer_runners`."""
+    comparison is like for like), prompt lookup, and the upstream packages of the methods in
+    ``method_params`` (method -> params) whose venvs are set up (tools.bench.upstream). llama.cpp:
+    :func:`llamacpp_peer_runners`."""
     if backend_of(ctx) == "llamacpp":
         return llamacpp_peer_runners(ctx, prompt_ids, max_new_tokens)
     out: dict[str, Runner] = {}
@@ -422,6 +444,7 @@ def peer_runners(ctx: MethodContext, prompt_ids: list[int], int8_draft: bool = F
             q = quantize.int8_draft(ctx.draft.model)
             out["hf_assisted_int8"] = lambda s: peers.hf_assisted(ctx.target.model, q, prompt_ids, s)
     out["hf_prompt_lookup"] = lambda s: peers.hf_prompt_lookup(ctx.target.model, prompt_ids, s)
+    out.update(upstream.upstream_runners(ctx, prompt_ids, method_params or {}))
     return out
 
 

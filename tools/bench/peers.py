@@ -22,6 +22,10 @@ PEER_LABELS = {
     "hf_prompt_lookup": "transformers prompt lookup",
     "llamacpp_plain": "llama.cpp plain",
     "llamacpp_prompt_lookup": "llama.cpp prompt lookup",
+    # the upstream reference packages in their own venvs (tools.bench.upstream)
+    "upstream_medusa": "medusa-llm (upstream)",
+    "upstream_lade": "lade (upstream)",
+    "upstream_plain": "transformers 4.34 plain (peer venv)",
 }
 # LlamaPromptLookupDecoding's own defaults: n-grams of up to 2 tokens, 10 draft tokens
 LLAMACPP_PROMPT_LOOKUP = (2, 10)

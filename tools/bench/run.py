@@ -102,7 +102,8 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
     runners: dict[str, measure.Runner] = {"baseline": lambda s: run_on("baseline", ctx, prompt_ids, s, baseline_params)}
     peer_names = []
     if with_peers:
-        found = peer_runners(ctx, prompt_ids, int8_peer, settings.max_new_tokens)
+        found = peer_runners(ctx, prompt_ids, int8_peer, settings.max_new_tokens,
+                             {c.method: c.params for c in candidates})
         runners.update(found)
         peer_names = list(found)
     live = {c.label: c for c in candidates if c.method != "baseline"}

@@ -1,4 +1,4 @@
-"""Medusa head checkpoints: our format (save and load) and upstream's (load).
+"""Medusa head checkpoints: our format (save and load) and upstream's (load, and save for medusa-llm).
 
 Our format is a folder with
 - ``medusa_config.json``: ``format`` ("specpilot-medusa"), ``format_version``, ``medusa_num_heads``,
@@ -255,6 +255,34 @@ def upstream_state_to_ours(state: dict, num_layers: int) -> tuple[dict, int, int
     hidden = int(any_block.shape[0]) if any_block is not None else int(next(iter(projections.values())).shape[1])
     vocab = int(next(iter(projections.values())).shape[0]) if projections else 0
     return ours, num_heads, num_layers, hidden, vocab, shared
+
+
+def ours_state_to_upstream(heads: MedusaHeads) -> dict:
+    """MedusaHeads' state under upstream's keys (the inverse of :func:`upstream_state_to_ours`). Heads with
+    a shared projection get no projection keys: upstream's MedusaModel starts every head's projection as a
+    copy of the target's lm_head and loads the rest non-strictly, so it computes the same logits."""
+    out = {}
+    for key, value in heads.state_dict().items():
+        kind, head, rest = key.split(".", 2)
+        if kind == "blocks":  # blocks.{h}.{i}.linear.weight -> {h}.{i}.linear.weight
+            out[f"{head}.{rest}"] = value.detach().clone()
+        else:  # projections.{h}.weight -> {h}.{num_layers}.weight
+            out[f"{head}.{heads.num_layers}.weight"] = value.detach().clone()
+    return out
+
+
+def save_upstream(heads: MedusaHeads, folder: str | Path, base_model_dir: str | Path,
+                  dtype: torch.dtype = torch.float32) -> Path:
+    """Write ``heads`` in upstream medusa-llm's format (``config.json`` naming ``base_model_dir``, and
+    ``medusa_lm_head.pt``) so that ``MedusaModel.from_pretrained(folder)`` loads them; return the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": heads.num_layers,
+              "base_model_name_or_path": str(base_model_dir), "hidden_size": heads.hidden_size,
+              "vocab_size": heads.vocab_size}
+    torch.save({k: v.to(dtype) for k, v in ours_state_to_upstream(heads).items()}, folder / UPSTREAM_WEIGHTS[0])
+    (folder / UPSTREAM_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    return folder
 
 
 def _load_upstream(folder: Path, model=None) -> MedusaCheckpoint:

@@ -1,0 +1,66 @@
+"""``specpilot peers setup NAME`` and ``specpilot peers status``: the upstream reference packages
+(medusa-llm, lade) in virtual environments of their own, timed beside ours with ``--peers``.
+
+Setting one up installs packages, so it goes through the same gate as the agent's install tool
+(agent.approval): the exact commands are shown, the person approves them on the controlling terminal
+by typing ``install NAME``; with no terminal the approval stays pending, to be given with
+``specpilot tool approve ID`` and used with ``--approval-id ID``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+from agent.approval import approve_command
+from agent.render import err, out
+from memory import Store
+from tools.bench import upstream
+
+INSTALL_ACTION = "install"
+SETUP_COMMAND = "specpilot peers setup"
+
+
+def cmd_peers_setup(args) -> int:
+    name = upstream.peer(args.name).name  # an unknown name is refused before anything is asked
+    commands = upstream.setup_commands(name)
+    what = (f"{SETUP_COMMAND} {name}: creates {upstream.peers_dir() / name} and runs\n  "
+            + "\n  ".join(shlex.join(c) for c in commands))
+    with Store() as store:
+        approval = approve_command(store, INSTALL_ACTION, {"tool": SETUP_COMMAND, "input": {"peer": name, "packages": [name]}}, what,
+                                   approval_id=args.approval_id)
+    print(f"(approved: approval {approval['id']}, by {approval['decided_by']})", file=sys.stderr)
+    result = upstream.setup(name, progress=lambda m: err.print(m))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        out.print(f"{name} is ready: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}. "
+                  f"`--peers` now times it beside specpilot's {result['for_method']} on Llama targets "
+                  f"(e.g. --target smollm2-135m-instruct).")
+    return 0
+
+
+def cmd_peers_status(args) -> int:
+    rows = [upstream.status(name) for name in upstream.UPSTREAM_PEERS]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        state = "ready (" + ", ".join(f"{k} {v}" for k, v in row["versions"].items()) + ")" if row["ready"] else row["reason"]
+        out.print(f"{row['peer']}: {row['what']}; beside our {row['for_method']}: {state}")
+    return 0
+
+
+def add_peers_commands(sub) -> None:
+    p = sub.add_parser("peers", help="the upstream reference packages (medusa-llm, lade) in their own venvs")
+    psub = p.add_subparsers(dest="peers_command", required=True)
+    s = psub.add_parser("setup", help="create a peer's venv and install it (asks for approval)")
+    s.add_argument("name", choices=list(upstream.UPSTREAM_PEERS))
+    s.add_argument("--approval-id", default=None,
+                   help="an approval a person gave with `specpilot tool approve ID` for exactly this setup")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_peers_setup)
+    t = psub.add_parser("status", help="which upstream peers are set up, with their versions")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_peers_status)
