@@ -136,5 +136,6 @@ def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
     unusable_upstream = [e["package"] for e in report if e["status"] == "unusable" and e["module"] in CUSTOM_CHECKS]
     if unusable_upstream:
         out["note"] = (f"{', '.join(unusable_upstream)} cannot run with the installed transformers; reinstalling "
-                       f"will not fix that. specpilot's own decoders do not need them.")
+                       f"will not fix that. specpilot's own decoders do not need them; `specpilot peers setup "
+                       f"medusa-llm|lade` runs them in a venv of their own, timed beside ours with --peers.")
     return out

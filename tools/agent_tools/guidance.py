@@ -28,12 +28,15 @@ from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.methods import PARAM_MODELS, AcceleratedName
 from tools.bench.machine_cost import MachineCost
+from tools.bench.context import check_backend
 from tools.bench.protocol import hardware_info
 from tools.bench.sizing import Sizing, remembered_machine, size_params
 from tools import models
 from tools.models import DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
 from tools.errors import ParameterError
+
+LLAMACPP_DTYPE = "gguf"  # the dtype llama.cpp runs and cost curves are stored under (tools.engine.llamacpp)
 
 ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
                "prompts and compare the stored speedups before relying on them")
@@ -53,6 +56,9 @@ class GuidanceInput(BaseModel):
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
                                                                  "(read from the model name when not given)")
     hardware: Literal["auto", "cpu", "gpu"] = Field("auto", description="auto detects a CUDA GPU")
+    backend: Literal["transformers", "llamacpp"] = Field(
+        "transformers", description="the engine the runs use: llamacpp sizes to llama.cpp's cost curve of the GGUF "
+                                    "file stored here (`specpilot guide METHOD --backend llamacpp --measure`)")
 
 
 def size_from_name(ref: str) -> float | None:
@@ -122,9 +128,10 @@ def resolve_target(store, method: str | None, given: str | None) -> tuple[str, s
     return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
 
 
-def draft_advice(store, size_b: float | None, hw: dict, target: str) -> tuple[dict, list[str], str, Sizing]:
+def draft_advice(store, size_b: float | None, hw: dict, target: str,
+                 backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
     draft = models.builtin_draft_for(target, size_b)
-    sizing, stored = machine_sizing(store, "draft", target, hw, draft)
+    sizing, stored = machine_sizing(store, "draft", target, hw, draft, backend)
     params = {**({"draft": draft} if draft else {}), **sizing.params}
     reasons = []
     if size_b:
@@ -147,7 +154,7 @@ def draft_advice(store, size_b: float | None, hw: dict, target: str) -> tuple[di
                    f"{params['k_max']}) and stop a draft early when the draft's top probability is below "
                    f"{params['draft_confidence']}: long drafts pay when acceptance is high, the early stop limits "
                    "the waste when it is not")
-    if hw["kind"] == "cpu":
+    if hw["kind"] == "cpu" and backend == "transformers":
         reasons.append("on a CPU a target pass over a handful of tokens costs about as much as over one, but the "
                        "draft's own passes are not free: a cheaper draft matters more than a larger k (the "
                        "draft runs as an int8 copy by default here; the output is unchanged)")
@@ -180,15 +187,16 @@ def run_dtype(store, method: str, hw: dict) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def machine_sizing(store, method: str, target: str, hw: dict, draft: str | None = None) -> tuple[Sizing, dict | None]:
+def machine_sizing(store, method: str, target: str, hw: dict, draft: str | None = None,
+                   backend: str = "transformers") -> tuple[Sizing, dict | None]:
     """``method``'s parameters sized as run and compare size them (tools.bench.sizing.size_params, nothing
     given or saved), from the cost curve memory holds for ``target`` on this hardware in the dtype a run
     would use (else, on a CPU, the conservative curve run and compare use until one is measured; on a GPU
     without a curve, the defaults), and a ``draft`` token's stored cost. Returns the sizing and the
-    stored curve (None when none)."""
-    dtype = run_dtype(store, method, hw)
-    machine, stored = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft,
-                                         draft_dtype(store, hw, dtype) if draft else None)
+    stored curve (None when none). On llama.cpp the curves are the GGUF files' own (dtype ``gguf``)."""
+    dtype = LLAMACPP_DTYPE if backend == "llamacpp" else run_dtype(store, method, hw)
+    d_dtype = (LLAMACPP_DTYPE if backend == "llamacpp" else draft_dtype(store, hw, dtype)) if draft else None
+    machine, stored = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, d_dtype)
     return size_params(method, machine), stored
 
 
@@ -212,12 +220,17 @@ def sized_to(stored: dict | None, hw: dict) -> str:
     return "not at all: no cost curve is stored for this GPU, so the defaults, which are shaped for a GPU"
 
 
-def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str, Sizing]:
-    sizing, stored = machine_sizing(store, "lookahead", target, hw)
+def lookahead_advice(store, target: str, hw: dict, backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
+    sizing, stored = machine_sizing(store, "lookahead", target, hw, backend=backend)
     reasons = sizing.lines()
     if stored is not None:
         return sizing.params, reasons, (f"sized to the cost curve measured on this machine ({stored['measured_at']}, "
                                         f"{stored['dtype']}), as run and compare size it"), sizing
+    if backend == "llamacpp":
+        reasons.append(f"no llama.cpp cost curve of {target} is stored for this machine: `specpilot guide lookahead "
+                       "--backend llamacpp --measure` measures it (a pass over several tokens costs far more than one "
+                       "on llama.cpp's CPU kernels, so the sizes shrink)")
+        return sizing.params, reasons, "sized to a conservative CPU curve, as run and compare size it", sizing
     dtype = run_dtype(store, "lookahead", hw)
     other = stored_cost_curve(store, target, hw["name"])
     if other is not None:
@@ -232,8 +245,8 @@ def lookahead_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str
                                     "arXiv 2402.02057): no cost curve measured here yet"), sizing
 
 
-def ngram_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str, Sizing]:
-    sizing, stored = machine_sizing(store, "ngram", target, hw)
+def ngram_advice(store, target: str, hw: dict, backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
+    sizing, stored = machine_sizing(store, "ngram", target, hw, backend=backend)
     return sizing.params, ["prompt lookup copies continuations of n-grams found in the prompt: it pays off when "
                            "the output repeats the input (code edits, summaries, extraction) and costs little "
                            "otherwise",
@@ -253,25 +266,26 @@ def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
     conservative CPU curve on a CPU, the source's W=15, N=5, G=5 on a GPU, with measure_cost_curve as the
     next step), each parameter with its reason. The target saved in memory is used when none is given.
     Uses measured sweeps from memory when present. This is advice to be measured, never a result."""
+    check_backend(inp.method, inp.backend)  # Medusa and EAGLE need hidden states llama.cpp does not give
     target, target_source = resolve_target(ctx.store, inp.method, inp.target)
     size_b = inp.target_size_b or size_from_name(target)
-    hw = detect_hardware(inp.hardware)
+    hw = detect_hardware("cpu" if inp.backend == "llamacpp" else inp.hardware)
     if inp.method == "draft":
-        params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target)
+        params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target, inp.backend)
     elif inp.method == "medusa":
         params, reasons, source, sizing = medusa_advice(hw)
     elif inp.method == "lookahead":
-        params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw)
+        params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw, inp.backend)
     else:
-        params, reasons, source, sizing = ngram_advice(ctx.store, target, hw)
+        params, reasons, source, sizing = ngram_advice(ctx.store, target, hw, inp.backend)
     if size_b and hw.get("gpu_memory_gb") and 2 * size_b > 0.8 * hw["gpu_memory_gb"] * hw.get("gpu_count", 1):
         reasons.append(f"a {size_b:g}B model needs about {2 * size_b:.0f} GB in bfloat16: use device_map='auto' to "
                        "spread it over the GPUs (and CPU)")
     out = {"method": inp.method, "target": target, "target_source": target_source, "target_size_b": size_b,
-           "hardware": hw, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
+           "hardware": hw, "backend": inp.backend, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
     if sizing is not None:  # each parameter's source (sized, default) and reason, as a run records them
         out["param_reasons"] = sizing.reasons()
-    if inp.method == "lookahead" and not source.startswith("sized to the cost curve measured"):
+    if inp.method == "lookahead" and inp.backend == "transformers" and not source.startswith("sized to the cost curve measured"):
         out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
                             "why": "size W/N/G to this machine"}
     out.update(measured_summary(measured_sweep(ctx.store, inp.method, target)))
