@@ -196,7 +196,8 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 
 
 PEERS_HELP = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on llamacpp "
-              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama)")
+              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama); for medusa and lookahead "
+              "on a Llama target also the upstream medusa-llm and lade, once `specpilot peers setup NAME` made their venvs")
 # the engines (tools.bench.context.BACKENDS, checked equal by the tests; not imported: it loads torch)
 BACKEND_CHOICES = ("transformers", "llamacpp")
 BACKEND_HELP = ("the engine: transformers (default) or llamacpp (the GGUF files of `specpilot models fetch`, or a "

@@ -60,7 +60,8 @@ class MeasureOptions(BaseModel):
 
 
 PEERS_DESCRIPTION = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on "
-                     "llamacpp llama.cpp's plain decoding and its prompt-lookup mode")
+                     "llamacpp llama.cpp's plain decoding and its prompt-lookup mode; for medusa and lookahead on a Llama "
+                     "target also the upstream medusa-llm and lade packages, in venvs `specpilot peers setup` made")
 
 
 class RunInput(MeasureOptions):
