@@ -197,6 +197,7 @@ def machine_sizing(store, method: str, target: str, hw: dict, draft: str | None 
     dtype = LLAMACPP_DTYPE if backend == "llamacpp" else run_dtype(store, method, hw)
     d_dtype = (LLAMACPP_DTYPE if backend == "llamacpp" else draft_dtype(store, hw, dtype)) if draft else None
     machine, stored = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, d_dtype)
+    machine.backend = backend  # the notes then name the engine's own measuring command
     return size_params(method, machine), stored
 
 
