@@ -193,3 +193,16 @@ def test_real_upstream_package_matches_baseline_on_smollm2(name, method):
     key = upstream.UPSTREAM_PEERS[name].peer_key
     assert record["peers"][key]["matches_baseline"] is True, record["peers"][key]
     assert record["peers"][key]["new_tokens"] == record["new_tokens"]
+
+
+def test_dense_cover_holds_every_path_of_our_tree():
+    from itertools import product
+
+    from tools.engine.medusa_trees import TREES
+
+    for name in ("cpu8", "chain3"):
+        tree = TREES[name]
+        shape = upstream.dense_cover(tree)
+        assert shape[0] == 1 and len(shape) == 1 + max(len(c) for c in tree)
+        dense = {tuple(p) for d in range(1, len(shape)) for p in product(*(range(k) for k in shape[1:d + 1]))}
+        assert {tuple(c) for c in tree} <= dense

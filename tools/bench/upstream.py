@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import models
+from tools.engine.medusa_trees import resolve_tree
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ParameterError, SpecpilotError
 
@@ -54,12 +55,11 @@ class UpstreamPeer:
 
 UPSTREAM_PEERS = {
     "medusa-llm": UpstreamPeer("medusa-llm", "medusa-llm==0.1", "medusa", "upstream_medusa",
-                               "FasterDecoding's Medusa (PyPI medusa-llm 0.1), dense top-k tree [1, 7, 6]"),
+                               "FasterDecoding's Medusa (PyPI medusa-llm 0.1), a dense tree covering ours"),
     "lade": UpstreamPeer("lade", "lade==0.0.2", "lookahead", "upstream_lade",
                          "the lookahead decoding authors' package (PyPI lade 0.0.2) with our W, N, G"),
 }
 UPSTREAM_PLAIN = "upstream_plain"  # transformers 4.34's plain generate in the peer's venv: its own yardstick
-MEDUSA_CHOICES = [1, 7, 6]  # medusa-llm 0.1's default: the root, head 0's top 7, head 1's top 6 (dense)
 
 
 def peers_dir() -> Path:
@@ -278,6 +278,14 @@ def generate(proc: UpstreamProcess, label: str, mode: str, prompt_ids: list[int]
                         extra={"versions": proc.versions})
 
 
+def dense_cover(choices: list[list[int]]) -> list[int]:
+    """medusa-llm 0.1's tree format for our tree: ``[1, k1, k2, ...]`` takes head i's top ``k_i`` at every
+    node of level i (a dense tree), so k_i is one more than the deepest rank our tree uses at level i; the
+    dense tree then holds every path of ours (and more: upstream has no sparse trees)."""
+    depth = max(len(c) for c in choices)
+    return [1] + [1 + max(c[i] for c in choices if len(c) == i + 1) for i in range(depth)]
+
+
 def load_request(p: UpstreamPeer, ctx, params) -> dict:
     """What the runner loads for ``p`` on this context: the exported model, the heads, the settings."""
     model_dir = export_model(ctx.target)
@@ -286,7 +294,9 @@ def load_request(p: UpstreamPeer, ctx, params) -> dict:
         if ctx.medusa_heads is None:
             raise ParameterError("medusa-llm needs Medusa heads for the target", hint="pass --medusa-heads")
         load["heads_dir"] = str(export_heads(ctx.medusa_heads, model_dir))
-        load["params"] = {"medusa_choices": MEDUSA_CHOICES[: ctx.medusa_heads.num_heads + 1]}
+        _, ours = resolve_tree(params.tree, ctx.medusa_heads.num_heads, str(ctx.target.device),
+                               heads_tree=ctx.medusa_heads.tree_choices)
+        load["params"] = {"medusa_choices": dense_cover(ours)}
     else:
         load["params"] = {"window": params.window, "level": params.ngram, "guess_set": params.guess}
     return load
