@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,9 @@ import torch
 from tiny_models import make_tiny_model, perturbed_copy  # noqa: F401  (tests import them from here)
 
 torch.set_num_threads(1)
+# the specpilot processes the tests start inherit this: a tiny model gains nothing from a second thread,
+# and two test workers each running a two-thread process on a two-core machine only spin against each other
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 VOCAB = 64  # make_tiny_model's default vocabulary
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -95,3 +101,76 @@ def make_tiny_model_folder(folder: Path, eos: bool = False) -> Path:
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny model folder usable as --target / --draft."""
     return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def cli_in_process(capfd):
+    """``specpilot ARGS`` through the real command line (agent.cli.main.main) in this process, returned as
+    a CompletedProcess. For tests of what a command prints, stores or refuses, not of the process itself:
+    a new interpreter spends 3-10 s importing torch and transformers before it does anything. Output is
+    read at the file-descriptor level (capfd), so what a library writes is seen as a real process shows
+    it; the models a command loaded are released after it, so each call loads as a fresh process does."""
+    from agent.cli.main import main
+    from tools.bench import context
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        # main's logging.basicConfig is a no-op under pytest (the root logger has pytest's handlers): the
+        # handler it gives a real process shows warnings and logged tracebacks on stderr here too
+        shown = logging.StreamHandler()
+        shown.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        shown.setLevel(logging.WARNING)
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level  # `chat` moves all logging to its file
+        environ = dict(os.environ)  # main quiets the libraries through environment variables
+        capfd.readouterr()
+        root.addHandler(shown)
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors exit, as in a real process
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            for handler in set(root.handlers) - set(handlers):
+                root.removeHandler(handler)
+                if handler is not shown:
+                    handler.close()
+            for handler in handlers:
+                if handler not in root.handlers:
+                    root.addHandler(handler)
+            root.setLevel(level)
+            logging.captureWarnings(False)
+            os.environ.clear()
+            os.environ.update(environ)
+            context.release_models()
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["specpilot", *args], code, out, err)
+
+    return run
+
+
+# ---------------------------------------------------------------- the order the two test workers take files in
+# `--dist loadfile` hands each worker whole files, those with the most tests first: files with few but slow
+# tests (real processes, thousands of samples) came last, and one worker ran them alone for a minute or two
+# after the other had finished. The workers take these files first, slowest first (measured with
+# --durations=0); the rest follow as before. A file missing here only starts later.
+SLOW_FILES_FIRST = (
+    "test_mcp_hardening.py", "test_speculative_lossless.py", "test_chat_onboarding.py", "test_mcp.py",
+    "test_cli_run.py", "test_kill_during_run.py", "test_speculative.py", "test_approval_gates.py",
+    "test_json_cli.py", "test_lookahead.py", "test_eagle.py", "test_prompt_lookup.py", "test_chat_pty.py",
+    "test_upstream_peers.py", "test_mcp_polish.py", "test_medusa_data.py", "test_llamacpp_cli.py",
+    "test_medusa.py", "test_memory_concurrency.py", "test_local_brain.py",
+)
+
+
+def pytest_configure(config):
+    if config.getoption("dist", "no") == "loadfile":
+        config.option.loadscopereorder = False  # xdist's own order (most tests first) is replaced below
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker (both collect alike): the slow files first, then the others, most tests first."""
+    if not hasattr(config, "workerinput"):
+        return
+    tests_in = Counter(item.path for item in items)
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    # a stable sort: each file's tests stay together, in their order
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests_in[item.path]))

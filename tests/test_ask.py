@@ -47,9 +47,10 @@ def test_plan_only_json_is_one_object_and_lists_a_run_without_running_it(specpil
         assert store.get_task(answer["task"]["id"])["request"] == "measure draft decoding on 'def fib(n):'"
 
 
-def test_a_missing_local_model_falls_back_to_the_rule_planner_with_a_note(specpilot_home, tmp_path):
-    proc = specpilot_ask(specpilot_home, "--brain", "local", "--json", "what did we do last time?",
-                         env={"SPECPILOT_LOCAL_MODEL": str(tmp_path / "missing")})
+def test_a_missing_local_model_falls_back_to_the_rule_planner_with_a_note(tmp_path, cli_in_process, monkeypatch):
+    # in this process (the test above checks the real process's stdout): the fallback and its note
+    monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path / "missing"))
+    proc = cli_in_process("ask", "--brain", "local", "--json", "what did we do last time?")
     assert proc.returncode == 0 and "is not fetched" in proc.stderr and "the rule planner answers" in proc.stderr
     answer = json.loads(proc.stdout)
     assert [(c["name"], c["executed"], c["status"]) for c in answer["tool_calls"]] == [("recall", True, "ok")]

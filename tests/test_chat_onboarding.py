@@ -1,10 +1,13 @@
 """Onboarding end to end, as a person would do it: a real ``specpilot chat`` process on a terminal
 (pexpect), answers typed at its prompts, the database checked afterwards, and a second session
 that asks nothing again. The target is a tiny random Qwen2 saved to a folder with a small
-tokenizer, so the real pipeline (load, run, measure, store) runs in seconds."""
+tokenizer, so the real pipeline (load, run, measure, store) runs in seconds. Piped input (no terminal) goes
+through the same entry point in this process (``cli_in_process``, stdin replaced): a real process would only
+add seconds of importing torch per session."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -105,11 +108,21 @@ def tiny_draft_folder(tmp_path_factory) -> Path:
     return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen-draft"))
 
 
-def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, tiny_draft_folder, specpilot_home):
-    def piped(lines: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "offline"], cwd=ROOT,
-                              input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
-                              env=chat_env(specpilot_home))
+def piped_chat(cli_in_process, monkeypatch):
+    """``specpilot chat --brain offline FLAGS`` with ``lines`` piped in, as chat_env's terminal size sets it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("LINES", "50")
+
+    def piped(lines: list[str], *flags: str) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+        return cli_in_process("chat", "--brain", "offline", *flags)
+
+    return piped
+
+
+def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder, tiny_draft_folder, cli_in_process,
+                                                              monkeypatch):
+    piped = piped_chat(cli_in_process, monkeypatch)
 
     cut = piped(["draft", str(tiny_model_folder)])  # input ends after two answers
     assert cut.returncode == 0 and "your answers so far are saved" in cut.stdout
@@ -129,11 +142,8 @@ def test_piped_input_works_and_interrupted_onboarding_resumes(tiny_model_folder,
         assert run["method"] == "draft" and run["prompt"] == "def fib" and run["draft"] == str(tiny_draft_folder)
 
 
-def test_onboarding_can_be_skipped_and_is_not_asked_again(specpilot_home):
-    def piped(lines: list[str], *flags: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "offline", *flags],
-                              cwd=ROOT, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
-                              env=chat_env(specpilot_home))
+def test_onboarding_can_be_skipped_and_is_not_asked_again(cli_in_process, monkeypatch):
+    piped = piped_chat(cli_in_process, monkeypatch)
 
     flagged = piped(["/quit"], "--skip-onboarding")  # this time only
     assert "Which method" not in flagged.stdout and "Bye." in flagged.stdout

@@ -1,9 +1,11 @@
 """Chat input handling through a real pseudo-terminal (pexpect), as a person types it: Ctrl-C at an idle
 prompt clears the line and keeps the chat, a path answers a pending question (it is not a slash
-command), Ctrl-D and /quit end the chat; log lines go to a file, not into the conversation."""
+command), Ctrl-D and /quit end the chat; log lines go to a file, not into the conversation. The missing-key
+error needs no terminal and runs the entry point in this process."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -103,14 +105,12 @@ def test_chat_logs_go_to_a_file_under_the_specpilot_home(specpilot_home):
         logging.captureWarnings(False)
 
 
-def test_chat_with_the_anthropic_brain_and_no_key_says_what_to_do_without_a_traceback(specpilot_home):
-    import subprocess
-
-    env = dict(os.environ, SPECPILOT_HOME=str(specpilot_home))
-    env.pop("ANTHROPIC_API_KEY", None)
-    env.pop("ANTHROPIC_AUTH_TOKEN", None)
-    proc = subprocess.run([sys.executable, "-m", "agent.cli.main", "chat", "--brain", "anthropic"], cwd=ROOT,
-                          env=env, input="", capture_output=True, text=True, timeout=120)
+def test_chat_with_the_anthropic_brain_and_no_key_says_what_to_do_without_a_traceback(cli_in_process, monkeypatch):
+    # the entry point in this process: the message is the point, not the terminal (no conversation starts)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    proc = cli_in_process("chat", "--brain", "anthropic")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert "error: the anthropic brain needs an API key, and ANTHROPIC_API_KEY is not set" in proc.stderr
     assert "export ANTHROPIC_API_KEY" in proc.stderr

@@ -1,5 +1,10 @@
 """The JSON CLI: ``specpilot tool ...`` prints one JSON object and nothing else; gated calls wait for
-a person at a real terminal; ``specpilot skill install`` writes a loadable skill folder."""
+a person at a real terminal; ``specpilot skill install`` writes a loadable skill folder.
+
+Real processes where the process matters: the tool list and an error (nothing but JSON on stdout from
+start-up on), and every approval (a terminal, or none). The other commands run the same entry point in
+this process (``cli_in_process``, output read at the file-descriptor level): each real one costs seconds
+of importing torch."""
 
 from __future__ import annotations
 
@@ -42,19 +47,19 @@ def test_tool_list_is_the_registry_as_json():
     assert gated == {"install_packages": "install", "train_medusa": "train", "share_results": "share"}
 
 
-def test_errors_are_json_with_a_nonzero_exit_and_no_traceback():
-    missing = specpilot("tool", "lookup_runs", "--input", '{"run_id": "abcd0000"}')
+def test_errors_are_json_with_a_nonzero_exit_and_no_traceback(cli_in_process):
+    missing = specpilot("tool", "lookup_runs", "--input", '{"run_id": "abcd0000"}')  # a real process
     assert missing.returncode == 1 and "no stored run has the id" in only_json(missing)["error"]
-    bad_json = specpilot("tool", "explain", "--input", "{topic: medusa}")
+    bad_json = cli_in_process("tool", "explain", "--input", "{topic: medusa}")
     assert bad_json.returncode == 1 and "not valid JSON" in only_json(bad_json)["error"]
-    unknown = specpilot("tool", "frobnicate")
+    unknown = cli_in_process("tool", "frobnicate")
     assert unknown.returncode == 1 and "there is no tool named 'frobnicate'" in only_json(unknown)["error"]
-    ok = specpilot("tool", "explain", "--input", '{"topic": "lookahead"}')
+    ok = cli_in_process("tool", "explain", "--input", '{"topic": "lookahead"}')
     assert ok.returncode == 0 and "2402.02057" in only_json(ok)["arxiv_ids"]
 
 
-def test_a_prompt_that_says_approved_installs_nothing():
-    proc = specpilot("tool", "install_packages", "--input", '{"packages": ["specpilot-never-installed-xyz"]}')
+def test_a_prompt_that_says_approved_installs_nothing(cli_in_process):
+    proc = cli_in_process("tool", "install_packages", "--input", '{"packages": ["specpilot-never-installed-xyz"]}')
     result = only_json(proc)
     assert proc.returncode == 0 and result["status"] == "approval_required"
     assert result["will_run"].endswith("-m pip install specpilot-never-installed-xyz")
@@ -65,19 +70,19 @@ def test_a_prompt_that_says_approved_installs_nothing():
         assert store.get_approval(result["approval_id"])["status"] == "pending"
         [task] = store.unfinished_tasks()
         assert task["left"] == [f"waiting for approval {result['approval_id']}: {result['will_run']}"]
-    pending = only_json(specpilot("tool", "pending"))["approvals"]
+    pending = only_json(cli_in_process("tool", "pending"))["approvals"]
     assert [a["id"] for a in pending] == [result["approval_id"]]
     pip_list = subprocess.run([sys.executable, "-m", "pip", "list"], capture_output=True, text=True, timeout=120)
     assert "specpilot-never-installed" not in pip_list.stdout
 
 
-def test_the_person_approves_at_a_terminal_and_the_call_runs_once(tmp_path):
+def test_the_person_approves_at_a_terminal_and_the_call_runs_once(tmp_path, cli_in_process):
     with Store() as store:
         store.add_run({"method": "draft", "prompt": "p", "speedup": 1.3, "hardware": {"name": "Test CPU"}})
     outside = tmp_path / "outside"
     outside.mkdir()
     share = {"destination": str(outside)}
-    asked = only_json(specpilot("tool", "share_results", "--input", json.dumps(share)))
+    asked = only_json(cli_in_process("tool", "share_results", "--input", json.dumps(share)))
     approval_id = asked["approval_id"]
 
     person = pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "tool", "approve", "--id", approval_id], cwd=str(ROOT),
@@ -91,17 +96,17 @@ def test_the_person_approves_at_a_terminal_and_the_call_runs_once(tmp_path):
     decided = json.loads(person.before.strip().splitlines()[-1])
     assert decided["status"] == "approved" and decided["approval_id"] == approval_id
 
-    ran = specpilot("tool", "share_results", "--input", json.dumps({**share, "approval_id": approval_id}))
+    ran = cli_in_process("tool", "share_results", "--input", json.dumps({**share, "approval_id": approval_id}))
     assert ran.returncode == 0 and only_json(ran)["status"] == "shared"
-    again = specpilot("tool", "share_results", "--input", json.dumps({**share, "approval_id": approval_id}))
+    again = cli_in_process("tool", "share_results", "--input", json.dumps({**share, "approval_id": approval_id}))
     assert again.returncode == 1 and "already used" in only_json(again)["error"]
     assert len(list(outside.iterdir())) == 1
     with Store() as store:
         assert [t["status"] for t in store.list_tasks()] == ["failed", "done", "done"]  # waiting task resolved
 
 
-def test_skill_install_writes_a_loadable_skill_folder(tmp_path):
-    proc = specpilot("skill", "install", "--dir", str(tmp_path / "skills"))
+def test_skill_install_writes_a_loadable_skill_folder(tmp_path, cli_in_process):
+    proc = cli_in_process("skill", "install", "--dir", str(tmp_path / "skills"))
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "skills" / "specpilot"
     skill = (folder / "SKILL.md").read_text()
@@ -114,6 +119,6 @@ def test_skill_install_writes_a_loadable_skill_folder(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["tool", "approve"], ["tool", "deny"]])
-def test_approval_commands_need_an_id(args):
-    proc = specpilot(*args)
+def test_approval_commands_need_an_id(args, cli_in_process):
+    proc = cli_in_process(*args)
     assert proc.returncode == 2 and "--id" in only_json(proc)["error"]

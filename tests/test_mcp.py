@@ -42,15 +42,15 @@ def one_run(specpilot_home) -> str:
 
 
 class Person:
-    """An MCP client's elicitation handler: records the question and answers approve yes/no."""
+    """An MCP client's elicitation handler: records each question and answers approve yes/no in turn."""
 
-    def __init__(self, approve: bool):
-        self.approve = approve
+    def __init__(self, answers: list[bool]):
+        self.answers = list(answers)
         self.messages: list[str] = []
 
     async def __call__(self, context, params):
         self.messages.append(params.message)
-        return types.ElicitResult(action="accept", content={"approve": self.approve})
+        return types.ElicitResult(action="accept", content={"approve": self.answers.pop(0)})
 
 
 def run(coro_fn):
@@ -106,23 +106,23 @@ def test_without_elicitation_a_gated_call_waits_for_the_person_and_then_runs_onc
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 InputRequiredResult, and elicitation/create
 def test_clients_with_elicitation_are_asked_directly(server, one_run, tmp_path, mode):
+    """The person refuses the first call and approves the second, both asked on one connection (each
+    call is its own elicitation; a second server start would only add seconds of importing torch)."""
     outside = tmp_path / "outside"
     outside.mkdir()
-    yes, no = Person(approve=True), Person(approve=False)
+    person = Person(answers=[False, True])
 
-    async def session(person, expect_error):
+    async def session():
         async with Client(server, elicitation_callback=person, mode=mode) as client:
-            result = await client.call_tool("share_results", {"destination": str(outside)})
-            assert result.is_error is expect_error, result.structured_content
-            return result
+            refused = await client.call_tool("share_results", {"destination": str(outside)})
+            assert refused.is_error is True, refused.structured_content
+            assert "did not approve" in refused.structured_content["error"] and list(outside.iterdir()) == []
+            approved = await client.call_tool("share_results", {"destination": str(outside)})
+            assert approved.is_error is False, approved.structured_content
 
-    refused = run(lambda: session(no, True))
-    assert "did not approve" in refused.structured_content["error"] and list(outside.iterdir()) == []
-    run(lambda: session(yes, False))
+    run(session)
     assert len(list(outside.iterdir())) == 1
-    for person in (yes, no):
-        [message] = person.messages
-        assert f"copy into {outside}" in message
+    assert len(person.messages) == 2 and all(f"copy into {outside}" in m for m in person.messages)
     with Store() as store:
         statuses = sorted((a["status"], a["decided_by"]) for a in store.list_approvals())
     assert statuses == [("consumed", "user via MCP client elicitation"), ("denied", "user via MCP client elicitation")]

@@ -1,9 +1,12 @@
-"""Self-distillation data for Medusa heads: prompts from Python's own library, answers in chat form."""
+"""Self-distillation data for Medusa heads: prompts from Python's own library, answers in chat form, none of
+them from either half of the Spec-Bench split (tests/test_data_split.py). The wide prompts parse the standard
+library once per process (~10 s): every test that builds them is here, in one test worker."""
 
 from __future__ import annotations
 
 import json
 
+from prompts.spec_bench import shipped_union
 from tools.medusa.data import build_prompts, write_distill_data
 
 
@@ -43,3 +46,9 @@ def test_wide_prompts_mix_languages_math_and_prose(spec_bench_path):
     assert not evaluation & set(prompts)
     with pytest.raises(ParameterError, match="variety"):
         build_prompts(5, variety="huge")
+
+
+def test_distillation_prompts_share_nothing_with_either_half():
+    spec_bench = {r["prompt"] for r in shipped_union()}
+    assert not spec_bench & set(build_prompts(60, seed=3))
+    assert not spec_bench & set(build_prompts(60, seed=1, variety="wide"))

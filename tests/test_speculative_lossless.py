@@ -24,13 +24,21 @@ V = 8
 PROMPT = [1, 2, 3]
 ALPHA = 1e-3
 MIN_EXPECTED = 5.0
+# Runs per case. The power tests below draw this many samples from known-wrong samplers under each
+# case's warping and must be rejected: accepting every draft (TV distance 0.47-0.65 from the target's
+# (x1, x2) distribution) and, subtler, resampling a rejected token from p instead of the residual (TV
+# 0.13-0.21). For the subtle one at 1000 runs the chi-square noncentrality is 116-204 at the first draft
+# position (critical values 33-61 at ALPHA, 12-31 merged degrees of freedom) and 103-109 with the bias
+# only at the second (critical values 54-87, 26-50 degrees of freedom): power at least 0.9998 in every
+# case and position. A decoder run costs ~7 tiny-model forwards, so more runs buy almost no power.
+RUNS = 1000
 
 CASES = {
     # name: (runs, decoder options, warping)
-    "plain": (2000, {"k": 2}, {"temperature": 1.0}),
-    "top-p-top-k": (1500, {"k": 2}, {"temperature": 1.0, "top_p": 0.9, "top_k": 5}),
+    "plain": (RUNS, {"k": 2}, {"temperature": 1.0}),
+    "top-p-top-k": (RUNS, {"k": 2}, {"temperature": 1.0, "top_p": 0.9, "top_k": 5}),
     "trimmed-adaptive-confident": (
-        1500,
+        RUNS,
         {"k": 3, "draft_vocab": 4, "adaptive_k": True, "draft_confidence": 0.3},
         {"temperature": 1.3},
     ),
@@ -157,8 +165,8 @@ def test_exact_samples_pass(models):
     target, _ = models
     tables = exact_tables(target, GenerationSettings(temperature=1.0))
     for seed in range(3):
-        assert chi_square_pvalue(_draw(pair_12(*tables), 2000, seed), pair_12(*tables)) > ALPHA
-        assert chi_square_pvalue(_draw(pair_23(*tables), 2000, seed), pair_23(*tables)) > ALPHA
+        assert chi_square_pvalue(_draw(pair_12(*tables), RUNS, seed), pair_12(*tables)) > ALPHA
+        assert chi_square_pvalue(_draw(pair_23(*tables), RUNS, seed), pair_23(*tables)) > ALPHA
 
 
 def test_a_sampler_that_always_accepts_drafts_is_rejected(models):
@@ -167,20 +175,29 @@ def test_a_sampler_that_always_accepts_drafts_is_rejected(models):
     s = GenerationSettings(temperature=1.0)
     p1, p2, _ = exact_tables(target, s)
     _, q2, _ = exact_tables(draft, s)
-    counts = _draw(p1[:, None] * q2, 2000)
+    counts = _draw(p1[:, None] * q2, RUNS)
     assert chi_square_pvalue(counts, pair_12(p1, p2)) < ALPHA
 
 
-def test_a_sampler_that_resamples_from_p_instead_of_the_residual_is_rejected(models):
-    """A subtler bias: accept with min(1, p/q) but draw a rejected token from p, not max(0, p - q)."""
+def _resampled_from_p(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Accept with min(1, p/q), but draw a rejected token from p instead of max(0, p - q)."""
+    kept = torch.minimum(p, q)
+    return kept + (1 - kept.sum(-1, keepdim=True)) * p
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_sampler_that_resamples_from_p_instead_of_the_residual_is_rejected(models, name):
+    """The subtle bias, under each case's warping and at its number of runs, at the first draft
+    position (x1, x2) and, alone, at the second (x2, x3): the sample counts above have the power."""
     target, draft = models
-    s = GenerationSettings(temperature=1.0)
-    p1, p2, _ = exact_tables(target, s)
-    _, q2, _ = exact_tables(draft, s)
-    kept = torch.minimum(p2, q2)
-    biased = kept + (1 - kept.sum(-1, keepdim=True)) * p2
-    counts = _draw(p1[:, None] * biased, 2000)
-    assert chi_square_pvalue(counts, pair_12(p1, p2)) < ALPHA
+    runs, _, warping = CASES[name]
+    s = GenerationSettings(**warping)
+    p1, p2, p3 = exact_tables(target, s)
+    _, q2, q3 = exact_tables(draft, s)
+    first = _draw(p1[:, None] * _resampled_from_p(p2, q2), runs)
+    assert chi_square_pvalue(first, pair_12(p1, p2)) < ALPHA
+    second = _draw(torch.einsum("a,ab,abc->bc", p1, p2, _resampled_from_p(p3, q3)), runs)
+    assert chi_square_pvalue(second, pair_23(p1, p2, p3)) < ALPHA
 
 
 def test_the_real_decoder_with_acceptance_switched_off_is_rejected(models, monkeypatch):
@@ -192,7 +209,8 @@ def test_the_real_decoder_with_acceptance_switched_off_is_rejected(models, monke
 
     monkeypatch.setattr(speculative, "accept_sampling", accept_all)
     decoder = SpeculativeDecoder(target, draft, k=2, temperature=1.0)
-    c12, _, acceptance = collect(decoder, {"temperature": 1.0}, 500)
+    # 250 runs: this bias (TV 0.47) gives a chi-square noncentrality of ~350 against a critical value of ~35
+    c12, _, acceptance = collect(decoder, {"temperature": 1.0}, 250)
     assert acceptance == 1.0
     tables = exact_tables(target, GenerationSettings(temperature=1.0))
     assert chi_square_pvalue(c12, pair_12(*tables)) < ALPHA
