@@ -310,7 +310,8 @@ def upstream_runners(ctx, prompt_ids: list[int], method_params: dict) -> dict:
     for p in UPSTREAM_PEERS.values():
         if p.method not in method_params:
             continue
-        why = llama_only(ctx.target) or (None if status(p.name)["ready"] else status(p.name)["reason"])
+        state = status(p.name)
+        why = llama_only(ctx.target) or (None if state["ready"] else state["reason"])
         if why:
             log.warning("upstream peer %s not run: %s", p.name, why)
             continue
