@@ -324,9 +324,10 @@ def load_draft(inp: BaseModel, target, draft_methods: list[str], unavailable: di
     only by the peer, it is skipped for a target whose family has no smaller built-in model (smollm2)
     and dropped when its vocabulary is not the target's: the assisted peer is then left out."""
     peer_only = not draft_methods
-    family_draft = models.builtin_draft_for(inp.target) if models.model_family(inp.target) else None
+    family = models.model_family(inp.target)
+    family_draft = models.builtin_draft_for(inp.target) if family else None
     ref = inp.draft or family_draft or models.DEFAULT_DRAFT
-    if peer_only and not inp.draft and models.model_family(inp.target) and family_draft is None:
+    if peer_only and not inp.draft and family and family_draft is None:
         log.info("no built-in draft shares %s's tokenizer: transformers' assisted generation is not a peer", inp.target)
         return None
     if progress:
