@@ -21,9 +21,8 @@ from typing import Any
 from agent.brains.base import Reply
 from agent.brains.offline import find_method
 from agent.loop import Session
-from tools.bench.sizing import SIZED_FIELDS
 from tools.errors import ParameterError
-from tools.engine.methods import METHODS as METHOD_SPECS, parse_params
+from tools.engine.params import METHODS as METHOD_SPECS, SIZED_FIELDS, parse_params
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for
 
 METHODS = {"draft": "draft model (speculative decoding)", "medusa": "Medusa heads", "lookahead": "lookahead decoding"}

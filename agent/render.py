@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from tools.bench.inputs import PEER_LABELS
 from tools.engine.params import shown_value
 from tools.report.markdown import fmt, versus_baseline
 
@@ -16,10 +17,7 @@ err = Console(stderr=True)
 
 
 def peer_label(name: str) -> str:
-    """How a transformers peer (timed beside a method) is named in tables."""
-    # tools.bench loads torch: imported only when a result with peers is shown, not for `specpilot --help`
-    from tools.bench.peers import PEER_LABELS
-
+    """How a peer (timed beside a method) is named in tables."""
     return PEER_LABELS.get(name, name)
 
 

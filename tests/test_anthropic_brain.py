@@ -307,7 +307,7 @@ def test_without_a_key_the_anthropic_brain_says_what_to_do(monkeypatch):
 @pytest.fixture
 def interrupted_runs(monkeypatch):
     """run_method's engine stops with Ctrl-C (KeyboardInterrupt) as a person would press it mid-run."""
-    import tools.agent_tools.run_tool as run_tool
+    import tools.bench.run as run_tool  # the run_method tool imports run_method from it when it runs
 
     def interrupted(inp, store=None, progress=None, task_id=None):
         raise KeyboardInterrupt

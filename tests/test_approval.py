@@ -249,7 +249,7 @@ def test_approved_training_runs_once_and_later_medusa_runs_use_the_heads(store, 
     from types import SimpleNamespace
 
     import tools.models
-    import tools.agent_tools.run_tool as run_tool
+    import tools.bench.run as run_tool  # the run_method tool imports run_method from it when it runs
 
     class ByteTokenizer:
         def encode(self, text, add_special_tokens=False):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import tools.agent_tools.guidance as guidance
+import tools.agent_tools.advice as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import tools.agent_tools.guidance as guidance
+import tools.agent_tools.advice as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext

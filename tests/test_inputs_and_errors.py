@@ -88,7 +88,7 @@ def test_a_bench_prompt_set_that_is_not_utf8_names_the_file(capsys, tmp_path):
 
 
 def test_a_utf8_prompt_file_with_a_byte_order_mark_is_read_without_it(tmp_path):
-    from tools.bench.context import read_prompt_file
+    from tools.bench.inputs import read_prompt_file
 
     bom = tmp_path / "bom.txt"
     bom.write_bytes("\ufeffdéf x".encode())

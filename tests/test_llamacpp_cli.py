@@ -26,7 +26,7 @@ from gguf_tiny import write_tiny_llama  # noqa: E402
 from memory import Store  # noqa: E402
 from tools.bench import context  # noqa: E402
 from tools.bench.machine_cost import CPU_FALLBACK_CURVE, backend_cost_curve, machine_cost  # noqa: E402
-from tools.bench.peers import PEER_LABELS  # noqa: E402
+from tools.bench.inputs import PEER_LABELS  # noqa: E402
 from tools.bench.protocol import hardware_name  # noqa: E402
 from tools.bench.record import RunRecord  # noqa: E402
 
@@ -148,10 +148,6 @@ def test_compare_on_both_engines_is_one_table_on_the_same_prompt_ids(capsys, ggu
                  "--dtype", "float32", *common(gguf_files)]) == 0
     shown = " ".join(capsys.readouterr().out.split())  # the caption wraps at the console's width
     assert "compare on transformers and llama.cpp" in shown and "speedup against each engine's own baseline" in shown
-
-
-def test_the_cli_engines_are_the_bench_layers():
-    assert BACKEND_CHOICES == context.BACKENDS
 
 
 # ---------------------------------------------------------------------------- the cost curve per engine

@@ -20,7 +20,8 @@ from tools.engine import autoregressive, lookahead
 from tools.engine import kv
 from tools.engine.backend import as_backend
 from tools.engine.draft_tree import accept_sampling_tree, build_draft_tree
-from tools.engine.lookahead import LookaheadParams, NgramPool, build_layout, lade_status, step_pattern
+from tools.engine.lookahead import LookaheadParams, NgramPool, build_layout, step_pattern
+from tools.engine.upstream_status import lade_status
 from tools.engine.sampling import warp_probs
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from conftest import VOCAB, make_tiny_model
 from tools.engine import autoregressive
 from tools.engine import kv
-from tools.engine import medusa
+from tools.engine import medusa, upstream_status
 from tools.engine.medusa import MedusaHeads, MedusaParams, ResBlock, build_tree_buffers, generate
 from tools.engine.types import GenerationSettings
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
@@ -254,14 +254,14 @@ def test_upstream_backend_reports_why_it_cannot_run(monkeypatch):
         medusa.generate_upstream("some/heads", [1, 2], GenerationSettings())
 
     monkeypatch.setattr(metadata, "version", lambda name: "1.0")
-    monkeypatch.setattr(medusa.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(medusa.importlib, "import_module", lambda name: None)
+    monkeypatch.setattr(upstream_status.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(upstream_status.importlib, "import_module", lambda name: None)
     ok, reason = medusa.upstream_backend_status()
     assert not ok and "transformers 4.x" in reason
 
     def broken(name):
         raise ImportError("cannot import name 'is_flash_attn_available'")
 
-    monkeypatch.setattr(medusa.importlib, "import_module", broken)
+    monkeypatch.setattr(upstream_status.importlib, "import_module", broken)
     ok, reason = medusa.upstream_backend_status()
     assert not ok and "is_flash_attn_available" in reason

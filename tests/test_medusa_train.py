@@ -15,6 +15,7 @@ from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
 from tools.medusa.checkpoint import load_checkpoint
 from tools.medusa import train as medusa_train
+from tools.medusa.config import default_training_files
 from tools.medusa.train import (
     STATE_NAME,
     TrainConfig,
@@ -211,7 +212,7 @@ def test_files_take_turns_so_one_large_file_cannot_crowd_out_the_others(tmp_path
 
 
 def test_default_training_text_ships_with_python_and_is_recorded_without_machine_paths(target, tmp_path):
-    files = medusa_train.default_training_files()
+    files = default_training_files()
     assert len(files) >= 10 and all(f.is_file() for f in files)
     info = medusa_train.describe_data(files[:2])
     assert all(i["file"].startswith("stdlib/") and len(i["sha256"]) == 64 for i in info)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import tools.agent_tools.run_tool as run_tool
+import tools.bench.run as run_tool  # the run_method tool imports run_method from it when it runs
 from agent.brains.offline import (OfflineBrain, compare_list, find_method, find_methods, find_packages, find_prompt,
                                   find_topic)
 from agent.brains.phrases import SHORT_PROMPT

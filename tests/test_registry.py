@@ -128,7 +128,7 @@ def test_lookup_restates_stored_figures_with_their_source(store):
 
 
 def test_run_tool_fills_what_the_caller_left_out_from_saved_params(store, monkeypatch):
-    import tools.agent_tools.run_tool as run_tool
+    import tools.bench.run as bench_run  # the tool imports run_method from it when it runs
 
     seen = []
 
@@ -139,7 +139,7 @@ def test_run_tool_fills_what_the_caller_left_out_from_saved_params(store, monkey
         record["run_id"] = store.add_run(record)
         return record
 
-    monkeypatch.setattr(run_tool, "run_method", fake_run_method)
+    monkeypatch.setattr(bench_run, "run_method", fake_run_method)
     store.save_params("lookahead", {"target": "/models/mine", "window": 4, "ngram": 3, "guess": 4,
                                     "max_new_tokens": 32})
     tool = registry.get_tool("run_method")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import tools.agent_tools.guidance as guidance
+import tools.agent_tools.advice as guidance
 import tools.bench.suite as suite
 from agent.brains.offline import OfflineBrain
 from agent.loop import Session

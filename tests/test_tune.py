@@ -119,7 +119,7 @@ def test_the_sweeps_cover_the_documented_settings():
 def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
     from types import SimpleNamespace
 
-    from tools.agent_tools.guidance import COST_CURVE_KEY, detect_hardware
+    from tools.agent_tools.advice import COST_CURVE_KEY, detect_hardware
     from tools.bench.tune import sized_lookahead_params
 
     # flat to 32 tokens, a step past it: the suggestion reserves one prompt-lookup draft (not the default 2)

@@ -27,7 +27,7 @@ from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
 from tools.agent_tools.saved_params import run_fields
-from tools.engine.methods import ACCELERATED, METHODS, PARAM_MODELS
+from tools.engine.params import ACCELERATED, METHODS, PARAM_MODELS
 from tools.models import builtin_draft_for
 
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",

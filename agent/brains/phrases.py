@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tools.agent_tools.install import check_package
 from tools.agent_tools.saved_params import run_fields
-from tools.engine.methods import ACCELERATED, METHOD_NAMES, PARAM_MODELS
+from tools.engine.params import ACCELERATED, METHOD_NAMES, PARAM_MODELS
 from tools.errors import ParameterError
 from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, SMALL_TARGET
 

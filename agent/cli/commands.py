@@ -15,8 +15,10 @@ import json
 import logging
 import sys
 
+from agent import ask, chat
 from agent.approval import decide_at_terminal
 from agent.brains import BRAINS
+from agent.loop import host_call
 from agent.skill_install import install_skill
 from memory import Store
 from memory.approvals import APPROVAL_STATUSES
@@ -37,10 +39,7 @@ def print_json(value) -> None:
 
 
 def _conversation():
-    """The conversation modules (agent.chat, agent.ask): they load the tools, hence torch, so they are
-    imported when a command runs, not when the command line is read."""
-    from agent import ask, chat
-
+    """The conversation modules (agent.chat, agent.ask)."""
     return chat, ask
 
 
@@ -96,9 +95,6 @@ def _decide(args) -> tuple[dict, int]:
 
 
 def _call(args) -> tuple[dict, int]:
-    # the loop imports the tools, which load torch: imported when a tool is called
-    from agent.loop import host_call
-
     raw = args.input if args.input is not None else "{}"
     with Store() as store:
         result = host_call(store, args.name, raw)
@@ -149,7 +145,7 @@ def _cell(value) -> str:
 
 def cmd_mcp(args) -> int:
     """``specpilot mcp``: serve the tools over MCP on stdio."""
-    # the server imports the loop, hence torch: imported when the command runs
+    # the MCP SDK takes about a second to import: only `specpilot mcp` pays for it
     from agent.mcp_server import serve
 
     serve()

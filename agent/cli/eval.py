@@ -18,6 +18,7 @@ from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_op
 from agent.render import err, fmt, out, peer_label
 from memory import Store
 from tools import models
+from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine.params import shown_value
 from tools.errors import ParameterError
 from tools.report.markdown import select_runs, write_report
@@ -345,9 +346,6 @@ def _confirm(args):
 def save_checked_params(store: Store, method: str, params: dict) -> None:
     """Save ``params`` for ``method`` once they validate as a run would read them (ParameterError names
     a bad field, e.g. an invalid value saved earlier that this save would carry over)."""
-    # the check reads the run's input model, which loads torch: imported when parameters are saved
-    from tools.agent_tools.saved_params import validate_saved_params
-
     validate_saved_params(method, params)
     store.save_params(method, params)
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from agent.cli.eval import bench_modules
 from agent.cli.options import BACKEND_CHOICES, BACKEND_HELP, add_method_argument, method_table
+from agent.loop import host_call
 from agent.render import err, out
 from memory import Store
 
@@ -41,9 +42,6 @@ def cmd_guide_llamacpp(args) -> int:
 def cmd_guide(args) -> int:
     if args.backend == "llamacpp":
         return cmd_guide_llamacpp(args)
-    # the loop imports the tools, which load torch: imported when the command runs
-    from agent.loop import host_call
-
     with Store() as store:
         if args.measure:
             measured = host_call(store, "measure_cost_curve",

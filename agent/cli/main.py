@@ -189,14 +189,15 @@ def report_error(exc: Exception, verbose: bool) -> int:
 
 
 def _quiet_libraries() -> None:
+    # transformers reads both when it is first imported (it takes seconds to import: a command that never
+    # loads a model never pays for it); when it already is (the command line run in-process), tell it now
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore")
-    # transformers takes seconds to import: only when a command runs, never for --help
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from agent.approval import approve_command
 from agent.render import err
 from memory import Store
 from tools import models
+from tools.medusa.config import default_training_files
 
 TRAIN_ACTION = "train"
 TRAIN_COMMAND = "specpilot medusa train"
@@ -69,7 +70,7 @@ def approve_training(args) -> dict:
 def cmd_medusa_train(args) -> int:
     approval = approve_training(args)  # before anything loads: nothing runs without a person's approval
     train = _medusa().train
-    files = [Path(f) for f in args.data] if args.data else train.default_training_files()
+    files = [Path(f) for f in args.data] if args.data else default_training_files()
     overrides = {"num_heads": args.heads, "num_layers": args.layers, "steps": args.steps,
                  "max_tokens": args.max_tokens, "batch_size": args.batch_size,
                  "learning_rate": args.learning_rate, "labels": "text" if args.data and not args.self_distill else "self"}

@@ -14,6 +14,8 @@ import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tools.bench.inputs import BACKENDS, DEMO_PROMPT, read_prompt_file
+from tools.engine import params as method_params_table
 from tools.errors import ParameterError
 
 # parameter-model fields that have no command-line flag (set them in memory or through the tools)
@@ -77,10 +79,7 @@ def when_used(p: argparse.ArgumentParser, build: Callable[[argparse.ArgumentPars
 
 def method_table():
     """The method table module (METHODS, METHOD_NAMES, ACCELERATED)."""
-    # imported on first use: pydantic models only (no torch), but `specpilot --help` needs none of it
-    from tools.engine import params
-
-    return params
+    return method_params_table
 
 
 def add_method_argument(p: argparse.ArgumentParser, *flags: str, names: Callable[[], Iterable[str]] | None = None,
@@ -159,16 +158,11 @@ def method_params(args) -> dict:
 def prompt_text(args) -> str:
     """The prompt of run / compare: the --prompt-file's text (UTF-8), else --prompt, else (neither given)
     the demo prompt. An empty or whitespace-only prompt is refused, never replaced by the demo prompt."""
-    # tools.bench loads torch: imported only when a prompt is needed, not when the command line is read
     if args.prompt_file is not None:
-        from tools.bench.context import read_prompt_file
-
         text, source = read_prompt_file(args.prompt_file), f"the prompt file {Path(args.prompt_file).expanduser()}"
     elif args.prompt is not None:
         text, source = args.prompt, "--prompt"
     else:
-        from tools.bench.compare import DEMO_PROMPT
-
         return DEMO_PROMPT
     if not text.strip():
         raise ParameterError(f"{source} is empty" + (" (only whitespace)" if text else ""),
@@ -196,10 +190,10 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 
 
 PEERS_HELP = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on llamacpp "
-              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama); for medusa and lookahead "
+              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama) and, once `specpilot "
+              "peers setup llama.cpp` built llama-server, its draft-simple and n-gram modes; for medusa and lookahead "
               "on a Llama target also the upstream medusa-llm and lade, once `specpilot peers setup NAME` made their venvs")
-# the engines (tools.bench.context.BACKENDS, checked equal by the tests; not imported: it loads torch)
-BACKEND_CHOICES = ("transformers", "llamacpp")
+BACKEND_CHOICES = BACKENDS
 BACKEND_HELP = ("the engine: transformers (default) or llamacpp (the GGUF files of `specpilot models fetch`, or a "
                 ".gguf --target, run by llama.cpp without dequantising; Medusa and EAGLE do not run there)")
 

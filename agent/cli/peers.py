@@ -1,5 +1,6 @@
 """``specpilot peers setup NAME`` and ``specpilot peers status``: the upstream reference packages
-(medusa-llm, lade) in virtual environments of their own, timed beside ours with ``--peers``.
+(medusa-llm, lade) in virtual environments of their own, and llama.cpp's own speculative modes
+(llama-server built from the llama-cpp-python sdist), timed beside ours with ``--peers``.
 
 Setting one up installs packages, so it goes through the same gate as the agent's install tool
 (agent.approval): the exact commands are shown, the person approves them on the controlling terminal
@@ -16,24 +17,41 @@ import sys
 from agent.approval import approve_command
 from agent.render import err, out
 from memory import Store
-from tools.bench import upstream
+from tools.bench import llamacpp_server, upstream
 
 INSTALL_ACTION = "install"
 SETUP_COMMAND = "specpilot peers setup"
 
 
+PEER_NAMES = [*upstream.UPSTREAM_PEERS, llamacpp_server.NAME]
+
+
+def setup_commands(name: str) -> list[list[str]]:
+    return llamacpp_server.setup_commands() if name == llamacpp_server.NAME else upstream.setup_commands(name)
+
+
+def peer_status(name: str) -> dict:
+    return llamacpp_server.status() if name == llamacpp_server.NAME else upstream.status(name)
+
+
 def cmd_peers_setup(args) -> int:
-    name = upstream.peer(args.name).name  # an unknown name is refused before anything is asked
-    commands = upstream.setup_commands(name)
+    name = args.name if args.name == llamacpp_server.NAME else upstream.peer(args.name).name  # unknown: refused first
+    commands = setup_commands(name)
     what = (f"{SETUP_COMMAND} {name}: creates {upstream.peers_dir() / name} and runs\n  "
             + "\n  ".join(shlex.join(c) for c in commands))
     with Store() as store:
         approval = approve_command(store, INSTALL_ACTION, {"tool": SETUP_COMMAND, "input": {"peer": name, "packages": [name]}}, what,
                                    approval_id=args.approval_id)
     print(f"(approved: approval {approval['id']}, by {approval['decided_by']})", file=sys.stderr)
-    result = upstream.setup(name, progress=lambda m: err.print(m))
+    if name == llamacpp_server.NAME:
+        result = llamacpp_server.setup(progress=lambda m: err.print(m))
+    else:
+        result = upstream.setup(name, progress=lambda m: err.print(m))
     if args.json:
         print(json.dumps(result))
+    elif name == llamacpp_server.NAME:
+        out.print(f"llama-server is built ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}). "
+                  "`--peers --backend llamacpp` now times llama.cpp's plain, draft-simple and n-gram modes beside ours.")
     else:
         out.print(f"{name} is ready: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}. "
                   f"`--peers` now times it beside specpilot's {result['for_method']} on Llama targets "
@@ -42,7 +60,7 @@ def cmd_peers_setup(args) -> int:
 
 
 def cmd_peers_status(args) -> int:
-    rows = [upstream.status(name) for name in upstream.UPSTREAM_PEERS]
+    rows = [peer_status(name) for name in PEER_NAMES]
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -53,10 +71,10 @@ def cmd_peers_status(args) -> int:
 
 
 def add_peers_commands(sub) -> None:
-    p = sub.add_parser("peers", help="the upstream reference packages (medusa-llm, lade) in their own venvs")
+    p = sub.add_parser("peers", help="the upstream reference packages (medusa-llm, lade) and llama.cpp's own modes")
     psub = p.add_subparsers(dest="peers_command", required=True)
-    s = psub.add_parser("setup", help="create a peer's venv and install it (asks for approval)")
-    s.add_argument("name", choices=list(upstream.UPSTREAM_PEERS))
+    s = psub.add_parser("setup", help="create a peer's venv and install it, or build llama-server (asks for approval)")
+    s.add_argument("name", choices=PEER_NAMES)
     s.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this setup")
     s.add_argument("--json", action="store_true")

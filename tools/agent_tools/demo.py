@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from memory import Store
 from tools import models
-from tools.bench.compare import DEMO_PROMPT, CompareInput, Progress, compare
+from tools.bench.compare import Progress, compare
+from tools.bench.inputs import DEMO_PROMPT, CompareInput
 from tools.report.markdown import write_report
 
 __all__ = ["DEMO_PROMPT", "demo"]

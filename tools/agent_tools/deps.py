@@ -13,9 +13,8 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
-from tools.engine.methods import METHOD_NAMES
-from tools.engine.lookahead import lade_status
-from tools.engine.medusa import upstream_backend_status
+from tools.engine.params import METHOD_NAMES
+from tools.engine.upstream_status import lade_status, upstream_backend_status
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.saved_params import validate_saved_params
-from tools.engine.methods import ACCELERATED, MethodName
+from tools.engine.params import ACCELERATED, MethodName
 from tools.errors import RunNotFoundError
 from tools.agent_tools.registry import ToolContext, tool
 

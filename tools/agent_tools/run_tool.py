@@ -5,11 +5,10 @@ itself, labelled "memory" (tools.bench.sizing), and sized to this machine where 
 
 from __future__ import annotations
 
-from tools.bench.compare import CompareInput, compare_tool
 from tools.agent_tools.lookup import statement
 from tools.agent_tools.saved_params import split_saved_params
 from tools.agent_tools.registry import ToolContext, tool
-from tools.bench.run import RunInput, run_method
+from tools.bench.inputs import CompareInput, RunInput
 
 OUTPUT_SHOWN = 2000
 HIDDEN_KEYS = ("prompt_ids", "output_ids")  # long token lists stay in the store
@@ -44,6 +43,9 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
         if trained:
             full = full.model_copy(update={"medusa_heads": trained})
     ctx.report(f"running {full.method} on {full.target}")
+    # tools.bench.run loads torch: imported when a run starts, not when the tools are listed
+    from tools.bench.run import run_method
+
     record = run_method(full, store=ctx.store, progress=ctx.progress, task_id=ctx.task_id)
     out = {k: v for k, v in record.items() if k not in HIDDEN_KEYS}
     text = str(out.get("output_text") or "")
@@ -56,4 +58,16 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
     return out
 
 
-tool("compare_methods", CompareInput)(compare_tool)
+@tool("compare_methods", CompareInput)
+def compare_methods(inp: CompareInput, ctx: ToolContext) -> dict:
+    """Compare decoding methods on one prompt with identical settings on this machine: baseline, draft
+    (draft-model speculative decoding), medusa, lookahead and ngram (prompt lookup), each timed beside
+    the same plain-generation baseline and stored as a run of one task. Returns per method: speedup,
+    tokens/s, acceptance rate, tokens per step, whether the output matched the baseline (or where it
+    differs), the training and draft model it needs, and its run id; methods that cannot run here are
+    listed with the reason. Parameters not given are those saved for each method. Report the figures
+    exactly as returned, with run ids."""
+    # tools.bench.compare loads torch: imported when a comparison starts, not when the tools are listed
+    from tools.bench.compare import compare_tool
+
+    return compare_tool(inp, ctx)

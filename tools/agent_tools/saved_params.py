@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from tools.bench.run import MeasureOptions, RunInput
-from tools.engine.methods import PARAM_MODELS, parse_params
+from tools.bench.inputs import MeasureOptions, RunInput
+from tools.engine.params import PARAM_MODELS, parse_params
 from tools.errors import ParameterError
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memory.migrations import LEGACY_HEADS_KEY
 from memory.store import home_dir
-from tools.medusa.train import TrainConfig, default_training_files, train_heads
+from tools.medusa.config import TrainConfig, default_training_files
 from tools import models
 from tools.models import DEFAULT_TARGET
 from tools.agent_tools.registry import ToolContext, tool
@@ -63,6 +63,9 @@ def train_medusa(inp: TrainInput, ctx: ToolContext) -> dict:
     def approved(plan: str) -> bool:  # the user already approved exactly this call through the gate
         ctx.report(plan)
         return True
+
+    # tools.medusa.train loads torch: imported when a training runs, not when the tools are listed
+    from tools.medusa.train import train_heads
 
     report = train_heads(loaded, files, out, config, confirm=approved, progress=False, base_model=inp.target)
     ctx.store.save_trained_heads(inp.target, out)

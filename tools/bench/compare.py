@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from memory import Store
 from memory.store import settings_key
@@ -32,31 +32,14 @@ from tools import models
 from tools.bench import protocol as measure
 from tools.bench.protocol import Progress
 from tools.bench.record import RunRecord
-from tools.bench.context import (BACKENDS, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
+from tools.bench.context import (checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
                                  release_models, size_candidates)
-from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, RunInput, measure_candidates, record_from
+from tools.bench.inputs import BACKENDS, CompareInput, MeasureOptions, RunInput
+from tools.bench.run import Candidate, measure_candidates, record_from
 from tools.bench.summary import quality_text
-from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, MethodName, parse_params
+from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
-
-# the prompt of the demo and the default prompt of `specpilot run`
-DEMO_PROMPT = (
-    "Write a Python function `merge_intervals(intervals)` that merges overlapping intervals "
-    "and returns them sorted. Include a docstring and a short example."
-)
-
-
-class CompareInput(MeasureOptions):
-    """One prompt, identical generation settings, several methods, each measured against the baseline."""
-
-    prompt: str = Field(..., min_length=1)
-    methods: list[MethodName] = Field(default_factory=lambda: list(METHOD_NAMES), min_length=1,
-                                      description="methods to compare (default: all five)")
-    params: dict[str, dict] = Field(default_factory=dict,
-                                    description="each method's own parameters; missing ones come from memory")
-    peers: bool = Field(False, description=PEERS_DESCRIPTION)
-
 
 # ---------------------------------------------------------------------------- parameters
 def own_params(method: str, saved: dict | None) -> dict:
@@ -331,13 +314,8 @@ def with_saved_settings(inp: CompareInput, store) -> CompareInput:
 # the agent's compare tool: registered with tool("compare_methods", CompareInput)(compare_tool) in a module
 # listed in tools.agent_tools.registry.TOOL_MODULES; ``ctx`` is a tools.agent_tools.registry.ToolContext
 def compare_tool(inp: CompareInput, ctx) -> dict:
-    """Compare decoding methods on one prompt with identical settings on this machine: baseline, draft
-    (draft-model speculative decoding), medusa, lookahead and ngram (prompt lookup), each timed beside
-    the same plain-generation baseline and stored as a run of one task. Returns per method: speedup,
-    tokens/s, acceptance rate, tokens per step, whether the output matched the baseline (or where it
-    differs), the training and draft model it needs, and its run id; methods that cannot run here are
-    listed with the reason. Parameters not given are those saved for each method. Report the figures
-    exactly as returned, with run ids."""
+    """The compare_methods tool's work (tools.agent_tools.run_tool registers it): ``inp`` with the
+    settings saved in memory, compared and stored."""
     inp = with_saved_settings(inp, ctx.store)
     result = compare(inp, store=ctx.store, progress=ctx.progress)
     result["source"] = f"measured now on this machine; stored as the runs of task {result['task_id']}"

@@ -15,13 +15,12 @@ import gc
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel
 
 from memory import Store
 from tools import models
-from tools.bench import peers, upstream
+from tools.bench import llamacpp_server, peers, upstream
 from tools.bench.protocol import Runner
 from tools.bench.machine_cost import machine_cost, measure_curve
 from tools.bench.sizing import SizedParam, Sizing, size_params
@@ -35,8 +34,6 @@ from tools.medusa.eagle_train import load_eagle_for
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("transformers", "llamacpp")
-BackendName = Literal["transformers", "llamacpp"]
 LLAMACPP_CONTEXT = 4096  # prompt + new tokens a llama.cpp model is loaded for ...
 LLAMACPP_STEP_ROOM = 256  # ... and KV cells above that for the tokens of a verification step
 NO_HIDDEN_STATES = ("the llama.cpp backend does not expose the final hidden states that Medusa and EAGLE heads read (llama.cpp "
@@ -142,26 +139,6 @@ def run_on(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Gen
     if method == "draft" and backend_of(ctx) == "llamacpp":
         return draft_generate(ctx.target.model, ctx.draft.model, prompt_ids, settings, params)
     return run(method, ctx, prompt_ids, settings, params)
-
-
-def read_prompt_file(path: str | Path, what: str = "prompt file") -> str:
-    """The text of a prompt file (UTF-8, a byte-order mark dropped); a SpecpilotError naming the file
-    when it is missing, unreadable or not UTF-8."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ParameterError(f"{what} {file} does not exist", hint="check the path")
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ParameterError(f"cannot read {what} {file}: {exc.strerror or exc}",
-                             hint="check the file's permissions") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ParameterError(
-            f"{what} {file} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} ({exc.reason})",
-            hint=f"save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {file} > prompt-utf8.txt`, and pass that file",
-        ) from None
 
 
 def prompt_ids_for(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -452,7 +429,8 @@ def peer_runners(ctx: MethodContext, prompt_ids: list[int], int8_draft: bool = F
 def llamacpp_peer_runners(ctx: MethodContext, prompt_ids: list[int], max_new_tokens: int) -> dict[str, Runner]:
     """llama-cpp-python's ``Llama`` on the target's GGUF file: plain decoding and its prompt-lookup draft
     mode, each a ``Llama`` of its own made here (not while timed), with a context that holds the prompt
-    and ``max_new_tokens`` (the draft mode keeps logits for every position of it)."""
+    and ``max_new_tokens`` (the draft mode keeps logits for every position of it); and llama.cpp's own
+    modes in llama-server when it is built (tools.bench.llamacpp_server)."""
     backend = ctx.target.model
     need = len(prompt_ids) + max_new_tokens + 16
     out: dict[str, Runner] = {}
@@ -466,6 +444,7 @@ def llamacpp_peer_runners(ctx: MethodContext, prompt_ids: list[int], max_new_tok
                                                          n_threads=backend.n_threads, n_batch=backend.n_batch,
                                                          prompt_lookup=lookup)
         out[name] = (lambda n, e: lambda s: peers.llamacpp_generate(n, e, prompt_ids, s))(name, engine)
+    out.update(llamacpp_server.server_runners(ctx, prompt_ids, n_ctx=256 * -(-need // 256)))
     return out
 
 

@@ -2,8 +2,9 @@
 
 On transformers: assisted generation (same draft model) and prompt-lookup decoding. On llama.cpp
 (through llama-cpp-python's high-level ``Llama``, tools.engine.llamacpp.LlamaReference): plain decoding
-and its ``LlamaPromptLookupDecoding`` draft mode. llama.cpp's draft-simple and ngram modes are in its
-``common`` library, which llama-cpp-python does not bind, so they are not peers here."""
+and its ``LlamaPromptLookupDecoding`` draft mode. llama.cpp's draft-simple and n-gram modes are in its
+``common`` library, which llama-cpp-python does not bind: they run in llama-server, built once by
+``specpilot peers setup llama.cpp`` (tools.bench.llamacpp_server)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,6 @@ from tools.engine.llamacpp import LlamaReference
 from tools.engine.types import DecodeResult, GenerationSettings
 
 
-PEER_LABELS = {
-    "hf_assisted": "transformers assisted",
-    "hf_assisted_int8": "transformers assisted (int8 draft)",
-    "hf_prompt_lookup": "transformers prompt lookup",
-    "llamacpp_plain": "llama.cpp plain",
-    "llamacpp_prompt_lookup": "llama.cpp prompt lookup",
-    # the upstream reference packages in their own venvs (tools.bench.upstream)
-    "upstream_medusa": "medusa-llm (upstream)",
-    "upstream_lade": "lade (upstream)",
-    "upstream_plain": "transformers 4.34 plain (peer venv)",
-}
 # LlamaPromptLookupDecoding's own defaults: n-grams of up to 2 tokens, 10 draft tokens
 LLAMACPP_PROMPT_LOOKUP = (2, 10)
 

@@ -12,18 +12,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from memory import Store
-from tools import models
 from tools.bench import protocol as measure
-from tools.bench.context import (BackendName, backend_of, check_backend, checked_prompt_ids, eos_ids_for,
+from tools.bench.context import (backend_of, check_backend, checked_prompt_ids, eos_ids_for,
                                  generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
                                  sized_run_params, uses_int8_draft)
-from tools.bench.peers import PEER_LABELS
+from tools.bench.inputs import MeasureOptions, RunInput
+from tools.bench.inputs import PEER_LABELS
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
-from tools.engine.methods import METHOD_NAMES, MethodContext, MethodName, parse_params
+from tools.engine.methods import METHOD_NAMES, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError, StoreError
 
@@ -31,47 +31,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MeasureOptions", "RunInput", "Candidate", "measure_candidates", "record_from", "measure_method",
            "run_method", "store_record", "build_context", "settings_for", "load_cached", "prompt_ids_for", "eos_ids_for"]
-
-# the one bound on new tokens is GenerationSettings' (tools.engine.types); read it from that field
-MAX_NEW_TOKENS = next(m.le for m in GenerationSettings.model_fields["max_new_tokens"].metadata if hasattr(m, "le"))
-
-
-class MeasureOptions(BaseModel):
-    """Models and settings every measurement shares (run, compare, bench, tune); defaults live here."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: BackendName = Field("transformers", description="the engine: transformers (default) or llamacpp (the "
-                                                              "GGUF files run by llama.cpp, not dequantised)")
-    target: str = models.DEFAULT_TARGET
-    draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
-    medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
-    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    chat: bool = Field(True, description="apply the model's chat template (False: raw prompt)")
-    dtype: str = "auto"
-    device_map: str | None = None
-    threads: int | None = Field(None, ge=1)
-    repeats: int = Field(1, ge=1, le=50)
-    warmup: int = Field(1, ge=0, le=5)
-
-
-PEERS_DESCRIPTION = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on "
-                     "llamacpp llama.cpp's plain decoding and its prompt-lookup mode; for medusa and lookahead on a Llama "
-                     "target also the upstream medusa-llm and lade packages, in venvs `specpilot peers setup` made")
-
-
-class RunInput(MeasureOptions):
-    """One measured run: a method and the baseline on the same prompt and settings."""
-
-    method: MethodName
-    prompt: str = Field(..., min_length=1)
-    params: dict = Field(default_factory=dict, description="the method's own parameters")
-    peers: bool = Field(False, description=PEERS_DESCRIPTION)
-
 
 @dataclass
 class Candidate:

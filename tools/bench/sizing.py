@@ -39,8 +39,8 @@ from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RAT
                                       relative_cost)
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
-from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, DraftParams, EagleParams, LookaheadParams,
-                                 PromptLookupParams, parse_params, shown_value)
+from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, SIZED_FIELDS, DraftParams, EagleParams,
+                                 LookaheadParams, PromptLookupParams, parse_params, shown_value)
 from tools.errors import ParameterError
 
 SOURCES = ("given", "memory", "sized", "default")
@@ -242,11 +242,6 @@ SIZERS = {"lookahead": size_lookahead, "medusa": size_medusa, "draft": size_draf
           "eagle": size_eagle}
 # the fields each sizer sets (tests check them against SIZERS): a method whose every one of these is given or
 # saved needs no machine to be sized (``fixed_params``)
-SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
-                "draft": ("k", "k_max"), "eagle": ("tree_nodes", "depth", "topk"),
-                "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates",
-                          "pass_costs")}
-
 
 # ---------------------------------------------------------------------------- precedence
 def size_params(method: str, machine: MachineCost | None, given: dict | None = None, saved: dict | None = None,

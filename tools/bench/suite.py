@@ -28,8 +28,9 @@ from prompts.spec_bench import EVAL_PATH
 from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, resolve_candidates, run_key
 from tools.bench.context import (Prepared, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
-                                 read_prompt_file, size_candidates)
-from tools.bench.run import PEERS_DESCRIPTION, Candidate, MeasureOptions, measure_candidates
+                                 size_candidates)
+from tools.bench.inputs import PEERS_DESCRIPTION, MeasureOptions, read_prompt_file
+from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
 from tools.bench.summary import method_stats, peer_stats, summarise
 from tools.engine.methods import ACCELERATED, MethodName, parse_params

@@ -24,7 +24,8 @@ from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, run_key
 from tools.bench.context import checked_prompt_ids, generation_settings, medusa_heads_for, prepare
 from tools.bench.machine_cost import MachineCost, machine_cost
-from tools.bench.run import Candidate, MeasureOptions, measure_candidates
+from tools.bench.inputs import MeasureOptions
+from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import size_params
 from tools.bench.suite import load_prompt_set
 from tools.bench.summary import method_stats

@@ -47,13 +47,9 @@ out.
 
 from __future__ import annotations
 
-import ast
-import importlib
-import importlib.util
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -326,56 +322,3 @@ def generate(model, prompt_ids, settings: GenerationSettings, params: LookaheadP
     params = (params or LookaheadParams()).check()
     backend = as_backend(model)
     return decode(backend, prompt_ids, settings, LookaheadStep(backend, params, settings), "lookahead")
-
-
-# ---------------------------------------------------------------------------------------- lade check
-def lade_status() -> tuple[bool, str]:
-    """Say whether the PyPI package ``lade`` (the reference implementation) could run here.
-
-    lade is not imported (importing it patches transformers); its sources are read instead and
-    every ``from transformers... import name`` and ``GenerationMixin.<attr>`` it uses is looked up
-    in the installed transformers. Returns (ok, reason); reason names the first missing attribute.
-    """
-    spec = importlib.util.find_spec("lade")
-    if spec is None or not spec.submodule_search_locations:
-        return False, "lade is not installed (specpilot's own lookahead decoder does not need it)"
-    import transformers
-
-    version = transformers.__version__
-    missing: list[str] = []
-    for folder in spec.submodule_search_locations:
-        for path in sorted(Path(folder).rglob("*.py")):
-            missing.extend(_missing_transformers_names(path, transformers))
-    if missing:
-        # the GenerationMixin methods lade patches come first: they are why it cannot work at all
-        missing.sort(key=lambda item: "GenerationMixin" not in item[1])
-        shown = ", ".join(f"{name} ({where})" for where, name in missing[:3])
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        return False, (f"lade cannot run with transformers {version}: it needs {shown}{more}, which this "
-                       f"transformers no longer has; lade targets transformers 4.36 (GenerationMixin "
-                       f"internals were removed in 4.41). Use specpilot's lookahead method instead.")
-    return True, f"lade's transformers imports all resolve with transformers {version}"
-
-
-def _missing_transformers_names(path: Path, transformers) -> list[tuple[str, str]]:
-    """(file, 'module.name') for each transformers name ``path`` imports or patches that does not exist."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except SyntaxError:
-        return []
-    found: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "transformers":
-            try:
-                module = importlib.import_module(node.module)
-            except Exception:  # a removed module
-                found.append((path.name, node.module))
-                continue
-            for alias in node.names:
-                if alias.name != "*" and not hasattr(module, alias.name):
-                    found.append((path.name, f"{node.module}.{alias.name}"))
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-              and node.value.id == "GenerationMixin" and isinstance(node.ctx, ast.Load)):
-            if not hasattr(transformers.GenerationMixin, node.attr):
-                found.append((path.name, f"transformers.GenerationMixin.{node.attr}"))
-    return found

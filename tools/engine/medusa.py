@@ -42,7 +42,6 @@ materialises every layer's output.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from dataclasses import dataclass, replace
 
@@ -56,6 +55,7 @@ from tools.engine.medusa_trees import AUTO, resolve_tree, validate_choices
 from tools.engine.sampling import greedy_tokens, make_generator, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.engine.params import MedusaParams  # noqa: F401  (re-exported: part of this module's API)
+from tools.engine.upstream_status import upstream_backend_status
 from tools.errors import DependencyError, ParameterError, VocabularyMismatchError
 
 TYPICAL_NOTE = (
@@ -368,29 +368,6 @@ def generate(model, heads: MedusaHeads, prompt_ids, settings: GenerationSettings
 
 
 # ---------------------------------------------------------------------------------------- upstream backend
-def upstream_backend_status() -> tuple[bool, str]:
-    """Whether the PyPI package ``medusa-llm`` can run here, and why not when it cannot."""
-    from importlib import metadata
-
-    import transformers
-
-    try:
-        version = metadata.version("medusa-llm")
-    except metadata.PackageNotFoundError:
-        return False, "the PyPI package medusa-llm is not installed"
-    if importlib.util.find_spec("medusa") is None:
-        return False, f"medusa-llm {version} is installed but its `medusa` module is missing"
-    tf = transformers.__version__
-    try:
-        importlib.import_module("medusa.model.medusa_model")
-    except Exception as exc:  # any import failure is the answer we report
-        return False, f"medusa-llm {version} cannot be imported with transformers {tf}: {type(exc).__name__}: {exc}"
-    if int(tf.split(".")[0]) >= 5:
-        return False, (f"medusa-llm {version} vendors a Llama/Mistral model written for transformers 4.x (its own "
-                       f"KV cache and a tree mask set as a model attribute); it does not run with transformers {tf}")
-    return True, f"medusa-llm {version} imports with transformers {tf}"
-
-
 def generate_upstream(heads_ref: str, prompt_ids, settings: GenerationSettings,
                       params: MedusaParams | None = None) -> DecodeResult:
     """Run upstream's ``medusa_generate`` (the ``--backend upstream`` path) for comparison.

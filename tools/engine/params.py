@@ -227,6 +227,13 @@ PARAM_MODELS: dict[str, type[BaseModel]] = {name: spec.params for name, spec in 
 DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
 
 
+# the parameters the machine sizes (tools.bench.sizing) when neither given nor saved
+SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
+                "draft": ("k", "k_max"), "eagle": ("tree_nodes", "depth", "topk"),
+                "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates",
+                          "pass_costs")}
+
+
 def parse_params(method: str, params: dict | None) -> BaseModel:
     """Validate a method's parameters; raise ParameterError naming the bad field."""
     if method not in PARAM_MODELS:

@@ -17,6 +17,7 @@ from pathlib import Path
 from memory.migrations import utc_now
 from memory.store import home_dir
 from tools.bench.summary import quality_text, summarise
+from tools.engine.params import METHODS
 from tools.errors import ParameterError
 
 FORMATS = ("md", "json", "png")
@@ -163,10 +164,6 @@ def _figure(width: float, height: float):
 
 def _method_spec(method: str):
     """The method table's entry for ``method`` (None for peers and unknown names)."""
-    # imported here: the method table loads torch and transformers, which `specpilot` start-up (agent.render
-    # reads fmt from this module) must not
-    from tools.engine.methods import METHODS
-
     return METHODS.get(method)
 
 
