@@ -15,11 +15,10 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	# the llama.cpp backend: llama-cpp-python builds from its sdist once (cmake, a C++ compiler);
-	# pip keeps the built wheel in its cache, so later installs take seconds
-	$(BIN)/python -m pip install --quiet -e ".[llamacpp]"
+	# one resolve for everything: this machine's CPU torch (pinned: a newer one is a multi-GB CUDA build),
+	# specpilot with its test tools, and the llama.cpp backend (llama-cpp-python builds from its sdist
+	# once with cmake and a C++ compiler; pip keeps the built wheel in its cache, so later installs take seconds)
+	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)" -e ".[dev,llamacpp]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -69,12 +70,16 @@ class LineReader:
                 return self.session.prompt(prompt)
             except EOFError:
                 return None
+            except Terminated:
+                raise
             except KeyboardInterrupt:
                 return on_interrupt
         self.console.print(prompt, end="", markup=False, highlight=False)
         self.console.file.flush()
         try:
             line = self.stdin.readline()
+        except Terminated:
+            raise
         except KeyboardInterrupt:
             self.console.print()
             return on_interrupt
@@ -194,10 +199,26 @@ class Chat:
                 continue
             try:
                 reply = self.session.handle(line)
+            except Terminated:
+                raise
             except KeyboardInterrupt:
                 self.say("\nInterrupted; the request is recorded as unfinished.")
                 continue
             self.show(reply)
+
+
+class Terminated(KeyboardInterrupt):
+    """The chat was told to stop (SIGTERM, or SIGHUP when its terminal closed): like Ctrl-C, the request in
+    progress is recorded as unfinished (agent.loop.Session.handle), but the chat then ends."""
+
+
+def stop_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` (the main thread only)."""
+    def stop(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
 
 
 def log_to_file() -> Path:
@@ -218,5 +239,6 @@ def log_to_file() -> Path:
 def run_chat(brain: str = "auto", skip_onboarding: bool = False) -> int:
     """Run ``specpilot chat`` on this process's terminal (or piped stdin); return the exit code."""
     log_to_file()
+    stop_on_termination()
     with Store() as store:
         return Chat(brain=brain, store=store, skip_onboarding=skip_onboarding).run()

@@ -131,8 +131,9 @@ class Session:
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
-        except KeyboardInterrupt:
-            self.store.update_task(self.task_id, status="unfinished", note="interrupted by the user")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or (agent.chat.Terminated) SIGTERM / SIGHUP
+            self.store.update_task(self.task_id, status="unfinished",
+                                   note=f"interrupted by {exc}" if str(exc) else "interrupted by the user")
             self.task_id = None
             raise
         except Exception as exc:  # a brain bug ends this request, not the conversation

@@ -65,6 +65,28 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
         assert approval["arguments"]["input"]["destination"] == destination and approval["status"] == "denied"
 
 
+def test_a_chat_killed_at_an_approval_question_leaves_the_request_unfinished(specpilot_home, tmp_path):
+    """SIGTERM (or SIGHUP: the terminal closed) while the chat waits for an approval: the process ends,
+    the request is recorded as unfinished with what stopped it, and the approval stays pending."""
+    import signal
+
+    chat = spawn_chat(specpilot_home, "--skip-onboarding")
+    chat.expect_exact(PROMPT)
+    chat.sendline("share my results")
+    chat.expect("Where should the report go")
+    chat.expect_exact(PROMPT)
+    chat.sendline(str(tmp_path / "report.md"))
+    chat.expect_exact("(anything else does not approve) > ")
+    chat.kill(signal.SIGTERM)
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 130 and "Traceback" not in chat.before
+    with Store() as store:
+        [task] = [t for t in store.list_tasks() if t["request"] == "share my results"]
+        assert task["status"] == "unfinished" and any("SIGTERM" in n["text"] for n in task["notes"])
+        assert [a["status"] for a in store.list_approvals()] == ["pending"]
+
+
 def test_ctrl_d_ends_the_chat_and_an_unknown_command_is_not_done(specpilot_home):
     chat = spawn_chat(specpilot_home, "--skip-onboarding")
     chat.expect_exact(PROMPT)
