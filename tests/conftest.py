@@ -79,8 +79,9 @@ def spec_bench_path():
 TINY_WORDS = "def return the a of to in is for and if else print x y n i value list string function python write code"
 
 
-def make_tiny_model_folder(folder: Path, eos: bool = False) -> Path:
-    """Save a tiny random Qwen2 checkpoint with a word-level tokenizer to ``folder`` (a local model ref)."""
+def make_tiny_model_folder(folder: Path, eos: bool = False, kind: str = "qwen2", seed: int = 0) -> Path:
+    """Save a tiny random checkpoint (``kind``: qwen2 or llama) with a word-level tokenizer to ``folder``
+    (a local model ref)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -90,7 +91,7 @@ def make_tiny_model_folder(folder: Path, eos: bool = False) -> Path:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
-    model = make_tiny_model("qwen2", layers=2, seed=0, vocab=VOCAB)
+    model = make_tiny_model(kind, layers=2, seed=seed, vocab=VOCAB)
     if not eos:
         model.generation_config.eos_token_id = None  # run the full max_new_tokens
     model.save_pretrained(folder)

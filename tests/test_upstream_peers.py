@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_models import make_tiny_model
+from conftest import make_tiny_model_folder
 from tools import models
 from tools.bench import upstream
 from tools.engine.medusa import MedusaHeads
@@ -57,17 +57,7 @@ def fake_peer_venv(home: Path, name: str, tmp_path: Path, monkeypatch) -> None:
 
 def tiny_llama_folder(folder: Path) -> Path:
     """A tiny random Llama checkpoint with a word-level tokenizer (a local model ref)."""
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<eos>": 1, **{w: i + 2 for i, w in enumerate("a b c d e f g h i j".split())}}
-    tok = Tokenizer(tok_models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
-    model = make_tiny_model("llama", layers=2, seed=3, vocab=64)
-    model.generation_config.eos_token_id = None
-    model.save_pretrained(folder)
-    return folder
+    return make_tiny_model_folder(folder, kind="llama", seed=3)
 
 
 # ------------------------------------------------------------------------------------ pure parts
