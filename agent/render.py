@@ -43,8 +43,10 @@ def run_table(record: dict) -> Table:
     for name, peer in (record.get("peers") or {}).items():
         label = peer_label(name)
         same = "n/a" if peer.get("matches_baseline") is None else ("identical" if peer["matches_baseline"] else "differs")
+        acceptance = "—" if peer.get("acceptance") is None else fmt(peer["acceptance"] * 100, 1, "%")
+        per_step = "—" if peer.get("tokens_per_step") is None else fmt(peer["tokens_per_step"])
         table.add_row(label, fmt(peer["wall_time_s"], 2, " s"), fmt(peer["tokens_per_s"]),
-                      fmt(peer["speedup"], 2, "x"), "—", "—", same)
+                      fmt(peer["speedup"], 2, "x"), acceptance, per_step, same)
     return table
 
 

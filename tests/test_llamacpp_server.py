@@ -113,3 +113,16 @@ def test_real_llama_server_modes_match_llama_cpp_plain_on_the_default_target():
         srv.close_all()
     for key in ("llamacpp_server_plain", "llamacpp_ngram_simple", "llamacpp_ngram_map_k", "llamacpp_ngram_mod"):
         assert record["peers"][key]["matches_baseline"] is True, (key, record["peers"][key])
+
+
+def test_a_peers_draft_counts_become_its_acceptance():
+    from tools.bench.run import peer_acceptance
+    from tools.engine.types import DecodeResult
+
+    def result(extra):
+        return DecodeResult(method="p", output_ids=[1, 2], prefill_s=0.0, decode_s=1.0, steps=0, target_forwards=0,
+                            extra=extra)
+
+    assert peer_acceptance(result({"draft_n": 10, "draft_n_accepted": 4})) == 0.4
+    assert peer_acceptance(result({"draft_n": 0, "draft_n_accepted": 0})) is None
+    assert peer_acceptance(result({"engine": "llama-cpp-python Llama"})) is None

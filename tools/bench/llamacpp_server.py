@@ -143,10 +143,12 @@ def setup(progress=None) -> dict:
 # ------------------------------------------------------------------------------------------ servers
 def server_argv(mode: ServerMode, target: Path, draft: Path | None, port: int, n_ctx: int, threads: int,
                 n_batch: int) -> list[str]:
-    """llama-server's command line for ``mode``: one slot, no web page, the backend's threads and batch."""
+    """llama-server's command line for ``mode``: one slot, no web page, the backend's threads and batch,
+    and flash attention off as in the backend and llama-cpp-python's ``Llama`` (the server's ``auto`` turns
+    it on for a CPU, whose different rounding changes greedy tokens at near-ties)."""
     argv = [str(binary()), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-np", "1",
             "-c", str(n_ctx), "-t", str(threads), "-tb", str(threads), "-b", str(n_batch), "-ub", str(n_batch),
-            "--no-webui", *mode.args]
+            "--flash-attn", "off", "--no-webui", *mode.args]
     if mode.needs_draft:
         argv += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
     return argv

@@ -22,8 +22,9 @@ RECORD_VERSION = 3
 
 
 class PeerFigures(BaseModel):
-    """One peer (transformers' assisted generation and prompt lookup, llama.cpp's plain and prompt-lookup
-    decoding) timed beside the baseline."""
+    """One peer (transformers' assisted generation and prompt lookup, llama.cpp's own modes, the upstream
+    packages) timed beside the baseline. ``acceptance`` and ``tokens_per_step`` only where the peer
+    reports them (llama-server's draft counts, the upstream runners' steps)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -32,6 +33,8 @@ class PeerFigures(BaseModel):
     speedup: float | None = None
     new_tokens: int | None = None
     matches_baseline: bool | None = None
+    acceptance: float | None = None
+    tokens_per_step: float | None = None
     times: list[float] = Field(default_factory=list)
 
 

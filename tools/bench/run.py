@@ -103,9 +103,17 @@ def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, PeerFi
                 speedup=base.median / t.median if t.median else None,
                 new_tokens=t.result.new_tokens,
                 matches_baseline=(t.result.output_ids == base.result.output_ids) if greedy else None,
+                acceptance=peer_acceptance(t.result),
+                tokens_per_step=t.result.new_tokens / t.result.steps if t.result.steps else None,
                 times=t.times,
             )
     return rows
+
+
+def peer_acceptance(result) -> float | None:
+    """The share of a peer's drafted tokens its target accepted, where the peer counts them (llama-server)."""
+    drafted = (result.extra or {}).get("draft_n")
+    return result.extra["draft_n_accepted"] / drafted if drafted else None
 
 
 def rerun_for(method: str, ctx: MethodContext, prompt_ids: list[int], settings: GenerationSettings, params: dict):
