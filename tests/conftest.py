@@ -59,12 +59,16 @@ def tiny_draft(tiny_qwen):
 
 
 @pytest.fixture(autouse=True)
-def specpilot_home(tmp_path, monkeypatch):
-    """Every test gets its own SPECPILOT_HOME (database, settings) in a temporary folder."""
+def specpilot_home(tmp_path, monkeypatch, request):
+    """Every test gets its own SPECPILOT_HOME (database, settings) in a temporary folder, and no peers
+    set up (``specpilot peers setup`` venvs and llama-server live outside it), so a run's peers do not
+    depend on what this machine has built; the slow group uses the machine's real peers."""
     home = tmp_path / "specpilot-home"
     monkeypatch.setenv("SPECPILOT_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("SPECPILOT_PEERS", str(tmp_path / "no-peers"))
     return home
 
 
