@@ -29,11 +29,13 @@ demo: $(STAMP)
 	$(BIN)/specpilot models fetch
 	$(BIN)/specpilot demo
 
+# the first process to import a module writes its bytecode for the others (the install leaves that to
+# them), even where the caller's environment says not to write any (PYTHONDONTWRITEBYTECODE)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m slow
 
 bench-draft: $(STAMP)
 	$(BIN)/python benchmarks/draft.py
