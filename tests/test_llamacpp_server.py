@@ -105,7 +105,7 @@ def test_real_llama_server_modes_match_llama_cpp_plain_on_the_default_target():
         pytest.skip("`specpilot peers setup llama.cpp` has not been run on this machine")
     if not models.gguf_path(models.builtin(models.DEFAULT_TARGET)).exists():
         pytest.skip("the default models are not fetched (`specpilot models fetch`)")
-    inp = RunInput(method="prompt_lookup", prompt="Repeat this list: apples, pears, plums, apples, pears, plums.",
+    inp = RunInput(method="ngram", prompt="Repeat this list: apples, pears, plums, apples, pears, plums.",
                    max_new_tokens=24, peers=True, backend="llamacpp")
     try:
         record = run_method(inp)

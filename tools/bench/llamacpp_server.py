@@ -92,7 +92,7 @@ def installed_version() -> str:
 def status() -> dict:
     """``{"peer", "ready", "versions" or "reason", ...}`` like the upstream peers' status."""
     info = {"peer": NAME, "package": f"llama-server from the {PACKAGE} sdist", "for_method": "methods on --backend llamacpp",
-            "what": "llama.cpp's own plain, draft-simple and n-gram speculative modes (llama-server), on --backend llamacpp"}
+            "what": "llama.cpp's own plain, draft-simple and n-gram speculative modes (llama-server)"}
     try:
         versions = json.loads(ready_file().read_text())["versions"]
     except (OSError, ValueError, KeyError):
