@@ -17,7 +17,6 @@ so it is not run (:data:`NOT_RUN`).
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.bench.children import Children
 from tools.bench.inputs import PEER_LABELS
 from tools.bench.upstream import peers_dir
 from tools.engine.types import DecodeResult, GenerationSettings
@@ -217,25 +217,17 @@ class LlamaServer:
                 self.proc.kill()
 
 
-_SERVERS: dict[tuple, LlamaServer] = {}
+_SERVERS = Children()  # one server (one model set) per mode
 
 
-@atexit.register
 def close_all() -> None:
-    for server in _SERVERS.values():
-        server.close()
-    _SERVERS.clear()
+    _SERVERS.close_all()
 
 
 def server_for(mode: ServerMode, target: Path, draft: Path | None, n_ctx: int, threads: int, n_batch: int) -> LlamaServer:
     key = (mode.key, str(target), str(draft) if mode.needs_draft else None, n_ctx, threads, n_batch)
-    server = _SERVERS.get(key)
-    if server is None or server.proc.poll() is not None:
-        for other in [k for k in _SERVERS if k[0] == mode.key]:  # one model set per mode in memory
-            _SERVERS.pop(other).close()
-        server = _SERVERS[key] = LlamaServer(
-            lambda port: server_argv(mode, target, draft, port, n_ctx, threads, n_batch), mode.label)
-    return server
+    return _SERVERS.get(key, lambda: LlamaServer(
+        lambda port: server_argv(mode, target, draft, port, n_ctx, threads, n_batch), mode.label))
 
 
 def request_body(prompt_ids: list[int], settings: GenerationSettings) -> dict:

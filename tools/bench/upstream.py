@@ -18,7 +18,6 @@ written in upstream's checkpoint format (:func:`tools.medusa.checkpoint.save_ups
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import logging
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import models
+from tools.bench.children import Children
 from tools.engine.medusa_trees import resolve_tree
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ParameterError, SpecpilotError
@@ -244,24 +244,15 @@ class UpstreamProcess:
                 self.proc.kill()
 
 
-_PROCESSES: dict[tuple, UpstreamProcess] = {}
+_PROCESSES = Children()  # one runner (one model) per peer
 
 
-@atexit.register
 def close_all() -> None:
-    for proc in _PROCESSES.values():
-        proc.close()
-    _PROCESSES.clear()
+    _PROCESSES.close_all()
 
 
 def process_for(name: str, load: dict, threads: int | None) -> UpstreamProcess:
-    key = (name, json.dumps(load, sort_keys=True))
-    proc = _PROCESSES.get(key)
-    if proc is None or proc.proc.poll() is not None:
-        for other in [k for k in _PROCESSES if k[0] == name]:  # one model per peer in memory
-            _PROCESSES.pop(other).close()
-        proc = _PROCESSES[key] = UpstreamProcess(name, load, threads)
-    return proc
+    return _PROCESSES.get((name, json.dumps(load, sort_keys=True)), lambda: UpstreamProcess(name, load, threads))
 
 
 def generate(proc: UpstreamProcess, label: str, mode: str, prompt_ids: list[int],
