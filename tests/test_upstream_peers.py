@@ -196,3 +196,16 @@ def test_dense_cover_holds_every_path_of_our_tree():
         assert shape[0] == 1 and len(shape) == 1 + max(len(c) for c in tree)
         dense = {tuple(p) for d in range(1, len(shape)) for p in product(*(range(k) for k in shape[1:d + 1]))}
         assert {tuple(c) for c in tree} <= dense
+
+
+def test_setup_steps_run_in_order_and_a_failure_says_which_and_why(peers_home):
+    """The step runner both setups use (venvs, llama-server): a fresh folder, the commands in order,
+    the failing step's own output in the error."""
+    from tools.errors import DependencyError
+
+    marker = peers_home / "x" / "ran"
+    upstream.run_steps("x", [["sh", "-c", f"echo one > {marker}"]], None, timeout_s=60, hint="h")
+    assert marker.read_text() == "one\n"
+    with pytest.raises(DependencyError, match="boom") as err:
+        upstream.run_steps("x", [["true"], ["sh", "-c", "echo boom >&2; exit 3"]], None, timeout_s=60, hint="do this")
+    assert "exit 3" in str(err.value) and not marker.exists()  # the folder was emptied first

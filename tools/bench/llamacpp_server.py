@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from tools.bench.children import Children
 from tools.bench.inputs import PEER_LABELS
-from tools.bench.upstream import peers_dir
+from tools.bench.upstream import peers_dir, run_steps
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ParameterError
 
@@ -121,16 +120,8 @@ def setup_commands() -> list[list[str]]:
 def setup(progress=None) -> dict:
     """Download the sdist and build llama-server (only after a person approved the commands); record the
     version. Raises DependencyError with the tool's output when a step fails."""
-    shutil.rmtree(home(), ignore_errors=True)
-    home().mkdir(parents=True)
-    for argv in setup_commands():
-        if progress:
-            progress(f"{NAME}: {' '.join(argv[:4])} ...")
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=7200, check=False)
-        if proc.returncode != 0:
-            raise DependencyError(f"building {NAME} failed (exit {proc.returncode}) at {' '.join(argv[:4])}: "
-                                  f"{(proc.stderr or proc.stdout).strip()[-600:]}",
-                                  hint="it needs cmake, a C++ compiler and the package index; run it again when they are there")
+    run_steps(NAME, setup_commands(), progress, timeout_s=7200,
+              hint="it needs cmake, a C++ compiler and the package index; run it again when they are there")
     probe = subprocess.run([str(binary()), "--version"], capture_output=True, text=True, timeout=120, check=False)
     if probe.returncode != 0:
         raise DependencyError(f"the built llama-server does not start: {(probe.stderr or probe.stdout).strip()[-400:]}")

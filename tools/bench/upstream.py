@@ -110,20 +110,26 @@ def setup_commands(name: str) -> list[list[str]]:
             [py, "-m", "pip", "install", "--quiet", "--no-deps", p.package]]
 
 
-def setup(name: str, progress=None) -> dict:
-    """Create the peer's venv and install it (call only after a person approved the commands); check the
-    runner starts and record the versions. Raises DependencyError with pip's output when a step fails."""
+def run_steps(name: str, commands: list[list[str]], progress, timeout_s: int, hint: str) -> None:
+    """Empty the peer's folder, then run ``commands`` in order (each after a person approved them all);
+    DependencyError with the failing step's output (and ``hint``) when one fails."""
     home = peers_dir() / name
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    for argv in setup_commands(name):
+    for argv in commands:
         if progress:
             progress(f"{name}: {' '.join(a for a in argv[1:] if a != '--quiet')}")
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         if proc.returncode != 0:
             raise DependencyError(f"setting up {name} failed (exit {proc.returncode}) at {' '.join(argv[:5])}: "
-                                  f"{(proc.stderr or proc.stdout).strip()[-600:]}",
-                                  hint="check that this machine reaches the package index, then run it again")
+                                  f"{(proc.stderr or proc.stdout).strip()[-600:]}", hint=hint)
+
+
+def setup(name: str, progress=None) -> dict:
+    """Create the peer's venv and install it (call only after a person approved the commands); check the
+    runner starts and record the versions. Raises DependencyError with pip's output when a step fails."""
+    run_steps(name, setup_commands(name), progress, timeout_s=3600,
+              hint="check that this machine reaches the package index, then run it again")
     probe = subprocess.run([str(venv_python(name)), "-c", "import json, importlib.metadata as m; print(json.dumps("
                             "{d: m.version(d) for d in ('torch', 'transformers', %r)}))" % peer(name).package.split("==")[0]],
                            capture_output=True, text=True, timeout=600, check=False)
