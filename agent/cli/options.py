@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tools.bench.inputs import BACKENDS, DEMO_PROMPT, read_prompt_file
+from tools.bench.inputs import BACKENDS, DEMO_PROMPT, PEERS_DESCRIPTION, read_prompt_file
 from tools.engine import params as method_params_table
 from tools.errors import ParameterError
 
@@ -189,10 +189,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with all digits")
 
 
-PEERS_HELP = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on llamacpp "
-              "llama.cpp's plain decoding and its prompt-lookup mode (llama-cpp-python's Llama) and, once `specpilot "
-              "peers setup llama.cpp` built llama-server, its draft-simple and n-gram modes; for medusa and lookahead "
-              "on a Llama target also the upstream medusa-llm and lade, once `specpilot peers setup NAME` made their venvs")
+PEERS_HELP = PEERS_DESCRIPTION  # the run and compare input models' own description of --peers
 BACKEND_CHOICES = BACKENDS
 BACKEND_HELP = ("the engine: transformers (default) or llamacpp (the GGUF files of `specpilot models fetch`, or a "
                 ".gguf --target, run by llama.cpp without dequantising; Medusa and EAGLE do not run there)")

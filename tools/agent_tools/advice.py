@@ -2,7 +2,7 @@
 and holds their input models): parameter guidance for each method, tailored to the model size and the
 hardware, and always marked as advice to be measured.
 
-Starting values are the parameter models' defaults (tools.engine.methods.PARAM_MODELS), which follow the
+Starting values are the parameter models' defaults (tools.engine.params.PARAM_MODELS), which follow the
 sources: draft 5-10x smaller than the target; Medusa posterior threshold 0.09 and alpha 0.3;
 lookahead W=15, N=5, G=5 (shaped for a GPU). Lookahead's W/N/G and drafts, draft's K and K_max and
 prompt lookup's draft sizes are sized with the function run and compare use (tools.bench.sizing.size_params,

@@ -11,8 +11,8 @@ processes the whole prompt, as ours does) and reads back the generated ids. The 
 time of the request, from sending the ids to the last token received; the server's own prompt and
 generation times and its draft counts are kept with the result.
 
-eagle3 needs an EAGLE-3 draft converted to GGUF for the target; there is none for the built-in models,
-so it is not run (:data:`NOT_RUN`).
+``draft-eagle3`` is not among them: it needs an EAGLE-3 draft head converted to GGUF for the target, and
+there is none for the built-in models.
 """
 
 from __future__ import annotations
@@ -62,8 +62,6 @@ SERVER_MODES = {m.key: m for m in (
     ServerMode("llamacpp_ngram_map_k", ("--spec-type", "ngram-map-k")),
     ServerMode("llamacpp_ngram_mod", ("--spec-type", "ngram-mod")),
 )}
-NOT_RUN = {"draft-eagle3": "needs an EAGLE-3 draft head converted to GGUF for the target; none exists for the "
-                           "built-in models"}
 
 
 def home() -> Path:

@@ -19,8 +19,7 @@ from tools.bench import protocol as measure
 from tools.bench.context import (backend_of, check_backend, checked_prompt_ids, eos_ids_for,
                                  generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
                                  sized_run_params, uses_int8_draft)
-from tools.bench.inputs import MeasureOptions, RunInput
-from tools.bench.inputs import PEER_LABELS
+from tools.bench.inputs import PEER_LABELS, MeasureOptions, RunInput
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
 from tools.engine.methods import METHOD_NAMES, MethodContext, parse_params
