@@ -50,6 +50,19 @@ def run_table(record: dict) -> Table:
     return table
 
 
+def gated_steps(record: dict) -> str:
+    """How many steps the cost gate kept plain (verifying guesses would not have paid on this machine), in
+    words; "" when none was (ngram counts declined drafts; draft and lookahead declined steps)."""
+    extra = record.get("method_extra") or {}
+    declined = extra.get("declined_steps") or extra.get("declined_drafts") or 0
+    if not declined:
+        return ""
+    steps = record.get("steps")
+    of = f" of {steps}" if steps else ""
+    return (f"cost gate: {declined}{of} steps were plain one-token steps, no guess verified: on this machine's "
+            "cost curve a fuller step was expected to give fewer tokens than its pass costs")
+
+
 def show_run(record: dict, as_json: bool = False) -> None:
     """Print a run record as a table with its details, or as one JSON object."""
     if as_json:
@@ -63,6 +76,9 @@ def show_run(record: dict, as_json: bool = False) -> None:
     for name, why in (record.get("sizing") or {}).items():
         if str(why).startswith("sized") or name == "cost_curve":
             out.print(f"  {name}: {why}", highlight=False)
+    declined = gated_steps(record)
+    if declined:
+        out.print(declined, highlight=False)
     div = record.get("first_divergence")
     if div:
         out.print(f"divergence: {div.get('explanation')}")

@@ -73,14 +73,20 @@ def test_prompt_lookup_equals_baseline(target, baselines, params):
         assert trees > 0  # the token-tree path (sequence ids) was exercised
 
 
-@pytest.mark.parametrize("params", [LookaheadParams(window=3, ngram=3, guess=2), LookaheadParams(window=2, ngram=4)])
+@pytest.mark.parametrize("params", [LookaheadParams(window=3, ngram=3, guess=2), LookaheadParams(window=2, ngram=4),
+                                    LookaheadParams(window=2, ngram=3, guess=1, pass_costs=[1.0, 2.0, 3.0, 4.0])])
 def test_lookahead_equals_baseline(target, baselines, params):
+    declined = 0
     for prompt, expected in zip(PROMPTS, baselines):
-        assert lookahead.generate(target, prompt, SETTINGS, params).output_ids == expected
+        result = lookahead.generate(target, prompt, SETTINGS, params)
+        assert result.output_ids == expected
+        declined += result.extra["declined_steps"]
+    assert (declined > 0) == (params.pass_costs is not None)  # the gate's plain steps ran on llama.cpp's cache
 
 
 @pytest.mark.parametrize("params", [DraftParams(k=4, adaptive_k=False, draft_confidence=None),
-                                    DraftParams(), DraftParams(k=2, k_max=6, draft_confidence=0.2)])
+                                    DraftParams(), DraftParams(k=2, k_max=6, draft_confidence=0.2),
+                                    DraftParams(k=4, pass_costs=[1.0, 1.05, 1.1, 1.15, 1.2], draft_cost=0.05)])
 def test_draft_model_equals_baseline(target, draft, baselines, params):
     accepted = 0
     for prompt, expected in zip(PROMPTS, baselines):
@@ -88,6 +94,14 @@ def test_draft_model_equals_baseline(target, draft, baselines, params):
         assert result.output_ids == expected
         accepted += result.tokens_accepted
     assert accepted > 0
+
+
+def test_draft_steps_a_cost_gate_declines_are_plain_steps(target, draft, baselines):
+    params = DraftParams(k=4, pass_costs=[1.0, 40.0], draft_cost=1.0)  # no draft can pay for its verification
+    for prompt, expected in zip(PROMPTS, baselines):
+        result = draft_generate(target, draft, prompt, SETTINGS, params)
+        assert result.output_ids == expected
+        assert result.tokens_drafted == 0 and result.extra["declined_steps"] == result.steps - 1
 
 
 def test_methods_run_takes_the_backend(target, baselines):

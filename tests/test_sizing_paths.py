@@ -57,7 +57,9 @@ def test_the_sized_fields_are_those_each_sizer_sets():
 def test_fixed_params_need_no_machine_only_when_every_sized_field_is_given_or_saved():
     assert fixed_params("lookahead", {"window": 3}) is None  # ngram, guess and the drafts are left to the curve
     assert fixed_params("draft", None, {"k": 4}) is None  # k_max is sized
-    fixed = fixed_params("draft", {"k": 4}, {"k_max": 6, "draft_confidence": 0.5})
+    assert fixed_params("draft", {"k": 4}, {"k_max": 6}) is None  # the pass costs and the draft's cost are sized
+    fixed = fixed_params("draft", {"k": 4, "pass_costs": [1.0, 1.2]},
+                         {"k_max": 6, "draft_confidence": 0.5, "draft_cost": 0.3})
     assert fixed.params["k"] == 4 and fixed.params["k_max"] == 6 and fixed.source == "given"
     assert fixed.fields["k_max"].source == "memory" and fixed.fields["adaptive_k"].source == "default"
     assert fixed_params("baseline").params == {}

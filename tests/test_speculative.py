@@ -140,7 +140,8 @@ def test_a_close_draft_is_partly_accepted(tiny_qwen, drafts):
 def test_result_extra_names_the_options(tiny_qwen, drafts):
     result = _spec(tiny_qwen, drafts["perturbed"], PROMPT, 8, k=3)
     assert result.extra == {"k": 3, "adaptive_k": False, "k_max": 6, "draft_confidence": None,
-                            "draft_quant": "none", "draft_vocab": None}
+                            "draft_quant": "none", "draft_vocab": None, "pass_costs": None, "draft_cost": None,
+                            "declined_steps": 0}
 
 
 @pytest.mark.parametrize("k", [2, 5])

@@ -20,7 +20,7 @@ from tools.errors import ParameterError
 
 # parameter-model fields that have no command-line flag (set them in memory or through the tools)
 NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens", "pass_costs",
-                        "acceptance_prior"})
+                        "acceptance_prior", "draft_cost"})
 # fields whose flag is not named after the field, so it is written by hand: field -> (flag, argparse options)
 HAND_WRITTEN = {
     "prompt_lookup": ("--prompt-lookup-drafts", {
@@ -29,7 +29,8 @@ HAND_WRITTEN = {
 # the command line's own help where it says more than the field's description (or something else)
 CLI_HELP = {
     "k": "draft tokens per step (1-16)",
-    "adaptive_k": "adapt K to acceptance (default on; --no-adaptive-k for a fixed K)",
+    "adaptive_k": "adapt K to acceptance and to this machine's costs, no draft where a plain step is cheaper "
+                  "(default on; --no-adaptive-k for a fixed K every step)",
     "draft_vocab": "draft over the N lowest token ids",
     "draft_quant": "int8 copy of the draft on a CPU (default auto); the output is unchanged",
     "tree": "tree name or JSON file of choices",

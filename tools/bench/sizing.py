@@ -39,13 +39,13 @@ from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RAT
                                       relative_cost)
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
-from tools.engine.params import (MAX_CANDIDATE_TOKENS, PARAM_MODELS, SIZED_FIELDS, DraftParams, EagleParams,
+from tools.engine.params import (DRAFT_ACCEPTANCE_PRIOR, MAX_CANDIDATE_TOKENS, PARAM_MODELS, SIZED_FIELDS, DraftParams, EagleParams,
                                  LookaheadParams, PromptLookupParams, parse_params, shown_value)
 from tools.errors import ParameterError
 
 SOURCES = ("given", "memory", "sized", "default")
 
-DRAFT_ACCEPTANCE = 0.8  # per-token acceptance assumed for the starting K (README, draft on coding/math: 73-77%)
+DRAFT_ACCEPTANCE = DRAFT_ACCEPTANCE_PRIOR  # per-token acceptance assumed for the starting K (README: 73-77%)
 DRAFT_ACCEPTANCE_HIGH = 0.95  # ... and for K_max, where adaptive K grows after fully accepted drafts
 STEEP_TOKENS = 4  # a curve flat to fewer tokens than this gets a note: was the machine busy when it was measured?
 STEP_NOTE_RATIO = 1.5  # a 2-token pass dearer than this many one-token passes gets a note
@@ -141,6 +141,9 @@ def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[An
         "guess": (sized["guess"], "G = W // 2 pool n-grams verified per step (at least 1)"),
         "prompt_lookup": (sized["prompt_lookup"], f"one 10-token prompt-lookup draft per 21 tokens of room, two per "
                                                   f"61 ({tokens} fit here)"),
+        "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, step + 1)],
+                       f"this machine's pass costs over 1..{step} tokens: a step is plain while the recent full steps "
+                       "gave fewer tokens than their passes cost (a full step again every 16)"),
     }
 
 
@@ -213,8 +216,15 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
     if "k" in fixed:
         k_max = max(k_max, int(fixed["k"]))
     k, gain = _best_k(DRAFT_ACCEPTANCE, ratio, machine.curve, k_max)
-    return {"k": (k, f"the best starting length at {DRAFT_ACCEPTANCE:.0%} acceptance (about {gain:.2f}x): {cost}"),
-            "k_max": (k_max, why_max)}
+    why_k = f"the best starting length at {DRAFT_ACCEPTANCE:.0%} acceptance (about {gain:.2f}x): {cost}"
+    if gain < 1:
+        why_k += ("; below 1x, so steps stay plain (the draft not run) unless this text's drafts are accepted more "
+                  "than that")
+    return {"k": (k, why_k), "k_max": (k_max, why_max),
+            "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, k_max + 2)],
+                           f"this machine's pass costs over 1..{k_max + 1} tokens: each step drafts the length the "
+                           "expected acceptance pays for, none when a plain step is cheaper"),
+            "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})")}
 
 
 def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:

@@ -44,7 +44,7 @@ from tools.engine.backend import Backend
 from tools.engine.loop import decode
 from tools.engine.params import DraftParams
 from tools.engine.replay import diagnose_divergence  # noqa: F401 - part of this backend's API
-from tools.engine.speculative import DraftStep, _Drafter, validate_k
+from tools.engine.speculative import DraftStep, _Drafter, cost_gate, validate_k
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
 
@@ -451,7 +451,8 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
                              hint="choose a draft GGUF of the same model family")
     n_vocab = target.vocab_size
     step = DraftStep(target, _Drafter(draft, n_vocab, n_vocab), n_vocab, settings, k=k, k_max=max(k, k_max),
-                     adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none")
+                     adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none",
+                     gate=cost_gate(p.pass_costs, p.draft_cost))
     return decode(target, prompt_ids, settings, step, "draft")
 
 

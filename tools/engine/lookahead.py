@@ -56,6 +56,7 @@ import torch
 from tools.engine.backend import Backend, as_backend
 from tools.engine.loop import DecodeStep, decode, next_token, prefill
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.engine.gate import StepGate
 from tools.engine.prompt_lookup import find_candidate_set
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
@@ -191,6 +192,7 @@ class LookaheadStep(DecodeStep):
         self.pooled = 0  # tokens of ``seq`` whose n-grams are in the pool (pool_from_prompt)
         self.cache = self.text = self.window = None
         self.filled = 1  # levels holding real Jacobi tokens
+        self.gate = StepGate(params.pass_costs) if params.pass_costs else None
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         self.prompt = input_ids[0].tolist()
@@ -226,11 +228,20 @@ class LookaheadStep(DecodeStep):
             self.pool.add_sequence(self.seq, start=self.pooled)
             self.pooled = len(self.seq)
         length = len(self.seq) - 1  # the cache length: the position of ``current``
-        new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining)
+        if self.gate is not None and self.filled == self.N - 1 and remaining > 1 and not self.gate.take_full():
+            new, m, depths = self._plain(self.seq[-1], length), 0, []
+        else:
+            new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining)
         self.verify_steps += bool(depths)
         self.text[length + 1: length + 1 + len(new)] = torch.tensor(new, dtype=torch.long, device=self.device)
         self.seq.extend(new)
         return new, m, depths
+
+    def _plain(self, current: int, length: int) -> list[int]:
+        """A step the cost gate declined: ``current`` alone, as plain decoding takes it (the window waits)."""
+        ids = torch.tensor([[current]], dtype=torch.long, device=self.device)
+        logits = self.backend.forward(ids, self.cache, torch.tensor([[length]], device=self.device))
+        return [next_token(logits[-1], self.settings, self.generator)]
 
     def _forward_and_accept(self, current: int, length: int, remaining: int) -> tuple[list[int], int, list[int]]:
         """Verify the drafts and advance the window in one pass; afterwards the cache holds ``current``
@@ -269,6 +280,8 @@ class LookaheadStep(DecodeStep):
             self.backend.crop(self.cache, length + 1)
         if use_window:
             self._advance_window(choice[1: 1 + W])
+        if self.gate is not None and use_window:
+            self.gate.record(m + 1, n)
         return [*(tree.tokens[i] for i in path[1:]), nxt], m, tree.depths[1:]
 
     def _touch(self, current: int, accepted: tuple[int, ...]) -> None:
@@ -310,6 +323,8 @@ class LookaheadStep(DecodeStep):
             "verify_steps": self.verify_steps,
             "pool_ngrams": len(self.pool),
             "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
+            "pass_costs": p.pass_costs,
+            "declined_steps": self.gate.declined if self.gate is not None else 0,
         }
 
 

@@ -4,7 +4,7 @@ and the tools their schemas from here without loading a model library. Defaults 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -29,6 +29,10 @@ MAX_CANDIDATES = 16
 # (benchmarks/ngram_policy.py)
 ACCEPTANCE_PRIOR = (0.30, 0.58, 0.56, 0.55, 0.55, 0.55, 0.55, 0.59)
 PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as much as the prior
+# draft-model decoding's per-token acceptance before a run has seen its own (README, draft on coding/math:
+# 73-77% of drafted tokens kept), and a draft token's cost relative to a target token where none is known
+DRAFT_ACCEPTANCE_PRIOR = 0.8
+DRAFT_COST_ASSUMED = 0.25
 
 
 class BaselineParams(BaseModel):
@@ -50,7 +54,9 @@ class DraftParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     k: int = Field(8, ge=1, le=16, description="draft tokens per step (the starting K when adaptive)")
-    adaptive_k: bool = Field(True, description="grow K after a fully accepted step, shrink it after a rejection")
+    adaptive_k: bool = Field(True, description="grow K after a fully accepted step, shrink it after a rejection, "
+                                               "and with pass_costs draft what this machine's costs pay for (no "
+                                               "draft when a plain step is cheaper); off: K tokens every step")
     k_max: int | None = Field(16, ge=1, le=16, description="upper bound for adaptive K (None: 2k)")
     draft_confidence: float | None = Field(
         0.4, ge=0.0, lt=1.0, description="stop drafting when the draft's top probability falls below this"
@@ -61,6 +67,15 @@ class DraftParams(BaseModel):
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
     )
+    pass_costs: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, min_length=1,
+        description="cost of a target pass over 1, 2, 3, ... tokens relative to one token (this machine's cost "
+                    "curve; run and compare set it from the curve). With it each step drafts the length with the "
+                    "most expected tokens per unit of cost, and none (a plain step) when a plain step is cheaper; "
+                    "None drafts K tokens every step")
+    draft_cost: float | None = Field(
+        None, gt=0, description="one draft token's cost relative to one target token (with pass_costs; this "
+                                f"machine's, measured; None: {DRAFT_COST_ASSUMED})")
 
 
 class MedusaParams(BaseModel):
@@ -157,6 +172,12 @@ class LookaheadParams(BaseModel):
     pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
     prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
                                               "with the pool's n-grams each step; 0 for lookahead alone")
+    pass_costs: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, min_length=1,
+        description="cost of a forward pass over 1, 2, 3, ... tokens relative to one token (this machine's cost "
+                    "curve; run and compare set it from the curve). With it a step is plain (one token, no window, "
+                    "no drafts) while the method's recent full steps gave fewer tokens than their passes cost, a "
+                    "full step again every 16; None takes full steps only")
 
     def lookup_params(self) -> PromptLookupParams | None:
         """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
@@ -228,8 +249,8 @@ DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
 
 
 # the parameters the machine sizes (tools.bench.sizing) when neither given nor saved
-SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup"), "medusa": ("tree",),
-                "draft": ("k", "k_max"), "eagle": ("tree_nodes", "depth", "topk"),
+SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup", "pass_costs"), "medusa": ("tree",),
+                "draft": ("k", "k_max", "pass_costs", "draft_cost"), "eagle": ("tree_nodes", "depth", "topk"),
                 "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates",
                           "pass_costs")}
 

@@ -44,6 +44,7 @@ import torch
 from tools.engine.backend import Backend, as_backend
 from tools.engine.loop import DecodeStep, decode, next_token, prefill
 from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.engine.gate import best_length, pass_cost
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.engine.params import (MAX_CANDIDATE_TOKENS, MAX_CANDIDATES, PRIOR_WEIGHT,  # noqa: F401  (re-exported)
@@ -164,20 +165,11 @@ class DraftGate:
 
     def cost(self, tokens: int) -> float:
         """A pass over ``tokens`` relative to one token (past the curve: its last slope carried on)."""
-        c = self.costs
-        if tokens <= len(c):
-            return c[tokens - 1] / c[0]
-        slope = (c[-1] - c[-2]) if len(c) > 1 else c[-1]
-        return (c[-1] + max(0.0, slope) * (tokens - len(c))) / c[0]
+        return pass_cost(self.costs, tokens)
 
     def length(self, n: int, longest: int) -> int:
         """Draft tokens worth verifying (0..``longest``) after an n-token match."""
-        a, best, best_rate, expect = self.acceptance(n), 0, 1.0, 1.0
-        for length in range(1, longest + 1):
-            expect += a ** length
-            rate = expect / self.cost(length + 1)
-            if rate > best_rate + 1e-9:
-                best, best_rate = length, rate
+        best, _ = best_length(self.acceptance(n), longest, lambda length: self.cost(length + 1))
         self.declined += best == 0 and longest > 0
         return best
 

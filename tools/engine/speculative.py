@@ -36,7 +36,8 @@ from tools.engine.backend import Backend, TransformersBackend, as_backend, unwra
 from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
 from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.params import DraftParams  # noqa: F401  (re-exported: part of this module's API)
+from tools.engine.gate import DraftModelGate
+from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
 from tools.errors import ParameterError, VocabularyMismatchError
 
 K_MIN, K_MAX = 1, 16
@@ -72,6 +73,17 @@ def shared_vocab_size(target, draft, target_tok=None, draft_tok=None) -> int:
     return vt
 
 
+def cost_gate(pass_costs: list[float] | None, draft_cost: float | None) -> DraftModelGate | None:
+    """The cost-aware draft length (tools.engine.gate) when this machine's pass costs are given, else None
+    (K tokens drafted every step)."""
+    if not pass_costs:
+        return None
+    if any(c <= 0 for c in pass_costs) or (draft_cost is not None and draft_cost <= 0):
+        raise ParameterError("pass_costs and draft_cost must be positive relative costs",
+                             hint="leave them out: run and compare set them from this machine's cost curve")
+    return DraftModelGate(pass_costs, DRAFT_COST_ASSUMED if draft_cost is None else draft_cost, DRAFT_ACCEPTANCE_PRIOR)
+
+
 def validate_k(k: int) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or not (K_MIN <= k <= K_MAX):
         raise ParameterError(f"k must be an integer from {K_MIN} to {K_MAX}, got {k!r}", hint="try k=4")
@@ -100,11 +112,11 @@ class _Drafter:
         if head is not None:
             self.subset, self.head = ids, head
 
-    def reset(self, prompt: torch.Tensor) -> None:
-        """Prefill the draft cache with the prompt [1, n]."""
+    def reset(self) -> None:
+        """An empty draft cache: the first proposal feeds the prompt (a run that never drafts, its steps all
+        declined by the cost gate, never pays the draft's prefill)."""
         self.cache = self.backend.new_cache()
         self.length = 0
-        self._forward(prompt[0].tolist(), want_logits=False)
 
     def _forward(self, tokens: list[int], want_logits: bool = True) -> torch.Tensor | None:
         dev = self.backend.device
@@ -196,8 +208,10 @@ class DraftStep(DecodeStep):
     back to the committed sequence ``seq`` (prompt + output; the target's cache holds all but the last)."""
 
     def __init__(self, target: Backend, drafter: _Drafter, n_vocab: int, settings: GenerationSettings, *, k: int,
-                 k_max: int, adaptive_k: bool, confidence: float | None, draft_vocab: int | None, draft_quant: str):
+                 k_max: int, adaptive_k: bool, confidence: float | None, draft_vocab: int | None, draft_quant: str,
+                 gate: DraftModelGate | None = None):
         self.target, self.drafter, self.n_vocab, self.settings = target, drafter, n_vocab, settings
+        self.gate = gate
         self.k, self.k_max, self.adaptive_k = k, k_max, adaptive_k
         self.confidence, self.draft_vocab, self.draft_quant = confidence, draft_vocab, draft_quant
         self.cache = None
@@ -218,7 +232,7 @@ class DraftStep(DecodeStep):
         first = next_token(self._real(self.target.forward(input_ids, self.cache, positions, rows=1)[-1]),
                            settings, self.generator)
         self.drafter.set_vocab(self.draft_vocab, input_ids[0].tolist() + settings.eos_token_ids)
-        self.drafter.reset(input_ids.to(self.drafter.backend.device))
+        self.drafter.reset()
         self.seq = input_ids[0].tolist() + [first]
         return first
 
@@ -252,14 +266,21 @@ class DraftStep(DecodeStep):
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
         n = min(self.current_k, remaining - 1)  # room for the target's own token
+        if self.gate is not None and self.adaptive_k:  # the length this machine's costs pay for, 0 (plain) if none
+            n = self.gate.length(n)
         drafts = self.propose(n) if n >= 1 else []
         new, accepted = self.verify(drafts)
+        if self.gate is not None and self.adaptive_k:
+            self.gate.update(len(drafts), accepted)
         return new, accepted, range(1, len(drafts) + 1)
 
     def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
         return {"k": self.k, "adaptive_k": self.adaptive_k, "k_max": self.k_max,
                 "draft_confidence": self.confidence, "draft_quant": self.draft_quant,
-                "draft_vocab": int(self.drafter.subset.numel()) if self.drafter.subset is not None else None}
+                "draft_vocab": int(self.drafter.subset.numel()) if self.drafter.subset is not None else None,
+                "pass_costs": self.gate.costs if self.gate is not None else None,
+                "draft_cost": self.gate.draft_cost if self.gate is not None else None,
+                "declined_steps": self.gate.declined if self.gate is not None else 0}
 
     def _real(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
@@ -283,7 +304,8 @@ class SpeculativeDecoder:
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, *, main=None, draft_inference=None,
                  depth: int | None = None, adaptive_k: bool = False, k_max: int | None = None,
                  draft_confidence: float | None = None, draft_vocab: int | None = None,
-                 draft_quant: str = "none", eos_token_ids: list[int] | None = None):
+                 draft_quant: str = "none", eos_token_ids: list[int] | None = None,
+                 pass_costs: list[float] | None = None, draft_cost: float | None = None):
         target = inference if inference is not None else main
         drafter = draft if draft is not None else draft_inference
         if target is None or drafter is None:
@@ -309,7 +331,7 @@ class SpeculativeDecoder:
         backend = TransformersBackend(self.target)
         self._core = DraftStep(backend, _Drafter(as_backend(proposer), n_vocab, backend.vocab_size), n_vocab,
                                settings, k=k, k_max=k_max, adaptive_k=adaptive_k, confidence=draft_confidence,
-                               draft_vocab=draft_vocab, draft_quant=quant)
+                               draft_vocab=draft_vocab, draft_quant=quant, gate=cost_gate(pass_costs, draft_cost))
         self.reset_stats()
 
     @classmethod
@@ -452,9 +474,10 @@ def _padded(values: list[int]) -> list[int]:
 
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
-             draft_vocab: int | None = None, draft_quant: str = "none") -> DecodeResult:
+             draft_vocab: int | None = None, draft_quant: str = "none", pass_costs: list[float] | None = None,
+             draft_cost: float | None = None) -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
     decoder = SpeculativeDecoder.for_settings(
         target, draft, settings, k=k, adaptive_k=adaptive_k, k_max=k_max, draft_confidence=draft_confidence,
-        draft_vocab=draft_vocab, draft_quant=draft_quant)
+        draft_vocab=draft_vocab, draft_quant=draft_quant, pass_costs=pass_costs, draft_cost=draft_cost)
     return decoder.run(prompt_ids, settings)

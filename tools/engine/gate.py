@@ -1,0 +1,142 @@
+"""Cost-aware drafting: how many draft tokens a step is worth on this machine, and when none is.
+
+On a GPU a pass over a few tokens costs about as much as over one, so drafting always pays. On a CPU
+it does not: on a 2-core AVX2 machine a pass over 2 tokens already costs 1.6-2x one (llama.cpp Q4_K_M,
+transformers float32), so a draft pays only when enough of it is accepted. ``pass_costs`` is this
+machine's cost curve as a step pays it (a pass over 1, 2, 3, ... tokens relative to one token), set
+by the sizing from the measured curve; the gates below pick, each step, the draft length with the
+most expected tokens per unit of cost, and 0 (a plain one-token step) when nothing beats it.
+
+Acceptance is modelled as geometric: each draft token is kept with probability a once the ones
+before it were, so L draft tokens yield 1 + a + ... + a^L tokens. a starts at a prior and moves to
+what this run's own drafts got (accepted tokens / (accepted + rejections)), the prior weighing
+``PRIOR_WEIGHT`` tokens. None of this changes the output: it only decides how much is verified.
+"""
+
+from __future__ import annotations
+
+from tools.engine.params import PRIOR_WEIGHT
+
+PROBE_EVERY = 16  # after this many declined steps in a row, one draft is tried to learn this text's acceptance
+# ... but only where a draft that is always accepted would gain this much: a probe costs the draft's catch-up
+# over everything it has not seen (the whole prompt the first time: 5 s of a 0.5B draft on a 612-token prompt on
+# a 2-core CPU), which a small best-case gain never pays back
+PROBE_MIN_GAIN = 1.25
+TRIAL_DRAFTS = 4  # where drafting can gain that much, the first drafts are taken to learn this text's acceptance
+
+
+def pass_cost(costs: list[float], tokens: int) -> float:
+    """A pass over ``tokens`` relative to one token (past the curve's end: its last slope carried on)."""
+    if tokens <= len(costs):
+        return costs[tokens - 1] / costs[0]
+    slope = (costs[-1] - costs[-2]) if len(costs) > 1 else costs[-1]
+    return (costs[-1] + max(0.0, slope) * (tokens - len(costs))) / costs[0]
+
+
+def best_length(acceptance: float, longest: int, cost) -> tuple[int, float]:
+    """(the draft length 0..``longest`` with the most expected tokens per unit of ``cost(length)``, that rate);
+    0 and 1.0 when no draft beats a plain step. ``cost(L)`` is what a step with L draft tokens costs
+    relative to a plain one-token step."""
+    best, best_rate, expect = 0, 1.0, 1.0
+    for length in range(1, longest + 1):
+        expect += acceptance ** length
+        rate = expect / cost(length)
+        if rate > best_rate + 1e-9:
+            best, best_rate = length, rate
+    return best, best_rate
+
+
+class DraftModelGate:
+    """The draft length of a draft-model step (``DraftParams.pass_costs``): L draft tokens cost L draft
+    forwards (``draft_cost`` of a target token each) and one target pass over L + 1 tokens. Declines
+    (0: a plain target step, the draft not run) when no length is expected to beat a plain step.
+
+    Where a draft that is always accepted would gain at least ``PROBE_MIN_GAIN`` (a GPU, or a CPU whose
+    passes over a few tokens are cheap), the first ``TRIAL_DRAFTS`` steps draft the full length to learn
+    this text's acceptance, and after ``PROBE_EVERY`` declines in a row one draft is tried again. Where
+    it would not (llama.cpp on a 2-core CPU: 9-15% at best), the prior alone decides, so a run that
+    cannot win never pays the draft's prefill."""
+
+    def __init__(self, costs: list[float], draft_cost: float, prior: float):
+        self.costs, self.draft_cost, self.prior = list(costs), float(draft_cost), float(prior)
+        self.accepted = 0.0
+        self.rejected = 0.0
+        self.declined = 0  # steps declined
+        self.drafts = 0  # steps that drafted
+        self.idle = 0  # declined steps in a row
+
+    def acceptance(self) -> float:
+        acc = self.accepted + PRIOR_WEIGHT * self.prior
+        return acc / (acc + self.rejected + PRIOR_WEIGHT * (1.0 - self.prior))
+
+    def cost(self, length: int) -> float:
+        """A step with ``length`` draft tokens relative to a plain step."""
+        return length * self.draft_cost + pass_cost(self.costs, length + 1)
+
+    def can_pay(self, longest: int, gain: float = 1.0) -> bool:
+        """Whether some draft of up to ``longest`` tokens beats a plain step by more than ``gain`` when every
+        token is accepted."""
+        return any((length + 1) / self.cost(length) > gain + 1e-9 for length in range(1, longest + 1))
+
+    def length(self, longest: int) -> int:
+        """Draft tokens to propose this step (0..``longest``)."""
+        if longest < 1:
+            return 0
+        upside = self.can_pay(longest, PROBE_MIN_GAIN)
+        if upside and self.drafts < TRIAL_DRAFTS:
+            return longest
+        best, _ = best_length(self.acceptance(), longest, self.cost)
+        if best:
+            self.idle = 0
+            return best
+        self.idle += 1
+        if self.idle >= PROBE_EVERY and upside:
+            self.idle = 0
+            return max(range(1, longest + 1), key=lambda n: (1 - self.acceptance() ** (n + 1)) / self.cost(n))
+        self.declined += 1
+        return 0
+
+    def update(self, drafted: int, kept: int) -> None:
+        if drafted:
+            self.drafts += 1
+            self.accepted += kept
+            self.rejected += kept < drafted
+
+
+TRIAL_STEPS = 8  # full steps a method takes before its own record may decline one
+DECAY = 0.9  # each full step's record weighs this much less at every later full step (texts change)
+
+
+class StepGate:
+    """Whether a method's full step (lookahead: the Jacobi window and the verification branch in one pass)
+    pays on this machine, from the method's own record: the tokens its recent full steps gave against
+    what their passes cost (``pass_costs`` of their sizes, in one-token passes; each older step weighs
+    ``DECAY`` less). A plain one-token step gives 1 token for 1, so a full step is taken while the record
+    says at least as much; else the step is declined (the caller takes a plain step), and after
+    ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed.
+    The first ``TRIAL_STEPS`` full steps are always taken."""
+
+    def __init__(self, costs: list[float]):
+        self.costs = list(costs)
+        self.tokens = 0.0
+        self.cost = 0.0
+        self.full = 0  # full steps recorded
+        self.declined = 0
+        self.idle = 0
+
+    def record(self, tokens: int, pass_tokens: int) -> None:
+        """A full step gave ``tokens`` new tokens from one pass over ``pass_tokens`` tokens."""
+        self.tokens = DECAY * self.tokens + tokens
+        self.cost = DECAY * self.cost + pass_cost(self.costs, pass_tokens)
+        self.full += 1
+
+    def take_full(self) -> bool:
+        if self.full < TRIAL_STEPS or self.tokens >= self.cost:
+            self.idle = 0
+            return True
+        self.idle += 1
+        if self.idle >= PROBE_EVERY:
+            self.idle = 0
+            return True
+        self.declined += 1
+        return False
