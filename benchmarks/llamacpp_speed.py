@@ -24,7 +24,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 
-METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "ngram-sized", "draft", "lookahead")
+METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "ngram-sized", "draft", "draft-sized", "lookahead",
+           "lookahead-sized")
+SIZED = ("ngram-sized", "draft-sized", "lookahead-sized")  # sized as run and compare size them on this backend
 # prompt lookup sized for llama.cpp on a CPU, where a verification pass over n tokens costs far more than
 # one token (measured: ~2x at 4 tokens, ~5-6x at 16): one draft of up to 4 tokens, growing to 8
 SHORT_NGRAM = '{"num_candidates": 1, "num_candidate_tokens": 4, "max_candidate_tokens": 8, "max_draft_tokens": 8}'
@@ -69,20 +71,32 @@ def setup(args):
     return tok, target, draft, reference
 
 
-def sized_ngram(target):
-    """Prompt lookup as run and compare size it on llama.cpp: this machine's cost curve measured on the
-    backend (tools.bench.machine_cost.backend_cost_curve), then tools.bench.sizing.size_params, which
-    sets the draft budget and the cost-aware drafting policy (``pass_costs``)."""
-    from tools.bench.machine_cost import MachineCost, backend_cost_curve
+def sized(target, draft, methods: list[str]) -> dict:
+    """The "-sized" methods' parameters as run and compare size them on llama.cpp: this machine's cost
+    curve measured on the backend now (tools.bench.machine_cost.backend_cost_curve; the draft's one-token
+    time beside it), then tools.bench.sizing.size_params, which sets the sizes and the cost gates
+    (``pass_costs``: no speculation where a plain step is cheaper)."""
+    from tools.bench.machine_cost import MachineCost, backend_cost_curve, one_token_time
     from tools.bench.sizing import size_params
-    from tools.engine.params import PromptLookupParams
+    from tools.engine.params import parse_params
 
+    wanted = [m for m in SIZED if m in methods]
+    if not wanted:
+        return {}
     curve = backend_cost_curve(target)
     print("llama.cpp cost curve (s): " + ", ".join(f"{n}: {t:.4f}" for n, t in curve.items()), flush=True)
-    sizing = size_params("ngram", MachineCost("cpu", "this CPU", curve, "measured now", backend="llamacpp"))
-    for line in sizing.lines():
-        print("  ngram-sized " + line, flush=True)
-    return PromptLookupParams(**sizing.params)
+    machine = MachineCost("cpu", "this CPU", curve, "measured now", backend="llamacpp")
+    if "draft-sized" in wanted:
+        machine.draft_ratio = one_token_time(backend_cost_curve(draft, sizes=(1, 2))) / one_token_time(curve)
+        machine.draft_source = "the draft GGUF's one-token pass, measured now"
+    out = {}
+    for name in wanted:
+        method = name.removesuffix("-sized")
+        sizing = size_params(method, machine)
+        for line in sizing.lines():
+            print(f"  {name} {line}", flush=True)
+        out[name] = parse_params(method, sizing.params)
+    return out
 
 
 def runners(args, target, draft, reference, eos):
@@ -96,14 +110,16 @@ def runners(args, target, draft, reference, eos):
     draft_params = DraftParams(**json.loads(args.draft_params))
     ngram_params = PromptLookupParams(**json.loads(args.ngram_params))
     short_params = PromptLookupParams(**json.loads(args.ngram_short_params))
-    sized_params = sized_ngram(target) if "ngram-sized" in args.methods.split(",") else None
+    sized_params = sized(target, draft, args.methods.split(","))
 
     decoders = {"baseline": lambda b, ids, s: autoregressive.generate(b, ids, s),
                 "ngram": lambda b, ids, s: prompt_lookup.generate(b, ids, s, ngram_params),
                 "ngram-short": lambda b, ids, s: prompt_lookup.generate(b, ids, s, short_params),
-                "ngram-sized": lambda b, ids, s: prompt_lookup.generate(b, ids, s, sized_params),
+                "ngram-sized": lambda b, ids, s: prompt_lookup.generate(b, ids, s, sized_params["ngram-sized"]),
                 "draft": lambda b, ids, s: draft_generate(b, draft, ids, s, draft_params),
-                "lookahead": lambda b, ids, s: lookahead.generate(b, ids, s, LookaheadParams())}
+                "draft-sized": lambda b, ids, s: draft_generate(b, draft, ids, s, sized_params["draft-sized"]),
+                "lookahead": lambda b, ids, s: lookahead.generate(b, ids, s, LookaheadParams()),
+                "lookahead-sized": lambda b, ids, s: lookahead.generate(b, ids, s, sized_params["lookahead-sized"])}
 
     def ours(fn):
         def run(ids, n):

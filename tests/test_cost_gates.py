@@ -177,3 +177,18 @@ def test_a_run_says_how_many_steps_the_gate_kept_plain():
     text = gated_steps({"method_extra": {"declined_steps": 7}, "steps": 10})
     assert text.startswith("cost gate: 7 of 10 steps were plain")
     assert gated_steps({"method_extra": {"declined_drafts": 3}}).startswith("cost gate: 3 steps")
+
+
+def test_a_full_step_that_could_not_gain_enough_even_when_all_is_accepted_is_never_taken():
+    costs = [1.0, 1.594, 1.871]  # llama.cpp here: lookahead W=1, N=2, G=1 verifies 3 tokens for at most 2
+    never = StepGate(costs, best_tokens=2, step_tokens=3)
+    assert not any(never.take_full() for _ in range(3 * PROBE_EVERY)) and never.declined == 3 * PROBE_EVERY
+    assert StepGate(costs + [2.0] * 10, best_tokens=11, step_tokens=13).take_full()  # with a 10-token draft: tried
+
+
+def test_lookahead_sized_for_a_steep_curve_takes_no_full_step(tiny_qwen):
+    settings = GenerationSettings(max_new_tokens=24)
+    params = LookaheadParams(window=1, ngram=2, guess=1, prompt_lookup=0, pass_costs=[1.0, 1.594, 1.871])
+    got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
+    assert got.output_ids == autoregressive.generate(tiny_qwen, PROMPT, settings).output_ids
+    assert got.tokens_drafted == 0 and got.extra["declined_steps"] == got.steps - 1  # the last step is plain anyway

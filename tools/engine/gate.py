@@ -114,10 +114,14 @@ class StepGate:
     ``DECAY`` less). A plain one-token step gives 1 token for 1, so a full step is taken while the record
     says at least as much; else the step is declined (the caller takes a plain step), and after
     ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed.
-    The first ``TRIAL_STEPS`` full steps are always taken."""
+    The first ``TRIAL_STEPS`` full steps are always taken, where a full step that verifies its longest
+    guess whole (``best_tokens`` from a pass over ``step_tokens``) would gain at least ``PROBE_MIN_GAIN``;
+    where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9), no
+    full step is ever taken."""
 
-    def __init__(self, costs: list[float]):
+    def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None):
         self.costs = list(costs)
+        self.worth = best_tokens is None or best_tokens / pass_cost(self.costs, step_tokens or 1) >= PROBE_MIN_GAIN
         self.tokens = 0.0
         self.cost = 0.0
         self.full = 0  # full steps recorded
@@ -131,6 +135,9 @@ class StepGate:
         self.full += 1
 
     def take_full(self) -> bool:
+        if not self.worth:
+            self.declined += 1
+            return False
         if self.full < TRIAL_STEPS or self.tokens >= self.cost:
             self.idle = 0
             return True
