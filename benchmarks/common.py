@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -12,6 +13,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# the figures, not transformers' progress bars and notices (read when transformers is first imported, later)
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 # the eval half of the shipped Spec-Bench prompts (prompts/spec_bench.py): README figures are measured on
 # prompts nothing was fitted on; pass --prompts prompts/spec_bench_fit.jsonl for the fit half beside them
 from prompts.spec_bench import EVAL_PATH, FIT_PATH  # noqa: E402

@@ -60,6 +60,7 @@ def test_compare_runs_every_method_and_stores_each_run_with_its_task(tiny_model_
         assert run["matches_baseline"] is True and run["first_divergence"] is None
         assert run["speedup"] == run["baseline_wall_time_s"] / run["wall_time_s"]
         assert rows[run["method"]]["speedup"] == run["speedup"]  # the table shows the stored figure
+        assert rows[run["method"]]["steps"] == run["steps"] and rows[run["method"]]["method_extra"] == run["method_extra"]
         assert len(run["times"]) == 2 and len(run["baseline_times"]) == 2
     # one baseline for the whole comparison: every method's record holds the same baseline timings
     assert len({tuple(store.get_run(r)["baseline_times"]) for r in result["run_ids"]}) == 1

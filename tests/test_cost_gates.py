@@ -81,7 +81,7 @@ def test_greedy_output_is_the_baseline_s_whatever_the_gate_decides(tiny_qwen, co
     assert got.output_ids == base
     assert got.extra["pass_costs"] == costs and got.extra["draft_cost"] == draft_cost
     if costs is FLAT:
-        assert got.tokens_drafted > 0 and got.extra["declined_steps"] == 0
+        assert got.tokens_drafted > 0  # its first drafts learn the acceptance (this pair's is too low to go on)
 
 
 def test_a_gate_that_declines_everything_is_plain_decoding_and_never_runs_the_draft(tiny_qwen):

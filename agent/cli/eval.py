@@ -15,7 +15,7 @@ from rich.table import Table
 
 from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, method_table, prompt_text)
-from agent.render import err, fmt, out, peer_label
+from agent.render import err, fmt, gated_steps, out, peer_label
 from memory import Store
 from tools import models
 from tools.agent_tools.saved_params import validate_saved_params
@@ -162,6 +162,8 @@ def _print_params(rows: list[dict]) -> None:
             for name, why in (row.get("sizing") or {}).items():
                 if why.startswith("sized"):
                     out.print(f"[dim]  {name}: {escape(why)}[/dim]", highlight=False)
+            if gated_steps(row):
+                out.print(f"  {gated_steps(row)}", highlight=False)
 
 
 def _run_and_show(args, name: str, run, table, details=None) -> int:

@@ -113,7 +113,7 @@ def row_from_record(record: dict, cand: Candidate | None, target: str, heads_pat
     method = record["method"]
     keys = ("run_id", "wall_time_s", "tokens_per_s", "speedup", "acceptance_rate", "mean_accepted_per_step",
             "matches_baseline", "first_divergence", "new_tokens", "times", "baseline_times", "params", "lossy",
-            "sizing")
+            "sizing", "steps", "method_extra")
     return {"method": cand.label if cand else method, "status": "measured", "reason": None,
             **{k: record.get(k) for k in keys}, "params_source": record.get("params_source"),
             "quality": quality_text(record), "training_required": training_text(method, target, heads_path),
