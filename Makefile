@@ -14,12 +14,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	# one resolve for everything: this machine's CPU torch (pinned: a newer one is a multi-GB CUDA build),
 	# specpilot with its test tools, and the llama.cpp backend (llama-cpp-python builds from its sdist
 	# once with cmake and a C++ compiler; pip keeps the built wheel in its cache, so later installs take seconds).
 	# --no-compile: Python compiles a module when it is first imported; pip compiling every file of torch
-	# and transformers up front took 70 of the install's 107 seconds here. The venv's own pip (bundled with
-	# Python 3.10+: 22 or newer, editable installs from pyproject) is used as is: no upgrade round trip
+	# and transformers up front took 70 of the install's 107 seconds here
 	$(BIN)/python -m pip install --quiet --no-compile "$(TORCH_CPU)" -e ".[dev,llamacpp]"
 	touch $(STAMP)
 
