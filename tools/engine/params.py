@@ -35,6 +35,16 @@ DRAFT_ACCEPTANCE_PRIOR = 0.8
 DRAFT_COST_ASSUMED = 0.25
 
 
+PassCosts = list[Annotated[float, Field(gt=0)]] | None
+
+
+def pass_costs_field(effect: str):
+    """The ``pass_costs`` field of a method with a cost gate (tools.engine.gate); ``effect``: what it does."""
+    return Field(None, min_length=1,
+                 description="cost of a target pass over 1, 2, 3, ... tokens relative to one token (this machine's "
+                             f"cost curve; run and compare set it from the curve). With it {effect}")
+
+
 class BaselineParams(BaseModel):
     """The baseline has no parameters of its own."""
 
@@ -67,12 +77,9 @@ class DraftParams(BaseModel):
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
     )
-    pass_costs: list[Annotated[float, Field(gt=0)]] | None = Field(
-        None, min_length=1,
-        description="cost of a target pass over 1, 2, 3, ... tokens relative to one token (this machine's cost "
-                    "curve; run and compare set it from the curve). With it each step drafts the length with the "
-                    "most expected tokens per unit of cost, and none (a plain step) when a plain step is cheaper; "
-                    "None drafts K tokens every step")
+    pass_costs: PassCosts = pass_costs_field(
+        "each step drafts the length with the most expected tokens per unit of cost, and none (a plain step) "
+        "when a plain step is cheaper; None drafts K tokens every step")
     draft_cost: float | None = Field(
         None, gt=0, description="one draft token's cost relative to one target token (with pass_costs; this "
                                 f"machine's, measured; None: {DRAFT_COST_ASSUMED})")
@@ -172,12 +179,9 @@ class LookaheadParams(BaseModel):
     pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
     prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
                                               "with the pool's n-grams each step; 0 for lookahead alone")
-    pass_costs: list[Annotated[float, Field(gt=0)]] | None = Field(
-        None, min_length=1,
-        description="cost of a forward pass over 1, 2, 3, ... tokens relative to one token (this machine's cost "
-                    "curve; run and compare set it from the curve). With it a step is plain (one token, no window, "
-                    "no drafts) while the method's recent full steps gave fewer tokens than their passes cost, a "
-                    "full step again every 16; None takes full steps only")
+    pass_costs: PassCosts = pass_costs_field(
+        "a step is plain (one token, no window, no drafts) while the method's recent full steps gave fewer "
+        "tokens than their passes cost, a full step again every 16; None takes full steps only")
 
     def lookup_params(self) -> PromptLookupParams | None:
         """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
