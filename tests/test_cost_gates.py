@@ -192,3 +192,11 @@ def test_lookahead_sized_for_a_steep_curve_takes_no_full_step(tiny_qwen):
     got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
     assert got.output_ids == autoregressive.generate(tiny_qwen, PROMPT, settings).output_ids
     assert got.tokens_drafted == 0 and got.extra["declined_steps"] == got.steps - 1  # the last step is plain anyway
+
+
+def test_each_run_of_one_decoder_starts_the_gate_from_its_prior(tiny_qwen):
+    decoder = speculative.SpeculativeDecoder(tiny_qwen, tiny_qwen, k=4, adaptive_k=True, pass_costs=[1.0, 50.0],
+                                             draft_cost=1.0)
+    settings = GenerationSettings(max_new_tokens=12)
+    first, second = decoder.run(PROMPT, settings), decoder.run(PROMPT, settings)
+    assert first.extra["declined_steps"] == second.extra["declined_steps"] == first.steps - 1

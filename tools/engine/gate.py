@@ -59,11 +59,16 @@ class DraftModelGate:
     Where a draft that is always accepted would gain at least ``PROBE_MIN_GAIN`` (a GPU, or a CPU whose
     passes over a few tokens are cheap), the first ``TRIAL_DRAFTS`` steps draft the full length to learn
     this text's acceptance, and after ``PROBE_EVERY`` declines in a row one draft is tried again. Where
-    it would not (llama.cpp on a 2-core CPU: 9-15% at best), the prior alone decides, so a run that
+    it would not (llama.cpp on a 2-core CPU: 7-15% at best), the prior alone decides, so a run that
     cannot win never pays the draft's prefill."""
 
     def __init__(self, costs: list[float], draft_cost: float, prior: float):
         self.costs, self.draft_cost, self.prior = list(costs), float(draft_cost), float(prior)
+        self._upside: dict[int, bool] = {}  # longest -> can_pay(longest, PROBE_MIN_GAIN): the costs never change
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the run's own record (a new generate call on the same decoder starts from the prior)."""
         self.accepted = 0.0
         self.rejected = 0.0
         self.declined = 0  # steps declined
@@ -87,7 +92,9 @@ class DraftModelGate:
         """Draft tokens to propose this step (0..``longest``)."""
         if longest < 1:
             return 0
-        upside = self.can_pay(longest, PROBE_MIN_GAIN)
+        upside = self._upside.get(longest)
+        if upside is None:
+            upside = self._upside[longest] = self.can_pay(longest, PROBE_MIN_GAIN)
         if upside and self.drafts < TRIAL_DRAFTS:
             return longest
         best, rate = best_length(self.acceptance(), longest, self.cost)

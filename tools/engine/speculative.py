@@ -233,6 +233,8 @@ class DraftStep(DecodeStep):
                            settings, self.generator)
         self.drafter.set_vocab(self.draft_vocab, input_ids[0].tolist() + settings.eos_token_ids)
         self.drafter.reset()
+        if self.gate is not None:
+            self.gate.reset()
         self.seq = input_ids[0].tolist() + [first]
         return first
 
