@@ -162,8 +162,9 @@ def _print_params(rows: list[dict]) -> None:
             for name, why in (row.get("sizing") or {}).items():
                 if why.startswith("sized"):
                     out.print(f"[dim]  {name}: {escape(why)}[/dim]", highlight=False)
-            if gated_steps(row):
-                out.print(f"  {gated_steps(row)}", highlight=False)
+            declined = gated_steps(row)
+            if declined:
+                out.print(f"  {declined}", highlight=False)
 
 
 def _run_and_show(args, name: str, run, table, details=None) -> int:

@@ -39,8 +39,9 @@ from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RAT
                                       relative_cost)
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
-from tools.engine.params import (DRAFT_ACCEPTANCE_PRIOR, MAX_CANDIDATE_TOKENS, PARAM_MODELS, SIZED_FIELDS, DraftParams, EagleParams,
-                                 LookaheadParams, PromptLookupParams, parse_params, shown_value)
+from tools.engine.gate import MIN_DRAFT_GAIN
+from tools.engine.params import (DRAFT_ACCEPTANCE_PRIOR, MAX_CANDIDATE_TOKENS, PARAM_MODELS, SIZED_FIELDS, DraftParams,
+                                 EagleParams, LookaheadParams, PromptLookupParams, parse_params, shown_value)
 from tools.errors import ParameterError
 
 SOURCES = ("given", "memory", "sized", "default")
@@ -124,6 +125,11 @@ def _flat(curve: dict[int, float]) -> tuple[int, str]:
     return tokens, f"{text} ({one_token_time(curve) * two * 1000:.0f} ms)"
 
 
+def pass_costs(curve: dict[int, float], tokens: int) -> list[float]:
+    """The cost gates' ``pass_costs``: a pass over 1..``tokens`` tokens relative to one token, from the curve."""
+    return [round(relative_cost(curve, n), 3) for n in range(1, tokens + 1)]
+
+
 # ---------------------------------------------------------------------------- per method
 def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
     """W, N, G and the prompt-lookup drafts from the curve (cost_curve.suggest_lookahead_params)."""
@@ -141,7 +147,7 @@ def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[An
         "guess": (sized["guess"], "G = W // 2 pool n-grams verified per step (at least 1)"),
         "prompt_lookup": (sized["prompt_lookup"], f"one 10-token prompt-lookup draft per 21 tokens of room, two per "
                                                   f"61 ({tokens} fit here)"),
-        "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, step + 1)],
+        "pass_costs": (pass_costs(machine.curve, step),
                        f"this machine's pass costs over 1..{step} tokens: a step is plain while the recent full steps "
                        "gave fewer tokens than their passes cost (a full step again every 16)"),
     }
@@ -217,11 +223,11 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
         k_max = max(k_max, int(fixed["k"]))
     k, gain = _best_k(DRAFT_ACCEPTANCE, ratio, machine.curve, k_max)
     why_k = f"the best starting length at {DRAFT_ACCEPTANCE:.0%} acceptance (about {gain:.2f}x): {cost}"
-    if gain < 1:
-        why_k += ("; below 1x, so steps stay plain (the draft not run) unless this text's drafts are accepted more "
-                  "than that")
+    if gain < MIN_DRAFT_GAIN:
+        why_k += (f"; below {MIN_DRAFT_GAIN:g}x, so steps stay plain (the draft not run) unless this text's drafts "
+                  "are accepted more than that")
     return {"k": (k, why_k), "k_max": (k_max, why_max),
-            "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, k_max + 2)],
+            "pass_costs": (pass_costs(machine.curve, k_max + 1),
                            f"this machine's pass costs over 1..{k_max + 1} tokens: each step drafts the length the "
                            "expected acceptance pays for, none when a plain step is cheaper"),
             "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})")}
@@ -241,7 +247,7 @@ def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
                                           f"the {budget} per step)"),
         "num_candidates": (drafts, f"{drafts} draft(s) of {length} tokens fit the {budget} draft tokens per step "
                                    f"(at most 3)"),
-        "pass_costs": ([round(relative_cost(machine.curve, n), 3) for n in range(1, budget + 2)],
+        "pass_costs": (pass_costs(machine.curve, budget + 1),
                        f"this machine's pass costs over 1..{budget + 1} tokens: each step drafts only as many tokens "
                        f"as expected acceptance pays for (a pass over 2 tokens costs "
                        f"{relative_cost(machine.curve, 2):.2f}x one), none when a plain step is cheaper"),
