@@ -174,7 +174,15 @@ def size_medusa(machine: MachineCost, fixed: dict, num_heads: int | None = None,
         value = next((name for name, tree in TREES.items() if tree == choices), choices)
         named = f"{what} cut to its first {nodes} of {len(base)} nodes"
         named += f" ({value})" if isinstance(value, str) else ""
-    return {"tree": (value, f"{named}: {nodes + 1} tokens per step; {flat}")}
+    return {"tree": (value, f"{named}: {nodes + 1} tokens per step; {flat}"),
+            "pass_costs": tree_gate_costs(machine.curve, nodes + 1)}
+
+
+def tree_gate_costs(curve: dict[int, float], tokens: int) -> tuple[list[float], str]:
+    """Medusa's and EAGLE's ``pass_costs`` (a given larger tree's passes carry the curve's last slope on)."""
+    return (pass_costs(curve, tokens),
+            f"this machine's pass costs over 1..{tokens} tokens: a step is plain while the recent tree steps gave "
+            "fewer tokens than their passes and the heads cost (a tree step again every 16)")
 
 
 def size_eagle(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
@@ -187,7 +195,8 @@ def size_eagle(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
     topk = max(1, min(EagleParams().topk, nodes))
     return {"tree_nodes": (nodes, f"{nodes} drafted nodes + the root fit in one verification pass: {flat}"),
             "depth": (depth, f"the longest path a {nodes}-node tree can hold, at most {EagleParams().depth}"),
-            "topk": (topk, f"nodes expanded per depth: at most {EagleParams().topk} and the tree's {nodes} nodes")}
+            "topk": (topk, f"nodes expanded per depth: at most {EagleParams().topk} and the tree's {nodes} nodes"),
+            "pass_costs": tree_gate_costs(machine.curve, nodes + 1)}
 
 
 def expected_speedup(k: int, acceptance: float, draft_ratio: float, curve: dict[int, float]) -> float:

@@ -27,6 +27,7 @@ from torch import nn
 
 from tools.engine.backend import Backend, as_backend
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree
+from tools.engine.gate import StepGate, weights_ratio
 from tools.engine.loop import DecodeStep, decode, next_token
 from tools.engine.params import EagleParams
 from tools.engine.sampling import make_generator, warp_probs
@@ -179,6 +180,13 @@ def select_tree(grown: _Grown, nodes: int) -> DraftTree:
     return tree
 
 
+def head_overhead(head: EagleHead, backend: Backend, depth: int) -> float:
+    """What the head reads per step against a target pass: its layer and its rows of the LM head, once per
+    depth (the catch-up and one expansion per depth but the last)."""
+    extra = sum(p.numel() for p in head.parameters()) + head.config.draft_vocab * head.config.hidden_size
+    return weights_ratio(extra * depth, getattr(backend, "model", None))
+
+
 class EagleStep(DecodeStep):
     """EAGLE's state: the target cache, the head's cache (one row per accepted position), the
     target features not yet read by the head, and the tokens so far."""
@@ -193,6 +201,9 @@ class EagleStep(DecodeStep):
         self.head.to(device=backend.device, dtype=torch.float32).eval()
         self.generator = make_generator(settings, backend.device)
         self.positions = params.depth
+        self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1, head_overhead(head, backend,
+                                                                                                   params.depth))
+                     if params.pass_costs else None)
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         embedded = self.backend.embed(torch.tensor([ids], device=self.backend.device))
@@ -223,6 +234,7 @@ class EagleStep(DecodeStep):
         out, k, v = self.head(self.feats[None], self._embed(self.tokens[self.read + 1: m + 1]), positions,
                               self.dk, self.dv, mask)
         self.dk, self.dv, self.read = torch.cat([self.dk, k], 2), torch.cat([self.dv, v], 2), m
+        self.feats = self.feats[:0]
         return out[0, -1]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
@@ -271,8 +283,10 @@ class EagleStep(DecodeStep):
         return mask.to(device)
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
+        if remaining == 1 or (self.gate is not None and not self.gate.take_full()):
+            return self._plain(), 0, range(0)  # the budget's last token needs no draft
         b, m = self.backend, len(self.tokens) - 1
-        depth = max(1, min(self.params.depth, remaining - 1))
+        depth = min(self.params.depth, remaining - 1)
         tree = self.grow(self._catch_up(), depth)
         device = b.device
         ids = torch.tensor([tree.tokens], device=device)
@@ -287,14 +301,28 @@ class EagleStep(DecodeStep):
         path = tree.path_to(node)
         b.keep_positions(self.cache, m, torch.tensor(path, device=device))
         new = [tree.tokens[i] for i in path[1:]] + [following]
-        self.feats = hidden[torch.tensor(path, device=device)].to(torch.float32)
+        self.feats = torch.cat([self.feats, hidden[torch.tensor(path, device=device)].to(torch.float32)])
         self.tokens.extend(new)
+        if self.gate is not None:
+            self.gate.record(len(new), len(tree.tokens))
         return new, len(path) - 1, range(1, max(tree.depths) + 1)
+
+    def _plain(self) -> list[int]:
+        """A step the cost gate declined: the last token alone, as plain decoding takes it; its feature waits
+        for the head's next catch-up (one batched head pass over every position it has not read)."""
+        b, m = self.backend, len(self.tokens) - 1
+        ids = torch.tensor([[self.tokens[-1]]], device=b.device)
+        hidden = b.hidden(ids, self.cache, torch.tensor([[m]], device=b.device))
+        following = next_token(b.lm_head(hidden[-1:])[0], self.settings, self.generator)
+        self.feats = torch.cat([self.feats, hidden.to(torch.float32)])
+        self.tokens.append(following)
+        return [following]
 
     def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
         p, c = self.params, self.head.config
         return {"depth": p.depth, "topk": p.topk, "tree_nodes": p.tree_nodes, "draft_vocab": c.draft_vocab,
-                "head_intermediate": c.intermediate_size, "lossy": False}
+                "head_intermediate": c.intermediate_size, "lossy": False, "pass_costs": p.pass_costs,
+                "declined_steps": self.gate.declined if self.gate is not None else 0}
 
 
 def generate(model, head: EagleHead, prompt_ids, settings: GenerationSettings,

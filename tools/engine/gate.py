@@ -120,7 +120,8 @@ DECAY = 0.9  # each full step's record weighs this much less at every later full
 
 
 class StepGate:
-    """Whether a method's full step (lookahead: the Jacobi window and the verification branch in one pass)
+    """Whether a method's full step (lookahead: the Jacobi window and the verification branch in one pass;
+    Medusa and EAGLE: the heads' tree)
     pays on this machine, from the method's own record: the tokens its recent full steps gave against
     what their passes cost (``pass_costs`` of their sizes, in one-token passes; each older step weighs
     ``DECAY`` less). A plain one-token step gives 1 token for 1, so a full step is taken while the record
@@ -128,12 +129,19 @@ class StepGate:
     ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed.
     The first ``TRIAL_STEPS`` full steps are always taken, where a full step that verifies its longest
     guess whole (``best_tokens`` from a pass over ``step_tokens``) would gain at least ``PROBE_MIN_GAIN``;
-    where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9), no
-    full step is ever taken."""
+    where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9; a one-node
+    Medusa or EAGLE tree in float32 on a 2-core AVX2 CPU: 2 tokens for 1.8 and the heads), no
+    full step is ever taken.
 
-    def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None):
-        self.costs = list(costs)
-        self.worth = best_tokens is None or best_tokens / pass_cost(self.costs, step_tokens or 1) >= PROBE_MIN_GAIN
+    ``overhead`` is the work a full step does besides the target's pass, in one-token passes (Medusa's
+    heads, EAGLE's draft head: the weights they read against the target's), added to every full step's
+    cost."""
+
+    def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
+                 overhead: float = 0.0):
+        self.costs, self.overhead = list(costs), float(overhead)
+        self.worth = (best_tokens is None
+                      or best_tokens / (pass_cost(self.costs, step_tokens or 1) + self.overhead) >= PROBE_MIN_GAIN)
         self.tokens = 0.0
         self.cost = 0.0
         self.full = 0  # full steps recorded
@@ -143,7 +151,7 @@ class StepGate:
     def record(self, tokens: int, pass_tokens: int) -> None:
         """A full step gave ``tokens`` new tokens from one pass over ``pass_tokens`` tokens."""
         self.tokens = DECAY * self.tokens + tokens
-        self.cost = DECAY * self.cost + pass_cost(self.costs, pass_tokens)
+        self.cost = DECAY * self.cost + pass_cost(self.costs, pass_tokens) + self.overhead
         self.full += 1
 
     def take_full(self) -> bool:
@@ -159,3 +167,10 @@ class StepGate:
             return True
         self.declined += 1
         return False
+
+
+def weights_ratio(extra: int, target) -> float:
+    """``extra`` parameters read per step against the ``target`` module's own (a step's overhead in one-token
+    passes where, as on a CPU, a pass costs what it reads)."""
+    own = sum(p.numel() for p in target.parameters()) if target is not None else 0
+    return extra / own if own else 0.0

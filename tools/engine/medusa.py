@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tools.engine.backend import Backend, as_backend
+from tools.engine.gate import StepGate, weights_ratio
 from tools.engine.loop import DecodeStep, as_input_ids, decode, sync
 from tools.engine.medusa_trees import AUTO, resolve_tree, validate_choices
 from tools.engine.sampling import greedy_tokens, make_generator, sample, warp_probs
@@ -292,7 +293,7 @@ def medusa_step(backend, heads: MedusaHeads, tree: TreeBuffers, root: int, hidde
     """
     backend = as_backend(backend)
     device = hidden_last.device
-    proposals = heads.topk(hidden_last, tree.depth, tree.topk).flatten().to(device)
+    proposals = heads.topk(hidden_last, tree.depth, tree.topk).flatten().to(device)  # none for a root-only tree
     candidates = torch.cat([torch.tensor([root], device=device), proposals])
     tree_tokens = candidates[tree.tree_indices]
     prefix = backend.cache_length(cache)
@@ -310,6 +311,15 @@ def medusa_step(backend, heads: MedusaHeads, tree: TreeBuffers, root: int, hidde
     return tree_tokens[path[1:]].tolist() + [following], accepted, hidden[last]
 
 
+def heads_overhead(heads: MedusaHeads, backend: Backend) -> float:
+    """What the heads read per step against a target pass: their own weights, and the shared projection
+    once (the heads' logits are one matmul against the target's lm_head)."""
+    extra = sum(p.numel() for p in heads.parameters())
+    if heads.shared_projection:
+        extra += heads.vocab_size * heads.hidden_size
+    return weights_ratio(extra, getattr(backend, "model", None))
+
+
 class MedusaStep(DecodeStep):
     """Medusa's state: the tree (cut to the budget near the end), the cache and the last hidden state."""
 
@@ -323,6 +333,8 @@ class MedusaStep(DecodeStep):
         self.positions = self.full.depth
         self.generator = make_generator(settings, device)
         self.cache = self.hidden = None
+        self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, heads_overhead(heads, backend))
+                     if params.pass_costs else None)
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         self.cache = self.backend.new_cache()
@@ -332,11 +344,15 @@ class MedusaStep(DecodeStep):
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
         depth = min(self.full.depth, remaining - 1)  # never propose past the budget
+        full = depth > 0 and (self.gate is None or self.gate.take_full())
+        depth = depth if full else 0  # declined: the root alone, a plain one-token step
         if depth not in self.trees:
             self.trees[depth] = build_tree_buffers([c for c in self.choices if len(c) <= depth]).to(self.backend.device)
         tree = self.trees[depth]
         new, accepted, self.hidden = medusa_step(self.backend, self.heads, tree, out[-1], self.hidden, self.cache,
                                                  self.settings, self.params, self.generator)
+        if full and self.gate is not None:
+            self.gate.record(len(new), tree.n)
         return new, accepted, range(1, tree.depth + 1)  # the proposed path: one guess per depth
 
     def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
@@ -346,6 +362,7 @@ class MedusaStep(DecodeStep):
             "num_heads": heads.num_heads, "num_layers": heads.num_layers, "shared_projection": heads.shared_projection,
             "backend": "builtin", "acceptance": "typical" if lossy else "greedy", "lossy": lossy,
             "posterior_threshold": params.posterior_threshold, "posterior_alpha": params.posterior_alpha,
+            "pass_costs": params.pass_costs, "declined_steps": self.gate.declined if self.gate is not None else 0,
         }
         if lossy:
             extra["note"] = TYPICAL_NOTE

@@ -95,6 +95,9 @@ class MedusaParams(BaseModel):
     tree: str | list[list[int]] = Field(
         AUTO, description="tree name (auto, chain3, chain4, cpu8, cpu16, mc_sim_7b_63), JSON file, or list of choices"
     )
+    pass_costs: PassCosts = pass_costs_field(
+        "a step is plain (the root alone, no heads) while the recent tree steps gave fewer tokens than their "
+        "passes and the heads cost, a tree step again every 16; None verifies the tree every step")
 
 
 class EagleParams(BaseModel):
@@ -107,6 +110,9 @@ class EagleParams(BaseModel):
     topk: int = Field(4, ge=1, le=16, description="children drafted per expanded node and nodes expanded per depth")
     tree_nodes: int = Field(10, ge=1, le=128, description="drafted nodes verified per step (the most probable paths)")
     eagle_heads: str | None = Field(None, description="EAGLE head folder (default: the one shipped for the target)")
+    pass_costs: PassCosts = pass_costs_field(
+        "a step is plain (one token, no drafting) while the recent tree steps gave fewer tokens than their "
+        "passes and the head cost, a tree step again every 16; None verifies a tree every step")
 
 
 class PromptLookupParams(BaseModel):
@@ -253,8 +259,8 @@ DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
 
 
 # the parameters the machine sizes (tools.bench.sizing) when neither given nor saved
-SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup", "pass_costs"), "medusa": ("tree",),
-                "draft": ("k", "k_max", "pass_costs", "draft_cost"), "eagle": ("tree_nodes", "depth", "topk"),
+SIZED_FIELDS = {"lookahead": ("window", "ngram", "guess", "prompt_lookup", "pass_costs"), "medusa": ("tree", "pass_costs"),
+                "draft": ("k", "k_max", "pass_costs", "draft_cost"), "eagle": ("tree_nodes", "depth", "topk", "pass_costs"),
                 "ngram": ("max_draft_tokens", "num_candidate_tokens", "max_candidate_tokens", "num_candidates",
                           "pass_costs")}
 
