@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from tools.engine.eagle import EagleConfig, EagleHead, config_for
 from tools.errors import ParameterError
+from tools.medusa.eagle_upstream import is_upstream, load_upstream_head
 from tools.medusa.features import cache_chunk_features, load_chunk_features
 from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, tokenize_files
 
@@ -202,15 +203,20 @@ def save_head(head: EagleHead, folder: Path, training: dict, dtype: torch.dtype 
 
 
 def load_head(folder: str | Path) -> EagleHead:
-    """An EagleHead from a folder written by :func:`save_head` (float32)."""
+    """An EagleHead from a folder written by :func:`save_head`, or from an upstream EAGLE-1/EAGLE-2
+    checkpoint folder (tools.medusa.eagle_upstream), in float32."""
     folder = Path(folder).expanduser()
+    if not (folder / CONFIG_FILE).is_file() and is_upstream(folder):
+        return load_upstream_head(folder)
     if not (folder / CONFIG_FILE).is_file() or not (folder / HEAD_FILE).is_file():
-        raise ParameterError(f"{folder} holds no EAGLE head ({CONFIG_FILE} and {HEAD_FILE})",
+        raise ParameterError(f"{folder} holds no EAGLE head ({CONFIG_FILE} and {HEAD_FILE}, or an upstream "
+                             "EAGLE-1/EAGLE-2 checkpoint: config.json and its weights)",
                              hint="train one with `specpilot eagle train`, or give the folder of one")
     meta = json.loads((folder / CONFIG_FILE).read_text())
     if meta.get("format") != FORMAT:
         raise ParameterError(f"{folder / CONFIG_FILE} is not a specpilot EAGLE head (format {meta.get('format')!r})",
-                             hint="upstream EAGLE checkpoints are not loaded; train a head with `specpilot eagle train`")
+                             hint="give a specpilot head or an upstream EAGLE-1/EAGLE-2 checkpoint folder (config.json "
+                                  "and model.safetensors or pytorch_model.bin); or train one with `specpilot eagle train`")
     state = load_file(str(folder / HEAD_FILE))
     head = EagleHead(EagleConfig(**meta["head"]), state["draft_ids"])
     head.load_state_dict({k: v.float() if k != "draft_ids" else v for k, v in state.items()})
