@@ -28,6 +28,11 @@ Acceptance:
   that same typical set. Typical acceptance is lossy by design: the output does not follow the
   target's sampling distribution exactly (the result says so in ``extra``).
 
+Cost gate (``MedusaParams.pass_costs``, set by the sizing from this machine's cost curve;
+tools.engine.gate.StepGate): a step is plain (the root alone, the heads not run) while the recent tree
+steps gave fewer tokens than their pass and the heads' reads cost, a tree step again every 16; none at
+all where even a fully accepted tree could not gain 25%. The output is the same either way.
+
 Counters: per step the *proposed path length* is the tree depth used that step and the *accepted
 candidate tokens* are the accepted path's length without the root; ``tokens_drafted`` and
 ``tokens_accepted`` sum them over steps, so the acceptance rate (accepted candidate tokens /

@@ -109,7 +109,8 @@ class EagleParams(BaseModel):
     depth: int = Field(5, ge=1, le=12, description="draft depth: the longest path the head proposes per step")
     topk: int = Field(4, ge=1, le=16, description="children drafted per expanded node and nodes expanded per depth")
     tree_nodes: int = Field(10, ge=1, le=128, description="drafted nodes verified per step (the most probable paths)")
-    eagle_heads: str | None = Field(None, description="EAGLE head folder (default: the one shipped for the target)")
+    eagle_heads: str | None = Field(None, description="EAGLE head folder: a specpilot head or an upstream EAGLE-1/EAGLE-2 "
+                                                          "checkpoint (default: the one shipped for the target)")
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (one token, no drafting) while the recent tree steps gave fewer tokens than their "
         "passes and the head cost, a tree step again every 16; None verifies a tree every step")
