@@ -35,7 +35,7 @@ def by_package(report: dict) -> dict:
 def test_every_package_is_reported_with_its_installed_version(store):
     report = check(store)
     packages = by_package(report)
-    assert set(packages) == {"torch", "transformers", "accelerate", "gguf", "medusa-llm", "lade"}
+    assert set(packages) == {"torch", "transformers", "accelerate", "gguf", "llama-cpp-python", "medusa-llm", "lade"}
     for name in ("torch", "transformers", "accelerate", "gguf"):
         assert packages[name]["status"] == "ok" and packages[name]["version"] == metadata.version(name)
     assert packages["torch"]["required"] and not packages["gguf"]["required"]
@@ -45,7 +45,19 @@ def test_every_package_is_reported_with_its_installed_version(store):
 def test_method_filter(store):
     assert "lade" in by_package(check(store, "lookahead")) and "medusa-llm" not in by_package(check(store, "lookahead"))
     assert "medusa-llm" in by_package(check(store, "medusa")) and "lade" not in by_package(check(store, "medusa"))
-    assert set(by_package(check(store, "draft"))) == {"torch", "transformers", "accelerate", "gguf"}
+    assert set(by_package(check(store, "draft"))) == {"torch", "transformers", "accelerate", "gguf", "llama-cpp-python"}
+    assert set(by_package(check(store, "eagle"))) == {"torch", "transformers", "accelerate", "gguf"}
+
+
+def test_the_peers_timed_beside_ours_say_whether_they_are_set_up(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECPILOT_PEERS", str(tmp_path / "peers"))
+    peers = {p["peer"]: p for p in check(store)["peers"]}
+    assert set(peers) == {"medusa-llm", "lade", "llama.cpp"}
+    for name, row in peers.items():
+        assert row["ready"] is False and f"specpilot peers setup {name}" in row["reason"]
+    assert [p["peer"] for p in check(store, "medusa")["peers"]] == ["medusa-llm"]
+    assert [p["peer"] for p in check(store, "lookahead")["peers"]] == ["lade", "llama.cpp"]
+    assert check(store, "eagle")["peers"] == []
 
 
 def test_a_missing_package_gets_the_exact_install_command(store, monkeypatch):

@@ -56,6 +56,11 @@ def test_errors_are_json_with_a_nonzero_exit_and_no_traceback(cli_in_process):
     assert unknown.returncode == 1 and "there is no tool named 'frobnicate'" in only_json(unknown)["error"]
     ok = cli_in_process("tool", "explain", "--input", '{"topic": "lookahead"}')
     assert ok.returncode == 0 and "2402.02057" in only_json(ok)["arxiv_ids"]
+    # the input given without --input: taken when it is a JSON object, refused (saying how) when it is not
+    bare = cli_in_process("tool", "explain", '{"topic": "lookahead"}')
+    assert bare.returncode == 0 and "2402.02057" in only_json(bare)["arxiv_ids"]
+    stray = cli_in_process("tool", "explain", "lookahead")
+    assert stray.returncode == 2 and "--input JSON" in only_json(stray)["error"]
 
 
 def test_a_prompt_that_says_approved_installs_nothing(cli_in_process):

@@ -95,6 +95,12 @@ def _decide(args) -> tuple[dict, int]:
 
 
 def _call(args) -> tuple[dict, int]:
+    extra = args.approval_id
+    if extra is not None:  # `specpilot tool NAME '{...}'`: the input given without --input
+        if args.input is not None or not extra.lstrip().startswith("{"):
+            return {"error": f"unexpected argument {extra!r} after the tool name: give the tool's input as "
+                             f"`specpilot tool {args.name} --input JSON`"}, EXIT_USAGE
+        args.input = extra
     raw = args.input if args.input is not None else "{}"
     with Store() as store:
         result = host_call(store, args.name, raw)

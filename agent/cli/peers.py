@@ -23,15 +23,12 @@ INSTALL_ACTION = "install"
 SETUP_COMMAND = "specpilot peers setup"
 
 
-PEER_NAMES = [*upstream.UPSTREAM_PEERS, llamacpp_server.NAME]
+PEER_NAMES = list(llamacpp_server.PEER_NAMES)
+peer_status = llamacpp_server.peer_status
 
 
 def setup_commands(name: str) -> list[list[str]]:
     return llamacpp_server.setup_commands() if name == llamacpp_server.NAME else upstream.setup_commands(name)
-
-
-def peer_status(name: str) -> dict:
-    return llamacpp_server.status() if name == llamacpp_server.NAME else upstream.status(name)
 
 
 def cmd_peers_setup(args) -> int:

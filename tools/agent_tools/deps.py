@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
 from tools.engine.params import METHOD_NAMES
+from tools.bench.llamacpp_server import NAME as LLAMACPP_PEER, PEER_NAMES, peer_status
 from tools.engine.upstream_status import lade_status, upstream_backend_status
 
 
@@ -45,6 +46,9 @@ PACKAGES: tuple[Package, ...] = (
             purpose="device_map='auto' (spreading a large model over GPUs and CPU)"),
     Package("gguf", "gguf", "gguf>=0.10", (), ("all",),
             purpose="loading GGUF files, including the built-in offline models"),
+    Package("llama_cpp", "llama-cpp-python", "llama-cpp-python", (), ("baseline", "draft", "lookahead", "ngram"),
+            purpose="the llama.cpp backend (--backend llamacpp: GGUF models as llama.cpp runs them) and the local "
+                    "chat brain; `make install` builds it"),
     Package("medusa", "medusa-llm", "medusa-llm", (), ("medusa",),
             purpose="the upstream Medusa reference implementation (specpilot's own Medusa decoder does not need it)"),
     Package("lade", "lade", "lade", (), ("lookahead",),
@@ -53,6 +57,10 @@ PACKAGES: tuple[Package, ...] = (
 
 # Packages whose import has side effects (lade patches transformers when imported): a custom check.
 CUSTOM_CHECKS: dict[str, Callable[[], tuple[bool, str]]] = {"lade": _lade_check, "medusa": _medusa_check}
+
+# the methods each peer is measured beside (`specpilot peers setup NAME`; --peers)
+PEER_METHODS = {"medusa-llm": ("medusa",), "lade": ("lookahead",),
+                LLAMACPP_PEER: ("baseline", "draft", "lookahead", "ngram")}
 
 Method = Literal[("all", *METHOD_NAMES)]  # type: ignore[valid-type]  (from the method table)
 
@@ -106,10 +114,12 @@ def relevant(pkg: Package, method: str) -> tuple[bool, bool]:
 
 @tool("check_deps", DepsInput, read_only=True)
 def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
-    """Check the Python packages a decoding method needs (torch, transformers, accelerate, gguf, and the
-    optional upstream medusa-llm and lade): imports each one and reports its version, whether it is
-    missing or installed but unusable (with the import error), and the exact install command to
-    suggest. Nothing is installed."""
+    """Check the Python packages a decoding method needs (torch, transformers, accelerate, gguf,
+    llama-cpp-python, and the optional upstream medusa-llm and lade): imports each one and reports its
+    version, whether it is missing or installed but unusable (with the import error), and the exact
+    install command to suggest; under ``peers``, whether the reference implementations timed beside
+    ours (`specpilot peers setup NAME`: medusa-llm, lade, llama.cpp's llama-server) are set up.
+    Nothing is installed."""
     report, missing_required, missing_optional = [], [], []
     for pkg in PACKAGES:
         needed, optional = relevant(pkg, inp.method)
@@ -132,6 +142,7 @@ def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
             "tool_input": {"packages": missing_required or missing_optional},
             "note": "install_packages asks the user for approval before it runs",
         }
+    out["peers"] = [peer_status(name) for name in PEER_NAMES if inp.method == "all" or inp.method in PEER_METHODS[name]]
     unusable_upstream = [e["package"] for e in report if e["status"] == "unusable" and e["module"] in CUSTOM_CHECKS]
     if unusable_upstream:
         out["note"] = (f"{', '.join(unusable_upstream)} cannot run with the installed transformers; reinstalling "

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tools.bench.children import Children
 from tools.bench.inputs import PEER_LABELS
+from tools.bench import upstream
 from tools.bench.upstream import peers_dir, run_steps
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ParameterError
@@ -266,3 +267,12 @@ def server_runners(ctx, prompt_ids: list[int], n_ctx: int) -> dict:
             continue
         out[mode.key] = (lambda sv, k: lambda s: generate(sv, k, prompt_ids, s))(server, mode.key)
     return out
+
+
+# every peer `specpilot peers setup` builds: the upstream packages' venvs and this llama-server
+PEER_NAMES = (*upstream.UPSTREAM_PEERS, NAME)
+
+
+def peer_status(name: str) -> dict:
+    """Whether the peer ``name`` is set up (``ready``), and what it is for; the reason when it is not."""
+    return status() if name == NAME else upstream.status(name)
