@@ -145,9 +145,10 @@ def test_compare_on_both_engines_is_one_table_on_the_same_prompt_ids(capsys, ggu
     # the human table: both engines, every row
     capsys.readouterr()
     assert main(["compare", "--backend", "transformers", "--backend", "llamacpp", "--methods", "baseline",
-                 "--dtype", "float32", *common(gguf_files)]) == 0
+                 "--dtype", "float32", "--report", *common(gguf_files)]) == 0
     shown = " ".join(capsys.readouterr().out.split())  # the caption wraps at the console's width
     assert "compare on transformers and llama.cpp" in shown and "speedup against each engine's own baseline" in shown
+    assert shown.count("report: ") == 2 and "write a report with" not in shown  # one report per engine
 
 
 # ---------------------------------------------------------------------------- the cost curve per engine

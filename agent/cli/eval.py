@@ -167,12 +167,15 @@ def _print_params(rows: list[dict]) -> None:
                 out.print(f"  {declined}", highlight=False)
 
 
-def _run_and_show(args, name: str, run, table, details=None) -> int:
+def _run_and_show(args, name: str, run, table, details=None, reports=None) -> int:
     """Run a compare or bench task under a status line, write its report when asked, then print its
-    JSON, or its table, the methods not run, ``details(result)`` and where the report is."""
+    JSON, or its table, the methods not run, ``details(result)`` and where the report is.
+    ``reports(result)`` writes the reports instead (and ``details`` says where they are)."""
     with err.status(f"{name}: starting…") as status:
         result = run(_progress(status))
-    if args.report:
+    if args.report and reports:
+        reports(result)
+    elif args.report:
         result["report"] = _write_task_report(result["task_id"], result["run_ids"])
     if args.json:
         _print_json(result)
@@ -182,7 +185,8 @@ def _run_and_show(args, name: str, run, table, details=None) -> int:
         out.print(f"{method}: not run: {reason}")
     if details:
         details(result)
-    _print_report_paths(result.get("report"), result["task_id"])
+    if not reports:
+        _print_report_paths(result.get("report"), result["task_id"])
     return 0
 
 
@@ -206,23 +210,20 @@ def cmd_compare(args) -> int:
 
 def _compare_backends(args, comparing, inp, backends: list[str]) -> int:
     """``compare --backend A --backend B``: one comparison per engine, shown in one table."""
-    with err.status("compare: starting…") as status:
-        result = comparing.compare_backends(inp, backends, progress=_progress(status))
-    if args.report:
+
+    def reports(result: dict) -> None:
         result["reports"] = {b: _write_task_report(r["task_id"], r["run_ids"]) for b, r in result["by_backend"].items()}
-    if args.json:
-        _print_json(result)
-        return 0
-    out.print(backends_table(result))
-    for method, reason in result["not_run"].items():
-        out.print(f"{method}: not run: {reason}")
-    for backend, res in result["by_backend"].items():
-        out.print(f"[bold]{ENGINE_NAMES.get(backend, backend)}[/bold]: baseline {_fmt(res.get('baseline_tokens_per_s'))} "
-                  f"tok/s, task {res['task_id']}")
-        _print_params(res["rows"])
-        _print_report_paths((result.get("reports") or {}).get(backend), res["task_id"])
-    out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
-    return 0
+
+    def details(result: dict) -> None:
+        for backend, res in result["by_backend"].items():
+            out.print(f"[bold]{ENGINE_NAMES.get(backend, backend)}[/bold]: baseline "
+                      f"{_fmt(res.get('baseline_tokens_per_s'))} tok/s, task {res['task_id']}")
+            _print_params(res["rows"])
+            _print_report_paths((result.get("reports") or {}).get(backend), res["task_id"])
+        out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
+
+    return _run_and_show(args, "compare", lambda progress: comparing.compare_backends(inp, backends, progress=progress),
+                         backends_table, details, reports)
 
 
 def _write_task_report(task_id: int, run_ids: list[str]) -> dict:
