@@ -24,7 +24,7 @@ from tools.bench import llamacpp_server, peers, upstream
 from tools.bench.protocol import Runner
 from tools.bench.machine_cost import machine_cost, measure_curve
 from tools.bench.sizing import SizedParam, Sizing, size_params
-from tools.engine import quantize
+from tools.engine import cpu_gemm, quantize
 from tools.engine.llamacpp import LlamaCppBackend, LlamaCppModel, LlamaReference, as_loaded, draft_generate, load_gguf
 from tools.engine.methods import METHODS, MethodContext, parse_params, run
 from tools.engine.types import DecodeResult, GenerationSettings
@@ -53,6 +53,9 @@ def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | Non
     if key not in _LOADED:
         _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role == "target") if backend == "llamacpp"
                         else models.load(ref, dtype=dtype, device_map=device_map, threads=threads))
+        loaded = _LOADED[key]
+        if backend != "llamacpp" and cpu_gemm.wanted(loaded.device, getattr(loaded.model, "dtype", None)):
+            cpu_gemm.use_onednn(loaded.model)  # float32 passes over a few tokens through oneDNN (tools.engine.cpu_gemm)
     return _LOADED[key]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tools.engine import kv
+from tools.engine import cpu_gemm, kv
 from tools.engine.autoregressive import as_input_ids
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import SpecpilotError
@@ -68,6 +68,8 @@ def versions(backend: str = "transformers") -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
+    if backend == "transformers":  # which library multiplies float32 layers on a CPU (tools.engine.cpu_gemm)
+        out["cpu_float32_linear"] = "onednn" if cpu_gemm.wanted("cpu", torch.float32) else "blas"
     for key, dist in (("specpilot", "specpilot"), *((("llama_cpp_python", "llama-cpp-python"),)
                                                      if backend == "llamacpp" else ())):
         try:

@@ -15,6 +15,7 @@ what this run's own drafts got (accepted tokens / (accepted + rejections)), the 
 
 from __future__ import annotations
 
+from tools.engine.cpu_gemm import weights_numel
 from tools.engine.params import PRIOR_WEIGHT
 
 PROBE_EVERY = 16  # after this many declined steps in a row, one draft is tried to learn this text's acceptance
@@ -172,5 +173,5 @@ class StepGate:
 def weights_ratio(extra: int, target) -> float:
     """``extra`` parameters read per step against the ``target`` module's own (a step's overhead in one-token
     passes where, as on a CPU, a pass costs what it reads)."""
-    own = sum(p.numel() for p in target.parameters()) if target is not None else 0
+    own = weights_numel(target) if target is not None else 0
     return extra / own if own else 0.0

@@ -14,6 +14,7 @@ import weakref
 
 import torch
 
+from tools.engine.cpu_gemm import plain_copy_memo
 from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def int8_draft(model: torch.nn.Module) -> torch.nn.Module:
         return _QUANTIZED[model]
     engines = torch.backends.quantized.supported_engines
     torch.backends.quantized.engine = "x86" if "x86" in engines else "fbgemm"
-    clone = copy.deepcopy(model).float().eval()
+    clone = copy.deepcopy(model, plain_copy_memo(model)).float().eval()  # oneDNN layers copied as plain ones
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the eager quantization API warns that it is deprecated
         quantized = torch.ao.quantization.quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)

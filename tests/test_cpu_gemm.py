@@ -1,0 +1,94 @@
+"""Float32 linear layers through oneDNN on the CPU (tools.engine.cpu_gemm): the same products as
+PyTorch's own layers, every method's output still the baseline's, the int8 draft still quantized, the
+weights not held twice, and the opt-out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_tiny_model
+
+from tools.bench import context
+from tools.bench.protocol import versions
+from tools.engine import autoregressive, cpu_gemm, lookahead, medusa, prompt_lookup, quantize, speculative
+from tools.engine.cpu_gemm import OneDNNLinear
+from tools.engine.medusa import MedusaHeads
+from tools.engine.params import LookaheadParams
+from tools.engine.types import GenerationSettings
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+PROMPT = [1, 5, 9, 2, 7, 5, 9]
+
+
+def swapped(tied: bool = False, seed: int = 0):
+    model = make_tiny_model("qwen2", layers=2, seed=seed)
+    if tied:
+        model.lm_head.weight = model.get_input_embeddings().weight
+    plain = make_tiny_model("qwen2", layers=2, seed=seed)
+    if tied:
+        plain.lm_head.weight = plain.get_input_embeddings().weight
+    count = sum(p.numel() for p in model.parameters())
+    assert cpu_gemm.use_onednn(model) == 15  # 7 per layer and the LM head
+    return model, plain, count
+
+
+def test_the_layers_compute_what_pytorch_s_compute():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 80)
+    fast = OneDNNLinear(layer, keep_dense=False)
+    with torch.inference_mode():
+        for shape in ((1, 48), (1, 3, 48), (2, 5, 48)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(fast(x), layer(x), rtol=1e-5, atol=1e-5)
+    x = torch.randn(4, 48, requires_grad=True)  # with a gradient wanted: PyTorch's path, gradients flow
+    fast(x).sum().backward()
+    assert x.grad is not None and torch.equal(fast.weight, layer.weight.detach())
+    assert not any(p is layer.weight for p in fast.parameters())  # the dense weight is not held twice
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_every_method_s_output_is_the_baseline_s(tied):
+    model, plain, count = swapped(tied)
+    assert cpu_gemm.weights_numel(model) == count
+    if tied:  # the LM head keeps the embeddings' own tensor (shared, not copied)
+        assert model.lm_head.weight is model.get_input_embeddings().weight
+    settings = GenerationSettings(max_new_tokens=40)
+    base = autoregressive.generate(model, PROMPT, settings).output_ids
+    assert base == autoregressive.generate(plain, PROMPT, settings).output_ids
+    outputs = {
+        "draft": speculative.generate(model, model, PROMPT, settings, k=4).output_ids,
+        "lookahead": lookahead.generate(model, PROMPT, settings, LookaheadParams(window=3, ngram=3, guess=2)).output_ids,
+        "ngram": prompt_lookup.generate(model, PROMPT, settings).output_ids,
+    }
+    heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, num_heads=2, num_layers=1).eval()
+    outputs["medusa"] = medusa.generate(model, heads, PROMPT, settings).output_ids
+    assert all(out == base for out in outputs.values()), {m: o for m, o in outputs.items() if o != base}
+
+
+def test_the_int8_draft_of_a_swapped_model_is_still_quantized():
+    model, _, _ = swapped()
+    quantized = quantize.int8_draft(model)
+    layers = [m for m in quantized.modules() if isinstance(m, torch.nn.Linear) or "quantized" in type(m).__module__]
+    assert layers and not any(isinstance(m, OneDNNLinear) for m in quantized.modules())
+    assert all("quantized" in type(m).__module__ for m in layers)
+    settings = GenerationSettings(max_new_tokens=20)
+    assert (speculative.generate(model, model, PROMPT, settings, k=3, draft_quant="int8").output_ids
+            == autoregressive.generate(model, PROMPT, settings).output_ids)
+
+
+def test_where_it_applies_and_the_opt_out(monkeypatch):
+    assert cpu_gemm.wanted("cpu", torch.float32)
+    assert not cpu_gemm.wanted("cpu", torch.bfloat16) and not cpu_gemm.wanted("cuda", torch.float32)
+    assert versions()["cpu_float32_linear"] == "onednn"
+    monkeypatch.setenv(cpu_gemm.ENV, "blas")
+    assert not cpu_gemm.wanted("cpu", torch.float32) and versions()["cpu_float32_linear"] == "blas"
+
+
+def test_runs_load_float32_models_with_onednn_layers(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(context, "_LOADED", {})
+    loaded = context.load_cached(str(tiny_model_dir), "float32", None)
+    assert any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
+    monkeypatch.setattr(context, "_LOADED", {})
+    monkeypatch.setenv(cpu_gemm.ENV, "blas")
+    loaded = context.load_cached(str(tiny_model_dir), "float32", None)
+    assert not any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
