@@ -26,7 +26,7 @@ from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.params import PARAM_MODELS
 from tools.bench.machine_cost import MachineCost
-from tools.bench.context import check_backend
+from tools.bench.context import check_backend, load_cached
 from tools.bench.protocol import hardware_info
 from tools.bench.sizing import Sizing, remembered_machine, size_params
 from tools import models
@@ -283,7 +283,7 @@ def measure_cost_curve(inp, ctx) -> dict:
     """The measure_cost_curve tool's work for ``inp`` (a tools.agent_tools.guidance.CostCurveInput)."""
     target, _ = resolve_target(ctx.store, None, inp.target)
     ctx.report(f"loading {target}")
-    loaded = models.load(target, dtype=inp.dtype)
+    loaded = load_cached(target, inp.dtype, None)  # the model as runs load it (float32 on a CPU: oneDNN layers)
     ctx.report("timing forward passes")
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
     hw_kind = "gpu" if loaded.device.startswith("cuda") else "cpu"
