@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import REPO  # noqa: F401  (puts the repo on the path)
+from common import REPO  # puts the repo on the path
 
 
 def per_call_ms(fn, repeats: int) -> float:
@@ -38,6 +38,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     out_f, in_f = (int(v) for v in args.shape.split("x"))
+    print(f"tools.engine.cpu_gemm from {REPO.name}")
     layer = torch.nn.Linear(in_f, out_f, bias=False)
     fast = OneDNNLinear(layer, keep_dense=True)
     print(f"{out_f}x{in_f} float32, {torch.get_num_threads()} threads")

@@ -3,9 +3,9 @@
 PyTorch runs a float32 ``nn.Linear`` on a CPU through its BLAS (MKL in the official builds). For one
 token that is a matrix-vector product, bound by reading the weights. For 2-16 tokens (every
 verification pass of a speculative method) MKL's matrix product can be far slower per byte: on a
-2-core AMD EPYC (AVX2), a 8960x1536 layer measured 5.7 ms for one token, 15 ms for 2 and 26 ms for
-16 through MKL, against 5.0, 7.4 and 11.8 ms through oneDNN (the library behind ``torch.mkldnn``,
-also in the official builds). Over the whole default target (float32, 300 tokens of cache) a
+2-core AMD EPYC (AVX2), a 8960x1536 layer measured 5.8 ms for one token, 9.7 ms for 2 and 18.2 ms
+for 16 through MKL, against 4.4, 5.9 and 8.7 ms through oneDNN (the library behind ``torch.mkldnn``,
+also in the official builds; benchmarks/cpu_gemm.py). Over the whole default target (float32, 300 tokens of cache) a
 one-token pass went from 0.61 s to 0.47 s and a 16-token pass from 2.59 s (4.3x one) to 1.20 s (2.6x).
 
 :func:`use_onednn` swaps a model's float32 ``nn.Linear`` layers for :class:`OneDNNLinear`, which keeps
