@@ -118,9 +118,9 @@ def test_measured_sweeps_from_memory_are_reported_with_run_ids(store, monkeypatc
 
 
 def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypatch, tiny_qwen):
-    import tools.models
+    import tools.agent_tools.advice
 
-    monkeypatch.setattr(tools.models, "load", lambda ref, dtype="auto": SimpleNamespace(
+    monkeypatch.setattr(tools.agent_tools.advice, "load_cached", lambda ref, dtype, device_map: SimpleNamespace(
         model=tiny_qwen, device="cpu", dtype="float32"))
     monkeypatch.setattr(guidance, "detect_hardware", lambda choice: CPU)
     monkeypatch.setattr(guidance, "run_dtype", lambda store, method, hw: "float32")  # as the tiny model loaded
