@@ -13,7 +13,7 @@ from tools.bench.machine_cost import MachineCost
 from tools.bench.sizing import size_params
 from tools.engine import autoregressive, eagle, medusa
 from tools.engine.eagle import EagleHead, config_for
-from tools.engine.gate import TRIAL_STEPS, StepGate, weights_ratio
+from tools.engine.gate import PROBE_EVERY, TRIAL_STEPS, StepGate, weights_ratio
 from tools.engine.medusa import MedusaHeads
 from tools.engine.params import EagleParams, MedusaParams
 from tools.engine.types import GenerationSettings
@@ -114,3 +114,25 @@ def test_sizing_gives_the_tree_methods_their_pass_costs(method):
     assert "plain" in sizing.reasons()["pass_costs"]
     given = size_params(method, machine, given={"pass_costs": [1.0, 1.1]})
     assert given.params["pass_costs"] == [1.0, 1.1]
+
+
+def test_a_prior_from_the_heads_held_out_acceptance_stands_for_the_trial():
+    costs = [1.0, 2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3, 2.35, 2.4, 2.45]
+    poor = StepGate(costs, best_tokens=6, step_tokens=11, prior_tokens=1.5)  # 1.5 tokens for a 2.45x pass
+    decisions = [poor.take_full() for _ in range(2 * PROBE_EVERY)]
+    assert decisions.count(True) == 2 and decisions[PROBE_EVERY - 1] and decisions[-1]  # probes only, no trial
+    assert StepGate(costs, best_tokens=6, step_tokens=11, prior_tokens=3.0).take_full()  # heads that pay
+    assert eagle.expected_tokens(type("H", (), {"training_info": {"held_out": {"top1_by_depth": [0.5, 0.4]}}})(),
+                                 3) == pytest.approx(1 + 0.5 + 0.2 + 0.08)
+    assert eagle.expected_tokens(type("H", (), {})(), 3) is None  # an upstream head has no such figures
+
+
+def test_eagle_with_a_poor_head_s_prior_only_probes_and_keeps_the_output(target):
+    settings = GenerationSettings(max_new_tokens=50)
+    head = eagle_head(target)
+    head.training_info = {"held_out": {"top1_by_depth": [0.05]}}
+    got = eagle.generate(target, head, PROMPTS[1], settings,
+                         EagleParams(depth=3, topk=2, tree_nodes=5, pass_costs=MIXED))
+    assert got.output_ids == autoregressive.generate(target, PROMPTS[1], settings).output_ids
+    full_steps = got.steps - got.extra["declined_steps"] - 1  # the last step is plain anyway
+    assert 0 < full_steps <= got.steps // PROBE_EVERY + 1  # the probes, no trial

@@ -187,6 +187,21 @@ def head_overhead(head: EagleHead, backend: Backend, depth: int) -> float:
     return weights_ratio(extra * depth, getattr(backend, "model", None))
 
 
+def expected_tokens(head: EagleHead, depth: int) -> float | None:
+    """Tokens a step is expected to give from the head's held-out top-1 accuracy by depth (stored with a
+    trained head): the target's own token plus a chain of ``depth`` guesses each kept while the ones
+    before were (the tree's other branches only add to it); None for a head without those figures."""
+    held_out = (getattr(head, "training_info", None) or {}).get("held_out") or {}
+    hits = held_out.get("top1_by_depth")
+    if not hits:
+        return None
+    total, chain = 1.0, 1.0
+    for d in range(depth):
+        chain *= float(hits[min(d, len(hits) - 1)])
+        total += chain
+    return total
+
+
 class EagleStep(DecodeStep):
     """EAGLE's state: the target cache, the head's cache (one row per accepted position), the
     target features not yet read by the head, and the tokens so far."""
@@ -201,8 +216,8 @@ class EagleStep(DecodeStep):
         self.head.to(device=backend.device, dtype=torch.float32).eval()
         self.generator = make_generator(settings, backend.device)
         self.positions = params.depth
-        self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1, head_overhead(head, backend,
-                                                                                                   params.depth))
+        self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1,
+                              head_overhead(head, backend, params.depth), expected_tokens(head, params.depth))
                      if params.pass_costs else None)
 
     def _embed(self, ids: list[int]) -> torch.Tensor:

@@ -117,6 +117,7 @@ class DraftModelGate:
 
 
 TRIAL_STEPS = 8  # full steps a method takes before its own record may decline one
+PRIOR_STEPS = 4  # a prior (what the method's heads are expected to give a full step) weighs this many full steps
 DECAY = 0.9  # each full step's record weighs this much less at every later full step (texts change)
 
 
@@ -136,16 +137,20 @@ class StepGate:
 
     ``overhead`` is the work a full step does besides the target's pass, in one-token passes (Medusa's
     heads, EAGLE's draft head: the weights they read against the target's), added to every full step's
-    cost."""
+    cost. ``prior_tokens`` (what a full step is expected to give, from the heads' held-out acceptance)
+    stands for the trial: the record starts with it, weighing ``PRIOR_STEPS`` full steps, so a method
+    whose heads cannot pay declines from the first step and only probes."""
 
     def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
-                 overhead: float = 0.0):
+                 overhead: float = 0.0, prior_tokens: float | None = None):
         self.costs, self.overhead = list(costs), float(overhead)
-        self.worth = (best_tokens is None
-                      or best_tokens / (pass_cost(self.costs, step_tokens or 1) + self.overhead) >= PROBE_MIN_GAIN)
+        full_cost = pass_cost(self.costs, step_tokens or 1) + self.overhead
+        self.worth = best_tokens is None or best_tokens / full_cost >= PROBE_MIN_GAIN
         self.tokens = 0.0
         self.cost = 0.0
         self.full = 0  # full steps recorded
+        if prior_tokens is not None and self.worth:
+            self.tokens, self.cost, self.full = PRIOR_STEPS * prior_tokens, PRIOR_STEPS * full_cost, TRIAL_STEPS
         self.declined = 0
         self.idle = 0
 
