@@ -88,6 +88,9 @@ def test_runs_load_float32_models_with_onednn_layers(tiny_model_dir, monkeypatch
     monkeypatch.setattr(context, "_LOADED", {})
     loaded = context.load_cached(str(tiny_model_dir), "float32", None)
     assert any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
+    monkeypatch.setattr(context, "_LOADED", {})  # placed by accelerate: left as it is
+    loaded = context.load_cached(str(tiny_model_dir), "float32", "auto")
+    assert not any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
     monkeypatch.setattr(context, "_LOADED", {})
     monkeypatch.setenv(cpu_gemm.ENV, "blas")
     loaded = context.load_cached(str(tiny_model_dir), "float32", None)

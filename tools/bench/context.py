@@ -54,7 +54,8 @@ def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | Non
         _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role == "target") if backend == "llamacpp"
                         else models.load(ref, dtype=dtype, device_map=device_map, threads=threads))
         loaded = _LOADED[key]
-        if backend != "llamacpp" and cpu_gemm.wanted(loaded.device, getattr(loaded.model, "dtype", None)):
+        if (backend != "llamacpp" and device_map in (None, "cpu")  # accelerate's placement (offload) left as it is
+                and cpu_gemm.wanted(loaded.device, getattr(loaded.model, "dtype", None))):
             cpu_gemm.use_onednn(loaded.model)  # float32 passes over a few tokens through oneDNN (tools.engine.cpu_gemm)
     return _LOADED[key]
 

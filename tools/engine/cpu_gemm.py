@@ -75,7 +75,9 @@ def use_onednn(model: nn.Module) -> int:
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.dtype == torch.float32 and child.weight.device.type == "cpu":
+            weight = child.weight if type(child) is nn.Linear else None
+            if weight is not None and weight.dtype == torch.float32 and weight.device.type == "cpu" \
+                    and not getattr(child, "_hf_hook", None):  # a layer accelerate places or offloads stays its own
                 setattr(parent, name, OneDNNLinear(child, keep_dense=id(child.weight) in shared))
                 swapped += 1
     return swapped
