@@ -13,7 +13,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
-from tools.engine.params import METHOD_NAMES
+from tools.engine.params import METHOD_NAMES, METHODS
 from tools.bench.llamacpp_server import NAME as LLAMACPP_PEER, PEER_NAMES, peer_status
 from tools.engine.upstream_status import lade_status, upstream_backend_status
 
@@ -38,6 +38,9 @@ def _medusa_check() -> tuple[bool, str]:
     return upstream_backend_status()
 
 
+# what runs on llama.cpp: every method that does not read the target's hidden states (the method table)
+ON_LLAMACPP = tuple(name for name, spec in METHODS.items() if not spec.needs_features)
+
 PACKAGES: tuple[Package, ...] = (
     Package("torch", "torch", "torch", ("all",), purpose="tensors and model execution"),
     Package("transformers", "transformers", "transformers>=5.0,<6", ("all",),
@@ -46,7 +49,7 @@ PACKAGES: tuple[Package, ...] = (
             purpose="device_map='auto' (spreading a large model over GPUs and CPU)"),
     Package("gguf", "gguf", "gguf>=0.10", (), ("all",),
             purpose="loading GGUF files, including the built-in offline models"),
-    Package("llama_cpp", "llama-cpp-python", "llama-cpp-python", (), ("baseline", "draft", "lookahead", "ngram"),
+    Package("llama_cpp", "llama-cpp-python", "llama-cpp-python", (), ON_LLAMACPP,
             purpose="the llama.cpp backend (--backend llamacpp: GGUF models as llama.cpp runs them) and the local "
                     "chat brain; `make install` builds it"),
     Package("medusa", "medusa-llm", "medusa-llm", (), ("medusa",),
@@ -60,7 +63,7 @@ CUSTOM_CHECKS: dict[str, Callable[[], tuple[bool, str]]] = {"lade": _lade_check,
 
 # the methods each peer is measured beside (`specpilot peers setup NAME`; --peers)
 PEER_METHODS = {"medusa-llm": ("medusa",), "lade": ("lookahead",),
-                LLAMACPP_PEER: ("baseline", "draft", "lookahead", "ngram")}
+                LLAMACPP_PEER: ON_LLAMACPP}
 
 Method = Literal[("all", *METHOD_NAMES)]  # type: ignore[valid-type]  (from the method table)
 

@@ -131,8 +131,8 @@ class StepGate:
     ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed.
     The first ``TRIAL_STEPS`` full steps are always taken, where a full step that verifies its longest
     guess whole (``best_tokens`` from a pass over ``step_tokens``) would gain at least ``PROBE_MIN_GAIN``;
-    where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9; a one-node
-    Medusa or EAGLE tree in float32 on a 2-core AVX2 CPU: 2 tokens for 1.8 and the heads), no
+    where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9; Medusa's
+    sized depth-2 tree in float32 on a 2-core AVX2 CPU: 3 tokens for a pass costing 2.6 and the heads), no
     full step is ever taken.
 
     ``overhead`` is the work a full step does besides the target's pass, in one-token passes (Medusa's
