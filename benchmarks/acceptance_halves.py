@@ -17,6 +17,12 @@ it does not depend on how busy the machine is.
 
     .venv/bin/python benchmarks/acceptance_halves.py --out results/acceptance_halves.json
     .venv/bin/python benchmarks/acceptance_halves.py --methods medusa --categories coding,math --limit 2
+    .venv/bin/python benchmarks/acceptance_halves.py --methods lookahead --halves fit --lookahead 3,3,1,0
+
+Lookahead is not replayed: its window and n-gram pool follow its own steps, so the decoder itself runs
+(every step a full step, the cost gate off) with the W,N,G and prompt-lookup drafts of --lookahead
+(what `specpilot guide lookahead` suggests). Its fit-half mean is the gate's prior
+(tools.engine.params.LOOKAHEAD_STEP_PRIOR).
 
 Resumable: with --out, finished prompts are read back and skipped.
 """
@@ -37,7 +43,9 @@ HALVES = {"fit": FIT_PROMPTS, "eval": DEFAULT_PROMPTS}
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--methods", default="medusa,eagle", help="comma-separated: medusa, eagle")
+    p.add_argument("--methods", default="medusa,eagle", help="comma-separated: medusa, eagle, lookahead")
+    p.add_argument("--halves", default="fit,eval", help="comma-separated: fit, eval")
+    p.add_argument("--lookahead", default=None, help="W,N,G,prompt-lookup drafts (what `specpilot guide lookahead` suggests)")
     p.add_argument("--categories", default="all")
     p.add_argument("--limit", type=int, default=1, help="prompts per category and half")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -123,6 +131,27 @@ def replay_eagle(step, tokens: list[int], feats, start: int) -> tuple[int, int, 
     return steps, drafted, accepted
 
 
+def lookahead_params(spec: str | None):
+    """The lookahead parameters of --lookahead (no cost gate: full steps only)."""
+    from tools.engine.params import LookaheadParams
+
+    if not spec:
+        sys.exit("give --lookahead W,N,G,L: the values `specpilot guide lookahead` suggests here")
+    w, n, g, lookup = (int(v) for v in spec.split(","))
+    return LookaheadParams(window=w, ngram=n, guess=g, prompt_lookup=lookup).check()
+
+
+def run_lookahead(backend, params, ids: list[int], budget: int) -> tuple[int, int, int, int]:
+    """(steps, drafted, accepted, new tokens) of one greedy lookahead run, every step a full one."""
+    import torch
+
+    from tools.engine.lookahead import generate
+    from tools.engine.types import GenerationSettings
+
+    res = generate(backend, torch.tensor([ids]), GenerationSettings(max_new_tokens=budget), params)
+    return res.steps, res.tokens_drafted, res.tokens_accepted, res.new_tokens
+
+
 def measure(args) -> list[dict]:
     import torch
 
@@ -149,20 +178,27 @@ def measure(args) -> list[dict]:
         _, choices = resolve_tree(MedusaParams().tree, ctx.medusa_heads.num_heads, "cpu",
                                   getattr(ctx.medusa_heads, "tree_choices", None))
     eagle = EagleStep(backend, ctx.eagle_head, settings_for(inp, ctx), EagleParams()) if "eagle" in methods else None
-    for half, path in HALVES.items():
+    look = lookahead_params(args.lookahead) if "lookahead" in methods else None
+    for half, path in ((h, HALVES[h]) for h in args.halves.split(",")):
         for row in load_prompts(str(path), args.categories, args.limit):
             if row["question_id"] in done:
                 continue
             ids = prompt_ids_for(ctx.target.tokenizer, row["prompt"], True)
             with torch.inference_mode():
-                tokens, feats = greedy_trace(backend, ids, args.max_new_tokens, eos)
+                replayed = [m for m in methods if m != "lookahead"]
+                tokens, feats = greedy_trace(backend, ids, args.max_new_tokens, eos) if replayed else (ids, None)
                 for method in methods:
-                    steps, drafted, accepted = (replay_medusa(ctx.medusa_heads, choices, tokens, feats, len(ids))
-                                                if method == "medusa" else replay_eagle(eagle, tokens, feats, len(ids)))
+                    new = len(tokens) - len(ids)
+                    if method == "lookahead":
+                        steps, drafted, accepted, new = run_lookahead(backend, look, ids, new or args.max_new_tokens)
+                    elif method == "medusa":
+                        steps, drafted, accepted = replay_medusa(ctx.medusa_heads, choices, tokens, feats, len(ids))
+                    else:
+                        steps, drafted, accepted = replay_eagle(eagle, tokens, feats, len(ids))
                     rec = {"method": method, "half": half, "category": row["category"],
                            "question_id": row["question_id"], "prompt_tokens": len(ids),
-                           "new_tokens": len(tokens) - len(ids), "steps": steps,
-                           "tokens_per_step": round((len(tokens) - len(ids) - 1) / max(1, steps), 3),
+                           "new_tokens": new, "steps": steps,
+                           "tokens_per_step": round((new - 1) / max(1, steps), 3),
                            "drafted": drafted, "accepted": accepted}
                     records.append(rec)
                     print(f"{method:7s} {half:4s} {row['category']:15s} q{row['question_id']}: "

@@ -11,8 +11,8 @@ from conftest import make_tiny_model
 from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost
 from tools.bench.sizing import size_params
 from tools.engine import autoregressive, lookahead, speculative
-from tools.engine.gate import (PROBE_EVERY, PROBE_MIN_GAIN, TRIAL_DRAFTS, TRIAL_STEPS, DraftModelGate, StepGate,
-                               pass_cost)
+from tools.engine.gate import (PROBE_EVERY, PROBE_LONGEST, PROBE_MIN_GAIN, TRIAL_DRAFTS, TRIAL_STEPS,
+                               DraftModelGate, StepGate, pass_cost)
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DraftParams, LookaheadParams
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
@@ -128,8 +128,12 @@ def test_a_step_gate_tries_then_declines_what_does_not_pay_and_probes():
     assert all(gate.take_full() for _ in range(TRIAL_STEPS))
     for _ in range(TRIAL_STEPS):
         gate.record(1, 4)  # one token for a pass costing 3
-    taken = [gate.take_full() for _ in range(2 * PROBE_EVERY)]
-    assert taken.count(True) == 2 and taken[PROBE_EVERY - 1] and gate.declined == 2 * PROBE_EVERY - 2
+    taken = [gate.take_full() for _ in range(7 * PROBE_EVERY)]  # probes that do not pay: waits of 16, 32, 64, 64
+    assert [i + 1 for i, t in enumerate(taken) if t] == [PROBE_EVERY, 3 * PROBE_EVERY, 7 * PROBE_EVERY]
+    assert gate.declined == 7 * PROBE_EVERY - 3 and gate.wait == PROBE_LONGEST
+    for _ in range(30):
+        gate.record(4, 4)  # the text starts repeating: full steps pay again, and probes are frequent again later
+    assert gate.take_full() and gate.wait == PROBE_EVERY
     paying = StepGate([1.0, 1.1, 1.2, 1.3])
     for _ in range(TRIAL_STEPS):
         paying.record(3, 4)
@@ -192,6 +196,21 @@ def test_lookahead_sized_for_a_steep_curve_takes_no_full_step(tiny_qwen):
     got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
     assert got.output_ids == autoregressive.generate(tiny_qwen, PROMPT, settings).output_ids
     assert got.tokens_drafted == 0 and got.extra["declined_steps"] == got.steps - 1  # the last step is plain anyway
+
+
+def test_lookahead_with_a_fitted_prior_that_cannot_pay_only_probes(tiny_qwen, monkeypatch):
+    from tools.engine import params as params_module
+
+    settings = GenerationSettings(max_new_tokens=50)
+    costs = [1.0, 2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3, 2.35]  # 3 tokens could gain 25% over the 9-token pass
+    params = LookaheadParams(window=3, ngram=3, guess=1, prompt_lookup=0, pass_costs=costs)
+    assert params.step_prior is None or params.step_prior > 0
+    monkeypatch.setitem(params_module.LOOKAHEAD_STEP_PRIOR, (3, 3, 1, 0), 1.2)  # 1.2 tokens for 2.35: never pays
+    assert params.step_prior == 1.2 and LookaheadParams(window=3, ngram=3, guess=2).step_prior is None
+    got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
+    assert got.output_ids == autoregressive.generate(tiny_qwen, PROMPT, settings).output_ids
+    full = got.steps - got.extra["declined_steps"] - got.extra["warmup_steps"] - 1  # the last step is plain anyway
+    assert 0 < full <= got.steps // PROBE_EVERY + 1  # the probes, no trial
 
 
 def test_each_run_of_one_decoder_starts_the_gate_from_its_prior(tiny_qwen):

@@ -119,7 +119,7 @@ def test_sizing_gives_the_tree_methods_their_pass_costs(method):
 def test_a_prior_from_the_heads_held_out_acceptance_stands_for_the_trial():
     costs = [1.0, 2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3, 2.35, 2.4, 2.45]
     poor = StepGate(costs, best_tokens=6, step_tokens=11, prior_tokens=1.5)  # 1.5 tokens for a 2.45x pass
-    decisions = [poor.take_full() for _ in range(2 * PROBE_EVERY)]
+    decisions = [poor.take_full() for _ in range(3 * PROBE_EVERY)]
     assert decisions.count(True) == 2 and decisions[PROBE_EVERY - 1] and decisions[-1]  # probes only, no trial
     assert StepGate(costs, best_tokens=6, step_tokens=11, prior_tokens=3.0).take_full()  # heads that pay
     assert eagle.expected_tokens(type("H", (), {"training_info": {"held_out": {"top1_by_depth": [0.5, 0.4]}}})(),

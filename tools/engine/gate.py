@@ -119,6 +119,7 @@ class DraftModelGate:
 TRIAL_STEPS = 8  # full steps a method takes before its own record may decline one
 PRIOR_STEPS = 4  # a prior (what the method's heads are expected to give a full step) weighs this many full steps
 DECAY = 0.9  # each full step's record weighs this much less at every later full step (texts change)
+PROBE_LONGEST = 4 * PROBE_EVERY  # a step gate's wait between probes doubles after each probe that did not pay, to this
 
 
 class StepGate:
@@ -128,7 +129,9 @@ class StepGate:
     what their passes cost (``pass_costs`` of their sizes, in one-token passes; each older step weighs
     ``DECAY`` less). A plain one-token step gives 1 token for 1, so a full step is taken while the record
     says at least as much; else the step is declined (the caller takes a plain step), and after
-    ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed.
+    ``PROBE_EVERY`` declines in a row a full step is taken again to see whether the text has changed
+    (the wait doubles after each probe that did not make the record pay, up to ``PROBE_LONGEST``, and
+    is back to ``PROBE_EVERY`` once full steps pay again).
     The first ``TRIAL_STEPS`` full steps are always taken, where a full step that verifies its longest
     guess whole (``best_tokens`` from a pass over ``step_tokens``) would gain at least ``PROBE_MIN_GAIN``;
     where it would not (lookahead's W=1, N=2 on llama.cpp here: 2 tokens for a pass costing 1.9; Medusa's
@@ -153,6 +156,7 @@ class StepGate:
             self.tokens, self.cost, self.full = PRIOR_STEPS * prior_tokens, PRIOR_STEPS * full_cost, TRIAL_STEPS
         self.declined = 0
         self.idle = 0
+        self.wait = PROBE_EVERY  # declines in a row before the next probe
 
     def record(self, tokens: int, pass_tokens: int) -> None:
         """A full step gave ``tokens`` new tokens from one pass over ``pass_tokens`` tokens."""
@@ -165,11 +169,11 @@ class StepGate:
             self.declined += 1
             return False
         if self.full < TRIAL_STEPS or self.tokens >= self.cost:
-            self.idle = 0
+            self.idle, self.wait = 0, PROBE_EVERY
             return True
         self.idle += 1
-        if self.idle >= PROBE_EVERY:
-            self.idle = 0
+        if self.idle >= self.wait:
+            self.idle, self.wait = 0, min(2 * self.wait, PROBE_LONGEST)
             return True
         self.declined += 1
         return False

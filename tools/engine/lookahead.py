@@ -193,7 +193,8 @@ class LookaheadStep(DecodeStep):
         self.cache = self.text = self.window = None
         self.filled = 1  # levels holding real Jacobi tokens
         longest = max(self.N - 1, self.lookup.num_candidate_tokens if self.lookup is not None else 0)
-        self.gate = StepGate(params.pass_costs, 1 + longest, params.tokens_per_step) if params.pass_costs else None
+        self.gate = (StepGate(params.pass_costs, 1 + longest, params.tokens_per_step, prior_tokens=params.step_prior)
+                     if params.pass_costs else None)
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         self.prompt = input_ids[0].tolist()

@@ -32,6 +32,11 @@ PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as m
 # draft-model decoding's per-token acceptance before a run has seen its own (README, draft on coding/math:
 # 73-77% of drafted tokens kept), and a draft token's cost relative to a target token where none is known
 DRAFT_ACCEPTANCE_PRIOR = 0.8
+# lookahead's tokens per full step (accepted guesses + the target's own token) before a run has seen its own, by
+# (W, N, G, prompt-lookup drafts): fitted on the fit half of the Spec-Bench prompts (one per category, greedy,
+# 64 new tokens, every step a full one: benchmarks/acceptance_halves.py --methods lookahead --halves fit);
+# the cost gate starts from it instead of trial steps. Other settings have no prior and take the trial.
+LOOKAHEAD_STEP_PRIOR = {(3, 3, 1, 0): 1.25}  # the W, N, G sized for a 2-core AVX2 CPU in float32
 DRAFT_COST_ASSUMED = 0.25
 
 
@@ -189,6 +194,13 @@ class LookaheadParams(BaseModel):
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (one token, no window, no drafts) while the method's recent full steps gave fewer "
         "tokens than their passes cost, a full step again every 16; None takes full steps only")
+
+    @property
+    def step_prior(self) -> float | None:
+        """Tokens a full step is expected to give (LOOKAHEAD_STEP_PRIOR), None where these settings were not fitted."""
+        if self.pool_from_prompt:
+            return None
+        return LOOKAHEAD_STEP_PRIOR.get((self.window, self.ngram, self.guess, self.prompt_lookup))
 
     def lookup_params(self) -> PromptLookupParams | None:
         """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
