@@ -19,6 +19,7 @@ from memory.migrations import (LEGACY_COST_CURVE_KEY, LEGACY_HEADS_KEY, cost_cur
 from tools.errors import ParameterError
 
 LEGACY_KEYS = (LEGACY_COST_CURVE_KEY, LEGACY_HEADS_KEY)
+ANY_KERNELS = "any"  # get_cost_curve: whatever kernels the curve was timed with
 
 
 def _decode_curve(row: dict) -> dict:
@@ -32,9 +33,10 @@ class MachineMixin:
     # ---- forward-pass cost curves ------------------------------------------------------------
 
     def save_cost_curve(self, target: str, hardware: str, curve: dict, dtype: str,
-                        measured_at: str | None = None) -> dict:
+                        measured_at: str | None = None, kernels: str | None = None) -> dict:
         """Save (or replace) the cost curve ``{tokens: seconds}`` of ``target`` on ``hardware`` in
-        ``dtype``, measured now unless ``measured_at`` is given; return it as :meth:`get_cost_curve` does."""
+        ``dtype``, measured now unless ``measured_at`` is given, timed with ``kernels`` (None: the engine's
+        own; tools.engine.cpu_gemm.kernels); return it as :meth:`get_cost_curve` does."""
         require_text("target", target)
         require_text("hardware", hardware)
         dtype = require_text("dtype", str(dtype).replace("torch.", "") if dtype is not None else None)
@@ -44,17 +46,21 @@ class MachineMixin:
             raise ParameterError(f"not a cost curve: {exc}",
                                  hint="give {tokens: seconds}, e.g. {1: 0.11, 2: 0.112}") from None
         row = {"target": target, "hardware": hardware, "dtype": dtype, "curve": curve_json,
-               "measured_at": measured_at or utc_now()}
+               "measured_at": measured_at or utc_now(), "kernels": kernels}
         with self._write() as db:
             db["cost_curves"].insert(row, replace=True)
         return _decode_curve(row)
 
-    def get_cost_curve(self, target: str, hardware: str, dtype: str | None = None) -> dict | None:
-        """The newest cost curve of ``target`` on ``hardware`` (in ``dtype`` if given), or ``None``:
-        ``{"target", "hardware", "dtype", "curve": {tokens: seconds}, "measured_at"}``."""
+    def get_cost_curve(self, target: str, hardware: str, dtype: str | None = None,
+                       kernels: str | None = ANY_KERNELS) -> dict | None:
+        """The newest cost curve of ``target`` on ``hardware`` (in ``dtype`` if given; timed with ``kernels``
+        if given, None meaning the engine's own), or ``None``:
+        ``{"target", "hardware", "dtype", "curve": {tokens: seconds}, "measured_at", "kernels"}``."""
         sql, params = "select * from cost_curves where target = ? and hardware = ?", [target, hardware]
         if dtype is not None:
             sql, params = sql + " and dtype = ?", [*params, str(dtype).replace("torch.", "")]
+        if kernels != ANY_KERNELS:
+            sql, params = sql + " and kernels is ?", [*params, kernels]
         rows = self._rows(sql + " order by measured_at desc limit 1", params)
         return _decode_curve(rows[0]) if rows else None
 

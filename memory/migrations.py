@@ -377,3 +377,11 @@ def m010_run_backend_column(db: Database) -> None:
     ran on transformers."""
     db["runs"].add_column("backend", str)
     db.execute("update runs set backend = 'transformers' where backend is null")
+
+
+@migration
+def m011_cost_curve_kernels(db: Database) -> None:
+    """A cost curve records the kernels that multiplied its float32 layers on a CPU where they are not
+    PyTorch's own (``onednn``: tools.engine.cpu_gemm); null for PyTorch's, which every curve stored before
+    was timed with. A curve timed with other kernels than a run's is measured again, not reused."""
+    db["cost_curves"].add_column("kernels", str)

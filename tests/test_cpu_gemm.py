@@ -95,3 +95,28 @@ def test_runs_load_float32_models_with_onednn_layers(tiny_model_dir, monkeypatch
     monkeypatch.setenv(cpu_gemm.ENV, "blas")
     loaded = context.load_cached(str(tiny_model_dir), "float32", None)
     assert not any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
+
+
+def test_a_curve_timed_with_pytorch_s_kernels_is_measured_again_for_onednn_layers(monkeypatch):
+    from types import SimpleNamespace
+
+    from memory import Store
+    from tools.bench import machine_cost as cost
+    from tools.bench.sizing import remembered_machine
+
+    monkeypatch.setattr(cost, "hardware_name", lambda device: "test machine")
+    monkeypatch.setattr(cost, "forward_cost_curve", lambda model, sizes, **k: {n: 0.1 + 0.01 * n for n in sizes})
+    monkeypatch.setattr(cost, "_DISTURBED", {})
+    store = Store()
+    store.save_cost_curve("tiny", "test machine", {1: 0.5, 2: 1.5}, dtype="float32")  # timed before oneDNN
+    model = swapped()[0]
+    assert cpu_gemm.kernels(model) == "onednn" and cpu_gemm.kernels(make_tiny_model("qwen2", layers=1)) is None
+    machine = cost.machine_cost(store, SimpleNamespace(ref="tiny", dtype="float32", device="cpu", model=model))
+    assert "measured now" in machine.curve_source and machine.curve[1] == pytest.approx(0.11)
+    assert store.get_cost_curve("tiny", "test machine", "float32")["kernels"] == "onednn"
+    # guidance (nothing loaded) reads the curve a run would use
+    assert cpu_gemm.expected_kernels("cpu", "float32") == "onednn" and cpu_gemm.expected_kernels("cpu", "int8") is None
+    found, stored = remembered_machine(store, "tiny", "cpu", "test machine", "float32")
+    assert stored is not None and found.curve[1] == pytest.approx(0.11)
+    monkeypatch.setenv(cpu_gemm.ENV, "blas")  # opted out: a run would not use that curve
+    assert remembered_machine(store, "tiny", "cpu", "test machine", "float32")[1] is None

@@ -3,6 +3,7 @@ curves and sweeps used when stored, and always marked as advice to be measured."
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext
 from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost
 from tools.bench.sizing import size_params
+from tools.engine import cpu_gemm
 
 DESIGN_CPU_CURVE = {1: 0.112, 2: 0.108, 4: 0.111, 8: 0.126, 16: 0.149, 32: 0.203, 64: 0.306}
 CPU = {"kind": "cpu", "name": "Test CPU (2 cores)"}
@@ -71,6 +73,19 @@ def test_medusa_guidance_uses_the_reference_defaults_and_a_tree_for_the_hardware
     assert advise(store, monkeypatch, hardware=GPU, method="medusa")["suggested_params"]["tree"] == "mc_sim_7b_63"
 
 
+def test_medusa_guidance_suggests_no_empty_pass_costs(store, monkeypatch):
+    out = advise(store, monkeypatch, method="medusa")
+    assert "pass_costs" not in out["suggested_params"] and any("pass costs" in r for r in out["reasons"])
+
+
+def test_eagle_guidance_sizes_eagle_s_own_tree(store, monkeypatch):
+    out = advise(store, monkeypatch, method="eagle")
+    params = out["suggested_params"]
+    assert {"depth", "topk", "tree_nodes"} <= set(params) and "num_candidate_tokens" not in params
+    assert params["pass_costs"] and params["pass_costs"][0] == 1.0  # sized to the conservative CPU curve
+    assert "conservative CPU curve" in out["source"] and any("eagle train" in r for r in out["reasons"])
+
+
 def test_lookahead_without_a_curve_is_sized_to_the_conservative_cpu_curve_and_says_so(store, monkeypatch):
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
@@ -87,7 +102,7 @@ def test_lookahead_without_a_curve_is_sized_to_the_conservative_cpu_curve_and_sa
 def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
     dtype = guidance.run_dtype(store, "lookahead", CPU)
     store.save_cost_curve("qwen2.5-coder-1.5b-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,
-                          measured_at="2026-01-01T00:00:00")
+                          measured_at="2026-01-01T00:00:00", kernels=cpu_gemm.expected_kernels("cpu", dtype))
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
     expected = size_params("lookahead", MachineCost("cpu", CPU["name"], DESIGN_CPU_CURVE, "stored")).params
@@ -120,8 +135,10 @@ def test_measured_sweeps_from_memory_are_reported_with_run_ids(store, monkeypatc
 def test_measure_cost_curve_stores_the_curve_for_later_guidance(store, monkeypatch, tiny_qwen):
     import tools.agent_tools.advice
 
+    model = copy.deepcopy(tiny_qwen)
+    cpu_gemm.use_onednn(model)  # as runs load a float32 model on a CPU
     monkeypatch.setattr(tools.agent_tools.advice, "load_cached", lambda ref, dtype, device_map: SimpleNamespace(
-        model=tiny_qwen, device="cpu", dtype="float32"))
+        model=model, device="cpu", dtype="float32"))
     monkeypatch.setattr(guidance, "detect_hardware", lambda choice: CPU)
     monkeypatch.setattr(guidance, "run_dtype", lambda store, method, hw: "float32")  # as the tiny model loaded
     tool = registry.get_tool("measure_cost_curve")
@@ -162,7 +179,8 @@ def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
     assert out["next_step"] == {"tool": "measure_cost_curve", "input": {"target": "smollm2-135m-instruct"},
                                 "why": "size W/N/G to this machine"}
     assert advise(store, monkeypatch, method="draft", target="qwen2.5-coder-1.5b-instruct")["target_source"] == "given"
-    store.save_cost_curve("smollm2-135m-instruct", CPU["name"], DESIGN_CPU_CURVE,
-                          dtype=guidance.run_dtype(store, "lookahead", CPU), measured_at="2026-01-01T00:00:00")
+    dtype = guidance.run_dtype(store, "lookahead", CPU)
+    store.save_cost_curve("smollm2-135m-instruct", CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,
+                          measured_at="2026-01-01T00:00:00", kernels=cpu_gemm.expected_kernels("cpu", dtype))
     sized = advise(store, monkeypatch, method="lookahead")
     assert sized["source"].startswith("sized to the cost curve") and "next_step" not in sized

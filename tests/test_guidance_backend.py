@@ -9,6 +9,7 @@ import tools.agent_tools.advice as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext
+from tools.engine import cpu_gemm
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 CPU = {"kind": "cpu", "name": "Test CPU (2 cores)"}
@@ -30,7 +31,8 @@ def advise(store, monkeypatch, **tool_input):
 
 @pytest.mark.parametrize("method", ["lookahead", "ngram", "draft"])
 def test_each_backend_reads_its_own_curve(store, monkeypatch, method):
-    store.save_cost_curve(TARGET, CPU["name"], FLAT, dtype="float32", measured_at="2026-01-01T00:00:00")
+    store.save_cost_curve(TARGET, CPU["name"], FLAT, dtype="float32", measured_at="2026-01-01T00:00:00",
+                          kernels=cpu_gemm.expected_kernels("cpu", "float32"))
     store.save_cost_curve(TARGET, CPU["name"], STEEP, dtype=guidance.LLAMACPP_DTYPE, measured_at="2026-01-02T00:00:00")
     monkeypatch.setattr(guidance, "run_dtype", lambda *a: "float32")
     hf = advise(store, monkeypatch, method=method, target=TARGET).content

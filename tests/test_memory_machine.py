@@ -24,11 +24,21 @@ def store():
 # ---- cost curves ---------------------------------------------------------------------------
 
 
+def test_a_curve_is_found_by_the_kernels_it_was_timed_with(store):
+    store.save_cost_curve("t", "CPU A", CURVE, dtype="float32")  # PyTorch's own kernels (every older curve)
+    assert store.get_cost_curve("t", "CPU A", "float32", kernels=None)["curve"] == CURVE
+    assert store.get_cost_curve("t", "CPU A", "float32", kernels="onednn") is None
+    assert store.get_cost_curve("t", "CPU A", "float32")["kernels"] is None  # any kernels
+    store.save_cost_curve("t", "CPU A", {1: 0.1, 2: 0.12}, dtype="float32", kernels="onednn")  # replaces it
+    assert store.get_cost_curve("t", "CPU A", "float32", kernels="onednn")["curve"] == {1: 0.1, 2: 0.12}
+    assert store.get_cost_curve("t", "CPU A", "float32", kernels=None) is None
+
+
 def test_cost_curve_round_trip_newest_and_per_dtype(store):
     assert store.get_cost_curve("t", "CPU A") is None
     saved = store.save_cost_curve("t", "CPU A", CURVE, dtype="float32", measured_at="2026-01-01T00:00:00")
     assert saved == {"target": "t", "hardware": "CPU A", "dtype": "float32", "curve": CURVE,
-                     "measured_at": "2026-01-01T00:00:00"}
+                     "measured_at": "2026-01-01T00:00:00", "kernels": None}
     assert store.get_cost_curve("t", "CPU A") == saved
     later = store.save_cost_curve("t", "CPU A", {1: 0.2, 2: 0.3}, dtype="torch.bfloat16")
     assert later["dtype"] == "bfloat16" and later["measured_at"] > saved["measured_at"]
@@ -134,7 +144,7 @@ def test_an_old_database_keeps_its_curves_and_heads(monkeypatch):
                                             "m009_run_record_columns"]
         assert s.get_cost_curve("qwen", "Intel CPU") == {
             "target": "qwen", "hardware": "Intel CPU", "dtype": "bfloat16", "curve": {1: 0.1, 4: 0.12},
-            "measured_at": "2026-01-01T00:00:00"}
+            "measured_at": "2026-01-01T00:00:00", "kernels": None}  # timed with PyTorch's own kernels
         other = s.get_cost_curve("org/model", "Other CPU")
         assert other["curve"] == {1: 0.2} and other["measured_at"] == "2025-12-31T00:00:00+00:00"
         assert s.trained_heads_path("qwen") == "/heads/qwen"

@@ -28,6 +28,7 @@ from tools.bench.run import RunInput
 from tools.bench.sizing import SIZED_FIELDS, SIZERS, fixed_params, remembered_machine, size_params
 from tools.bench.suite import BenchInput, bench, default_prompts_path, load_prompt_set
 from tools.bench.tune import lookahead_grid, sized_lookahead_params
+from tools.engine import cpu_gemm
 from tools.engine.cost_curve import suggest_lookahead_params
 from tools.models import DEFAULT_TARGET
 
@@ -71,7 +72,8 @@ def test_remembered_machine_reads_the_stored_curve_else_the_conservative_cpu_one
         assert stored is None and cpu.curve == CPU_FALLBACK_CURVE and "conservative CPU curve" in cpu.curve_source
         gpu, _ = remembered_machine(store, "t", "gpu", "hw", "float32")
         assert gpu.curve is None  # the defaults, shaped for a GPU, stay there
-        store.save_cost_curve("t", "hw", STEEP, dtype="float32", measured_at="2026-02-03T00:00:00")
+        store.save_cost_curve("t", "hw", STEEP, dtype="float32", measured_at="2026-02-03T00:00:00",
+                              kernels=cpu_gemm.expected_kernels("cpu", "float32"))
         store.save_cost_curve("d", "hw", {1: 0.1}, dtype="int8", measured_at="2026-02-03T00:00:00")
         found, stored = remembered_machine(store, "t", "cpu", "hw", "float32", draft="d", draft_dtype="int8")
         assert found.curve == STEEP and stored["dtype"] == "float32" and "stored on 2026-02-03" in found.curve_source
@@ -99,7 +101,8 @@ def one_prompt(tmp_path):
 def test_bench_sizes_each_method_as_run_does_and_resumes_on_the_sized_parameters(tiny_model_dir, one_prompt,
                                                                                  monkeypatch):
     store = Store()
-    store.save_cost_curve(str(tiny_model_dir), hardware_name("cpu"), STEEP, dtype="float32")  # nothing measured
+    store.save_cost_curve(str(tiny_model_dir), hardware_name("cpu"), STEEP, dtype="float32",  # nothing measured
+                          kernels=cpu_gemm.expected_kernels("cpu", "float32"))  # as runs load it
     store.save_params("ngram", {"max_draft_tokens": 4})
     loads = []
     real_prepare = suite.prepare

@@ -74,7 +74,8 @@ def add_guide_commands(sub) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--measure", action="store_true",
                    help="first measure how the target's forward time grows with the tokens per pass, and store it")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default="auto",
+                   help="the dtype --measure loads the target in (the advice is sized to the dtype runs load)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="transformers",
                    help=BACKEND_HELP + "; llamacpp: its own cost curve, and the method sized to it")
     p.add_argument("--repeats", type=int, default=5)

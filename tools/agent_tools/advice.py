@@ -21,7 +21,7 @@ import re
 import statistics
 
 from memory.migrations import LEGACY_COST_CURVE_KEY
-from tools.engine import quantize
+from tools.engine import cpu_gemm, quantize
 from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.params import PARAM_MODELS
@@ -145,7 +145,7 @@ def draft_advice(store, size_b: float | None, hw: dict, target: str,
 
 
 def medusa_advice(hw: dict) -> tuple[dict, list[str], str, None]:
-    params = _defaults("medusa")
+    params = {k: v for k, v in _defaults("medusa").items() if k != "pass_costs"}  # the sizing sets them in a run
     tree = DEFAULT_TREE_GPU if hw["kind"] == "gpu" else DEFAULT_TREE_CPU
     params["tree"] = tree
     reasons = [f"posterior_threshold={params['posterior_threshold']} and posterior_alpha="
@@ -154,8 +154,21 @@ def medusa_advice(hw: dict) -> tuple[dict, list[str], str, None]:
                f"tree {tree} ({len(TREES[tree]) + 1} tokens per step): "
                + ("a large tree suits a GPU, where verifying 64 tokens costs about one pass" if hw["kind"] == "gpu"
                   else "a small tree, because on a CPU a pass over many more tokens is no longer nearly free"),
-               "Medusa needs heads trained for this exact target: train_medusa does it (asks for approval first)"]
+               "Medusa needs heads trained for this exact target: train_medusa does it (asks for approval first)",
+               "run and compare cut the heads' own fitted tree to this machine's cost curve and add its pass costs "
+               "(a step is plain while tree steps do not pay)"]
     return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)", None
+
+
+def eagle_advice(store, target: str, hw: dict) -> tuple[dict, list[str], str, Sizing]:
+    """The draft tree sized as run and compare size it (depth, top-k, nodes from the cost curve)."""
+    sizing, stored = machine_sizing(store, "eagle", target, hw)
+    reasons = ["EAGLE drafts with a one-layer head over the target's own features (EAGLE, arXiv 2401.15077) and "
+               "grows the draft tree by the head's confidence (EAGLE-2, arXiv 2406.16858)",
+               "it needs a head trained for this exact target: `specpilot eagle train` trains one (asks for approval "
+               "first), --eagle-heads DIR reads an upstream EAGLE-1/EAGLE-2 checkpoint; the default target ships one",
+               *sizing.lines()]
+    return sizing.params, reasons, f"tree sized as run and compare size it, {sized_to(stored, hw)}", sizing
 
 
 def run_dtype(store, method: str, hw: dict) -> str:
@@ -251,6 +264,8 @@ def guidance(inp, ctx) -> dict:
         params, reasons, source, sizing = medusa_advice(hw)
     elif inp.method == "lookahead":
         params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw, inp.backend)
+    elif inp.method == "eagle":
+        params, reasons, source, sizing = eagle_advice(ctx.store, target, hw)
     else:
         params, reasons, source, sizing = ngram_advice(ctx.store, target, hw, inp.backend)
     if size_b and hw.get("gpu_memory_gb") and 2 * size_b > 0.8 * hw["gpu_memory_gb"] * hw.get("gpu_count", 1):
@@ -288,7 +303,7 @@ def measure_cost_curve(inp, ctx) -> dict:
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
     hw_kind = "gpu" if loaded.device.startswith("cuda") else "cpu"
     hw_name = detect_hardware(hw_kind)["name"]
-    ctx.store.save_cost_curve(target, hw_name, curve, dtype=loaded.dtype)
+    ctx.store.save_cost_curve(target, hw_name, curve, dtype=loaded.dtype, kernels=cpu_gemm.kernels(loaded.model))
     sizing = size_params("lookahead", MachineCost(hw_kind, hw_name, curve, f"the cost curve of {target} in "
                                                   f"{loaded.dtype} measured now"))
     return {"target": target, "hardware": hw_name, "dtype": loaded.dtype,

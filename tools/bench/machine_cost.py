@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from tools.bench.protocol import hardware_name
-from tools.engine import quantize
+from tools.engine import cpu_gemm, quantize
 from tools.engine.backend import Backend
 from tools.engine.cost_curve import forward_cost_curve, monotone
 from tools.engine.llamacpp import LlamaCppBackend
@@ -114,20 +114,20 @@ def machine_cost(store, target, draft=None, draft_quant: str = "auto", allow_mea
     return machine
 
 
-def _stored_curve(store, ref: str, hardware: str, dtype: str) -> dict | None:
-    """The stored curve, or None (also when there is no store or it cannot be read)."""
+def _stored_curve(store, ref: str, hardware: str, dtype: str, kernels: str | None) -> dict | None:
+    """The stored curve timed with ``kernels``, or None (also when there is no store or it cannot be read)."""
     try:
-        return store.get_cost_curve(ref, hardware, dtype) if store is not None else None
+        return store.get_cost_curve(ref, hardware, dtype, kernels=kernels) if store is not None else None
     except StoreError:
         return None
 
 
-def _save_curve(store, ref: str, hardware: str, curve: dict[int, float], dtype: str) -> str:
+def _save_curve(store, ref: str, hardware: str, curve: dict[int, float], dtype: str, kernels: str | None) -> str:
     """Store a measured curve; return how that went, in words."""
     if store is None:
         return "not stored (no memory)"
     try:
-        store.save_cost_curve(ref, hardware, curve, dtype=dtype)
+        store.save_cost_curve(ref, hardware, curve, dtype=dtype, kernels=kernels)
     except StoreError as exc:
         return f"not stored: {exc.user_message()}"
     return "stored"
@@ -174,7 +174,7 @@ def _fallback(kind: str, why: str, backend: str = "transformers") -> tuple[dict[
 
 def _target_curve(store, target, hardware: str, kind: str, allow_measure: bool,
                   progress) -> tuple[dict[int, float] | None, str]:
-    stored = _stored_curve(store, target.ref, hardware, target.dtype)
+    stored = _stored_curve(store, target.ref, hardware, target.dtype, cpu_gemm.kernels(target.model))
     if stored is not None:
         return stored["curve"], f"the cost curve of {_engine(target)} stored on {stored['measured_at'][:10]}"
     if not allow_measure:
@@ -211,7 +211,7 @@ def measure_curve(store, target, progress=None, repeats: int = MEASURE_REPEATS) 
         why = f"the cost curve measured now ({took:.0f} s) looks disturbed ({problem}) and was not stored"
         _DISTURBED[(target.ref, hardware, target.dtype)] = why
         return None, why
-    saved = _save_curve(store, target.ref, hardware, curve, target.dtype)
+    saved = _save_curve(store, target.ref, hardware, curve, target.dtype, cpu_gemm.kernels(target.model))
     return curve, f"the cost curve of {_engine(target)} measured now ({took:.0f} s), {saved}"
 
 
@@ -264,7 +264,8 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
     except ParameterError:
         int8 = False
     dtype = "int8" if int8 else draft.dtype
-    stored = _stored_curve(store, draft.ref, hardware, dtype)
+    model_kernels = None if int8 else cpu_gemm.kernels(draft.model)
+    stored = _stored_curve(store, draft.ref, hardware, dtype, model_kernels)
     if stored is not None:
         t1, where = one_token_time(stored["curve"]), f"stored on {stored['measured_at'][:10]}"
     elif allow_measure and (draft.ref, hardware, dtype) not in _DISTURBED:
@@ -277,7 +278,7 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
         if problem:  # as for the target: this process does not spend the time again (and sizes the same way)
             _DISTURBED[(draft.ref, hardware, dtype)] = problem
             return None, ""
-        saved = _save_curve(store, draft.ref, hardware, measured, dtype)
+        saved = _save_curve(store, draft.ref, hardware, measured, dtype, model_kernels)
         t1, where = one_token_time(measured), f"measured now, {saved}"
     else:
         return None, ""

@@ -35,8 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory.machine import ANY_KERNELS
 from tools.bench.machine_cost import (CPU_FALLBACK_CURVE, CPU_FALLBACK_DRAFT_RATIO, MachineCost, one_token_time,
                                       relative_cost)
+from tools.engine import cpu_gemm
 from tools.engine.cost_curve import FLAT_BUDGET, flat_tokens, monotone, suggest_lookahead_params
 from tools.engine.medusa_trees import AUTO, MC_SIM_7B_63, TREES, cut_to_depth
 from tools.engine.gate import MIN_DRAFT_GAIN
@@ -328,7 +330,8 @@ def remembered_machine(store, target: str, kind: str, hardware: str, dtype: str 
     dtype when None) and, beside it, a ``draft`` token's cost from the draft's stored curve in
     ``draft_dtype``; else on a CPU the conservative curve run and compare use when they may not measure,
     on a GPU none (the defaults stay). Returns the machine and the stored curve's row (None when none)."""
-    stored = store.get_cost_curve(target, hardware, dtype) if store is not None else None
+    kernels = cpu_gemm.expected_kernels(kind, dtype) if dtype else ANY_KERNELS
+    stored = store.get_cost_curve(target, hardware, dtype, kernels=kernels) if store is not None else None
     if stored is None:
         what = f"no cost curve of {target}" + (f" in {dtype}" if dtype else "") + " measured here yet"
         if kind == "cpu":
@@ -339,7 +342,8 @@ def remembered_machine(store, target: str, kind: str, hardware: str, dtype: str 
     curve = stored["curve"]
     machine = MachineCost(kind, hardware, curve, f"the cost curve of {target} in {stored['dtype']} stored on "
                                                  f"{stored['measured_at'][:10]}")
-    found = store.get_cost_curve(draft, hardware, draft_dtype) if draft and draft_dtype else None
+    found = (store.get_cost_curve(draft, hardware, draft_dtype, kernels=cpu_gemm.expected_kernels(kind, draft_dtype))
+             if draft and draft_dtype else None)
     if found is not None:
         t1 = one_token_time(found["curve"])
         machine.draft_ratio = t1 / one_token_time(curve)

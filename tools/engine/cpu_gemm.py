@@ -34,6 +34,19 @@ def wanted(device, dtype) -> bool:
             and os.environ.get(ENV, "onednn").strip().lower() != "blas")
 
 
+def kernels(model) -> str | None:
+    """The kernels ``model``'s float32 layers run on where they are not PyTorch's own: "onednn" when any layer
+    is a OneDNNLinear, else None (what a stored cost curve is keyed by beside its dtype)."""
+    return "onednn" if isinstance(model, nn.Module) and any(isinstance(m, OneDNNLinear) for m in model.modules()) \
+        else None
+
+
+def expected_kernels(kind: str, dtype: str | None) -> str | None:
+    """The kernels a run would load a model with on a ``kind`` ("cpu"/"gpu") device in ``dtype`` (a name),
+    as :func:`kernels` names them, with nothing loaded."""
+    return "onednn" if kind == "cpu" and wanted("cpu", getattr(torch, str(dtype or ""), None)) else None
+
+
 class OneDNNLinear(nn.Linear):
     """An ``nn.Linear`` whose float32 product runs in oneDNN (see the module's docstring)."""
 
