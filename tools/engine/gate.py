@@ -140,9 +140,10 @@ class StepGate:
 
     ``overhead`` is the work a full step does besides the target's pass, in one-token passes (Medusa's
     heads, EAGLE's draft head: the weights they read against the target's), added to every full step's
-    cost. ``prior_tokens`` (what a full step is expected to give, from the heads' held-out acceptance)
-    stands for the trial: the record starts with it, weighing ``PRIOR_STEPS`` full steps, so a method
-    whose heads cannot pay declines from the first step and only probes."""
+    cost. ``prior_tokens`` (what a full step is expected to give: from an EAGLE head's held-out acceptance;
+    for lookahead's sized settings, fitted on the fit half) stands for the trial: the record starts with
+    it, weighing ``PRIOR_STEPS`` full steps, so a method whose guesses cannot pay declines from the first
+    step and only probes."""
 
     def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
                  overhead: float = 0.0, prior_tokens: float | None = None):
