@@ -151,7 +151,7 @@ def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[An
                                                   f"61 ({tokens} fit here)"),
         "pass_costs": (pass_costs(machine.curve, step),
                        f"this machine's pass costs over 1..{step} tokens: a step is plain while the recent full steps "
-                       "gave fewer tokens than their passes cost (a full step again every 16)"),
+                       "gave fewer tokens than their passes cost (a full step again after 16, waits doubling to 64)"),
     }
 
 
@@ -184,7 +184,7 @@ def tree_gate_costs(curve: dict[int, float], tokens: int) -> tuple[list[float], 
     """Medusa's and EAGLE's ``pass_costs`` (a given larger tree's passes carry the curve's last slope on)."""
     return (pass_costs(curve, tokens),
             f"this machine's pass costs over 1..{tokens} tokens: a step is plain while the recent tree steps gave "
-            "fewer tokens than their passes and the heads cost (a tree step again every 16)")
+            "fewer tokens than their passes and the heads cost (a tree step again after 16, waits doubling to 64)")
 
 
 def size_eagle(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:

@@ -32,13 +32,13 @@ PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as m
 # draft-model decoding's per-token acceptance before a run has seen its own (README, draft on coding/math:
 # 73-77% of drafted tokens kept), and a draft token's cost relative to a target token where none is known
 DRAFT_ACCEPTANCE_PRIOR = 0.8
+DRAFT_COST_ASSUMED = 0.25
 # lookahead's tokens per full step (accepted guesses + the target's own token) before a run has seen its own, by
 # (W, N, G, prompt-lookup drafts): fitted on the fit half of the Spec-Bench prompts (one per category, greedy,
-# 64 new tokens, every step a full one: benchmarks/acceptance_halves.py --methods lookahead --halves fit);
-# the cost gate starts from it instead of trial steps. Other settings have no prior and take the trial.
-# the W, N, G sized for a 2-core AVX2 CPU in float32 (a 2-token pass at 2.06x one, and at 1.91x)
+# 64 new tokens, every step a full one: benchmarks/acceptance_halves.py --methods lookahead --halves fit), for
+# the settings sized for a 2-core AVX2 CPU in float32 (a 2-token pass at 2.06x one, and at 1.91x); the cost
+# gate starts from it instead of trial steps. Other settings have no prior and take the trial.
 LOOKAHEAD_STEP_PRIOR = {(3, 3, 1, 0): 1.25, (3, 4, 1, 0): 1.28}
-DRAFT_COST_ASSUMED = 0.25
 
 
 PassCosts = list[Annotated[float, Field(gt=0)]] | None
@@ -103,7 +103,8 @@ class MedusaParams(BaseModel):
     )
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (the root alone, no heads) while the recent tree steps gave fewer tokens than their "
-        "passes and the heads cost, a tree step again every 16; None verifies the tree every step")
+        "passes and the heads cost, a tree step again after 16 (waits doubling to 64 while those do not pay); "
+        "None verifies the tree every step")
 
 
 class EagleParams(BaseModel):
@@ -119,7 +120,8 @@ class EagleParams(BaseModel):
                                                           "checkpoint (default: the one shipped for the target)")
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (one token, no drafting) while the recent tree steps gave fewer tokens than their "
-        "passes and the head cost, a tree step again every 16; None verifies a tree every step")
+        "passes and the head cost, a tree step again after 16 (waits doubling to 64 while those do not pay); "
+        "None verifies a tree every step")
 
 
 class PromptLookupParams(BaseModel):
@@ -194,7 +196,8 @@ class LookaheadParams(BaseModel):
                                               "with the pool's n-grams each step; 0 for lookahead alone")
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (one token, no window, no drafts) while the method's recent full steps gave fewer "
-        "tokens than their passes cost, a full step again every 16; None takes full steps only")
+        "tokens than their passes cost, a full step again after 16 (waits doubling to 64 while those do not pay); "
+        "None takes full steps only")
 
     @property
     def step_prior(self) -> float | None:
