@@ -45,7 +45,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", default="medusa,eagle", help="comma-separated: medusa, eagle, lookahead")
     p.add_argument("--halves", default="fit,eval", help="comma-separated: fit, eval")
-    p.add_argument("--lookahead", default=None, help="W,N,G,prompt-lookup drafts (what `specpilot guide lookahead` suggests)")
+    p.add_argument("--lookahead", default=None,
+                   help="W,N,G,prompt-lookup drafts (what `specpilot guide lookahead` suggests)")
     p.add_argument("--categories", default="all")
     p.add_argument("--limit", type=int, default=1, help="prompts per category and half")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -200,6 +201,8 @@ def measure(args) -> list[dict]:
                            "new_tokens": new, "steps": steps,
                            "tokens_per_step": round((new - 1) / max(1, steps), 3),
                            "drafted": drafted, "accepted": accepted}
+                    if method == "lookahead":  # the settings its figures belong to (the gate's prior is keyed by them)
+                        rec["settings"] = args.lookahead
                     records.append(rec)
                     print(f"{method:7s} {half:4s} {row['category']:15s} q{row['question_id']}: "
                           f"{rec['tokens_per_step']:.2f} tokens/step", file=sys.stderr, flush=True)
