@@ -65,6 +65,29 @@ def test_every_method_s_output_is_the_baseline_s(tied):
     assert all(out == base for out in outputs.values()), {m: o for m, o in outputs.items() if o != base}
 
 
+def test_a_row_gets_the_same_bits_whatever_the_rows_beside_it():
+    """Packed weights: a verification pass computes a token's product exactly as a one-token step does."""
+    torch.manual_seed(1)
+    fast = OneDNNLinear(torch.nn.Linear(96, 160), keep_dense=False)
+    assert fast.packed
+    x = torch.randn(1, 16, 96)
+    with torch.inference_mode():
+        alone = torch.cat([fast(x[:, i:i + 1]) for i in range(16)], dim=1)
+        for rows in (2, 3, 8, 16):
+            assert torch.equal(fast(x[:, :rows]), alone[:, :rows])
+
+
+def test_a_curve_timed_with_the_plain_onednn_layout_is_stale_for_packed_layers(monkeypatch):
+    monkeypatch.setattr(cpu_gemm, "can_pack", lambda: False)
+    model = swapped()[0]
+    assert cpu_gemm.kernels(model) == "onednn" and cpu_gemm.expected_kernels("cpu", "float32") == "onednn"
+    monkeypatch.undo()
+    assert cpu_gemm.kernels(swapped()[0]) == cpu_gemm.PACKED != cpu_gemm.kernels(model)
+    x = torch.randn(1, 3, model.lm_head.in_features)
+    with torch.inference_mode():  # the plain layout still computes the same products
+        torch.testing.assert_close(model.lm_head(x), torch.nn.functional.linear(x, model.lm_head.weight))
+
+
 def test_the_int8_draft_of_a_swapped_model_is_still_quantized():
     model, _, _ = swapped()
     quantized = quantize.int8_draft(model)
@@ -79,7 +102,7 @@ def test_the_int8_draft_of_a_swapped_model_is_still_quantized():
 def test_where_it_applies_and_the_opt_out(monkeypatch):
     assert cpu_gemm.wanted("cpu", torch.float32)
     assert not cpu_gemm.wanted("cpu", torch.bfloat16) and not cpu_gemm.wanted("cuda", torch.float32)
-    assert versions()["cpu_float32_linear"] == "onednn"
+    assert versions()["cpu_float32_linear"] == cpu_gemm.PACKED
     monkeypatch.setenv(cpu_gemm.ENV, "blas")
     assert not cpu_gemm.wanted("cpu", torch.float32) and versions()["cpu_float32_linear"] == "blas"
 
@@ -110,12 +133,12 @@ def test_a_curve_timed_with_pytorch_s_kernels_is_measured_again_for_onednn_layer
     store = Store()
     store.save_cost_curve("tiny", "test machine", {1: 0.5, 2: 1.5}, dtype="float32")  # timed before oneDNN
     model = swapped()[0]
-    assert cpu_gemm.kernels(model) == "onednn" and cpu_gemm.kernels(make_tiny_model("qwen2", layers=1)) is None
+    assert cpu_gemm.kernels(model) == cpu_gemm.PACKED and cpu_gemm.kernels(make_tiny_model("qwen2", layers=1)) is None
     machine = cost.machine_cost(store, SimpleNamespace(ref="tiny", dtype="float32", device="cpu", model=model))
     assert "measured now" in machine.curve_source and machine.curve[1] == pytest.approx(0.11)
-    assert store.get_cost_curve("tiny", "test machine", "float32")["kernels"] == "onednn"
+    assert store.get_cost_curve("tiny", "test machine", "float32")["kernels"] == cpu_gemm.PACKED
     # guidance (nothing loaded) reads the curve a run would use
-    assert cpu_gemm.expected_kernels("cpu", "float32") == "onednn" and cpu_gemm.expected_kernels("cpu", "int8") is None
+    assert cpu_gemm.expected_kernels("cpu", "float32") == cpu_gemm.PACKED and cpu_gemm.expected_kernels("cpu", "int8") is None
     found, stored = remembered_machine(store, "tiny", "cpu", "test machine", "float32")
     assert stored is not None and found.curve[1] == pytest.approx(0.11)
     monkeypatch.setenv(cpu_gemm.ENV, "blas")  # opted out: a run would not use that curve

@@ -69,7 +69,7 @@ def versions(backend: str = "transformers") -> dict:
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
     if backend == "transformers":  # which library multiplies float32 layers on a CPU (tools.engine.cpu_gemm)
-        out["cpu_float32_linear"] = "onednn" if cpu_gemm.wanted("cpu", torch.float32) else "blas"
+        out["cpu_float32_linear"] = cpu_gemm.expected_kernels("cpu", "float32") or "blas"
     for key, dist in (("specpilot", "specpilot"), *((("llama_cpp_python", "llama-cpp-python"),)
                                                      if backend == "llamacpp" else ())):
         try:

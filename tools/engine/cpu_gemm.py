@@ -2,19 +2,22 @@
 
 PyTorch runs a float32 ``nn.Linear`` on a CPU through its BLAS (MKL in the official builds). For one
 token that is a matrix-vector product, bound by reading the weights. For 2-16 tokens (every
-verification pass of a speculative method) MKL's matrix product can be far slower per byte: on a
-2-core AMD EPYC (AVX2), a 8960x1536 layer measured 5.8 ms for one token, 9.7 ms for 2 and 18.2 ms
-for 16 through MKL, against 4.4, 5.9 and 8.7 ms through oneDNN (the library behind ``torch.mkldnn``,
-also in the official builds; benchmarks/cpu_gemm.py). Over the whole default target (float32, 300 tokens of cache) a
-one-token pass went from 0.61 s to 0.47 s and a 16-token pass from 2.59 s (4.3x one) to 1.20 s (2.6x).
+verification pass of a speculative method) a general matrix product can be far slower per byte: on a
+2-core AMD EPYC (AVX2), a 8960x1536 layer measured 4.2 ms for one token, 8.2 ms for 2 and 25 ms for 8
+through MKL, and 3.0, 5.7 and 8.1 ms through oneDNN with its weights in the plain layout. Packed ahead
+of time into oneDNN's blocked layout for a batch of a few rows (``torch.ops.mkldnn._reorder_linear_weight``,
+what PyTorch's compiler uses for frozen CPU models) the same layer took 3.2, 3.3 and 5.5 ms: two tokens
+cost what one does, eight 1.7x (benchmarks/cpu_gemm.py). The packed product also gives each row the
+same bits whatever the number of rows beside it, so a verification pass computes a token's layers
+exactly as a one-token step does.
 
 :func:`use_onednn` swaps a model's float32 ``nn.Linear`` layers for :class:`OneDNNLinear`, which keeps
-the weights in oneDNN's format and multiplies through ``mkldnn_linear`` while no gradient is needed.
-The dense weight is dropped (memory stays the model's own) except where it is shared (an LM head tied
-to the input embeddings), and ``weight`` still reads as a dense tensor for code that inspects it.
-Plain generation and every method run through the same layers, so outputs agree as before (another
-summation order than MKL's: floating-point near-ties can fall the other way, as between any two BLAS).
-``SPECPILOT_CPU_GEMM=blas`` keeps PyTorch's own path.
+the weights packed and multiplies through oneDNN while no gradient is needed (the plain oneDNN layout
+where this PyTorch cannot pack). The dense weight is dropped (memory stays the model's own) except
+where it is shared (an LM head tied to the input embeddings), and ``weight`` still reads as a dense
+tensor for code that inspects it. Plain generation and every method run through the same layers, so
+outputs agree as before (another summation order than MKL's: floating-point near-ties can fall the
+other way, as between any two BLAS). ``SPECPILOT_CPU_GEMM=blas`` keeps PyTorch's own path.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 ENV = "SPECPILOT_CPU_GEMM"
+PACKED = "onednn-packed"  # the kernels' name where the weights are packed (what cost curves are keyed by)
+PACK_ROWS = 8  # the batch oneDNN packs the weights for: 1-16 rows all ran well packed for 4-16 here
 
 
 def wanted(device, dtype) -> bool:
@@ -35,16 +40,24 @@ def wanted(device, dtype) -> bool:
 
 
 def kernels(model) -> str | None:
-    """The kernels ``model``'s float32 layers run on where they are not PyTorch's own: "onednn" when any layer
-    is a OneDNNLinear, else None (what a stored cost curve is keyed by beside its dtype)."""
-    return "onednn" if isinstance(model, nn.Module) and any(isinstance(m, OneDNNLinear) for m in model.modules()) \
-        else None
+    """The kernels ``model``'s float32 layers run on where they are not PyTorch's own: "onednn-packed" (or
+    "onednn" where this PyTorch cannot pack) when any layer is a OneDNNLinear, else None (what a stored cost
+    curve is keyed by beside its dtype)."""
+    layers = [m for m in model.modules() if isinstance(m, OneDNNLinear)] if isinstance(model, nn.Module) else []
+    return None if not layers else PACKED if all(m.packed for m in layers) else "onednn"
 
 
 def expected_kernels(kind: str, dtype: str | None) -> str | None:
     """The kernels a run would load a model with on a ``kind`` ("cpu"/"gpu") device in ``dtype`` (a name),
     as :func:`kernels` names them, with nothing loaded."""
-    return "onednn" if kind == "cpu" and wanted("cpu", getattr(torch, str(dtype or ""), None)) else None
+    if kind != "cpu" or not wanted("cpu", getattr(torch, str(dtype or ""), None)):
+        return None
+    return PACKED if can_pack() else "onednn"
+
+
+def can_pack() -> bool:
+    """Whether this PyTorch packs weights for oneDNN's linear product (the ops PyTorch's compiler uses)."""
+    return hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class OneDNNLinear(nn.Linear):
@@ -53,8 +66,11 @@ class OneDNNLinear(nn.Linear):
     def __init__(self, linear: nn.Linear, keep_dense: bool):  # noqa: D107 - nn.Linear's own init would allocate
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self._w = linear.weight.detach().to_mkldnn()
-        self._b = linear.bias.detach().to_mkldnn() if linear.bias is not None else None
+        self.packed = can_pack()
+        dense = linear.weight.detach()
+        self._w = torch.ops.mkldnn._reorder_linear_weight(dense, PACK_ROWS) if self.packed else dense.to_mkldnn()
+        bias = linear.bias.detach() if linear.bias is not None else None
+        self._b = bias if self.packed or bias is None else bias.to_mkldnn()
         self.dense_numel = 0 if keep_dense else linear.weight.numel()
         if keep_dense:  # straight into the table: register_parameter would trip over the ``weight`` property
             self._parameters["weight"] = linear.weight
@@ -68,6 +84,8 @@ class OneDNNLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._w, self._b, "none", [], "")
         rows = x.reshape(-1, self.in_features).contiguous().to_mkldnn()
         return torch._C._nn.mkldnn_linear(rows, self._w, self._b).to_dense().view(*x.shape[:-1], self.out_features)
 
