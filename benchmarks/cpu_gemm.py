@@ -1,8 +1,9 @@
-"""Benchmark: one float32 linear layer on this CPU through PyTorch's BLAS and through oneDNN, for the
-token counts a verification pass has (tools/engine/cpu_gemm.py decides which one runs).
+"""Benchmark: one float32 linear layer on this CPU through PyTorch's BLAS, through oneDNN with the weights
+in the plain layout, and through oneDNN with the weights packed (what runs use where this PyTorch can
+pack), for the token counts a verification pass has (tools/engine/cpu_gemm.py decides which one runs).
 
     .venv/bin/python benchmarks/cpu_gemm.py                      # the default target's MLP shape
-    .venv/bin/python benchmarks/cpu_gemm.py --shape 1536x1536 --threads 2
+    .venv/bin/python benchmarks/cpu_gemm.py --shape 151936x1536 --tokens 1,2,4,8 --repeats 3   # the LM head
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def per_call_ms(fn, repeats: int) -> float:
 def main() -> None:
     import torch
 
+    from tools.engine import cpu_gemm
     from tools.engine.cpu_gemm import OneDNNLinear
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,14 +42,16 @@ def main() -> None:
     out_f, in_f = (int(v) for v in args.shape.split("x"))
     print(f"tools.engine.cpu_gemm from {REPO.name}")
     layer = torch.nn.Linear(in_f, out_f, bias=False)
-    fast = OneDNNLinear(layer, keep_dense=True)
-    print(f"{out_f}x{in_f} float32, {torch.get_num_threads()} threads")
-    print("| tokens | BLAS ms | oneDNN ms |\n|---|---|---|")
+    packed = OneDNNLinear(layer, keep_dense=True)
+    plain_layout = OneDNNLinear(layer, keep_dense=True, pack=False)
+    print(f"{out_f}x{in_f} float32, {torch.get_num_threads()} threads, packed for {cpu_gemm.PACK_ROWS} rows")
+    print("| tokens | BLAS ms | oneDNN ms | oneDNN packed ms |\n|---|---|---|---|")
     with torch.inference_mode():
         for n in (int(v) for v in args.tokens.split(",")):
             x = torch.randn(1, n, in_f)
             print(f"| {n} | {per_call_ms(lambda: layer(x), args.repeats):.2f} | "
-                  f"{per_call_ms(lambda: fast(x), args.repeats):.2f} |")
+                  f"{per_call_ms(lambda: plain_layout(x), args.repeats):.2f} | "
+                  f"{per_call_ms(lambda: packed(x), args.repeats):.2f} |")
 
 
 if __name__ == "__main__":

@@ -215,3 +215,15 @@ def test_run_and_compare_eagle_from_the_command_line(tiny_model_dir, tmp_path, c
                  "--prompt", "def f(x): return x", "--max-new-tokens", "4", "--json"])
     captured = capsys.readouterr()
     assert code != 0 and "no EAGLE head is shipped" in captured.err + captured.out and "Traceback" not in captured.err
+
+
+def test_on_a_cpu_in_float32_the_head_runs_on_packed_layers_of_its_own_copy(target):
+    from tools.engine import cpu_gemm
+
+    if not cpu_gemm.wanted("cpu", torch.float32):
+        pytest.skip("this torch has no oneDNN")
+    head = random_head(target)
+    step = eagle.EagleStep(eagle.as_backend(target), head, GenerationSettings(max_new_tokens=5), EagleParams())
+    assert cpu_gemm.kernels(step.head) is not None and isinstance(step.rows, cpu_gemm.OneDNNLinear)
+    assert cpu_gemm.kernels(head) is None and "fc.weight" in head.state_dict()  # the caller's head: untouched
+    assert cpu_gemm.weights_numel(step.head) == sum(p.numel() for p in head.parameters())

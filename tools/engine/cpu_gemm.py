@@ -55,6 +55,20 @@ def expected_kernels(kind: str, dtype: str | None) -> str | None:
     return PACKED if can_pack() else "onednn"
 
 
+def weight_dtype(layer: nn.Module) -> torch.dtype:
+    """A linear layer's weight dtype without reading its weight (a OneDNNLinear's ``weight`` is rebuilt from the
+    packed one: 0.3 s for a 151936x1536 LM head, every time it is read)."""
+    return torch.float32 if isinstance(layer, OneDNNLinear) else layer.weight.dtype
+
+
+def weight_shape(layer: nn.Module) -> tuple[int, int]:
+    """(out, in) features of a linear layer, likewise without reading a OneDNNLinear's weight."""
+    if isinstance(layer, OneDNNLinear):
+        return layer.out_features, layer.in_features
+    rows, cols = layer.weight.shape
+    return int(rows), int(cols)
+
+
 def can_pack() -> bool:
     """Whether this PyTorch packs weights for oneDNN's linear product (the ops PyTorch's compiler uses)."""
     return hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -63,10 +77,10 @@ def can_pack() -> bool:
 class OneDNNLinear(nn.Linear):
     """An ``nn.Linear`` whose float32 product runs in oneDNN (see the module's docstring)."""
 
-    def __init__(self, linear: nn.Linear, keep_dense: bool):  # noqa: D107 - nn.Linear's own init would allocate
+    def __init__(self, linear: nn.Linear, keep_dense: bool, pack: bool = True):  # noqa: D107 - not nn.Linear's init
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = can_pack()
+        self.packed = pack and can_pack()  # pack=False: the plain oneDNN layout (benchmarks/cpu_gemm.py times both)
         dense = linear.weight.detach()
         self._w = torch.ops.mkldnn._reorder_linear_weight(dense, PACK_ROWS) if self.packed else dense.to_mkldnn()
         bias = linear.bias.detach() if linear.bias is not None else None

@@ -19,12 +19,14 @@ are dropped after each step.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tools.engine import cpu_gemm
 from tools.engine.backend import Backend, as_backend
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree
 from tools.engine.gate import StepGate, weights_ratio
@@ -183,7 +185,7 @@ def select_tree(grown: _Grown, nodes: int) -> DraftTree:
 def head_overhead(head: EagleHead, backend: Backend, depth: int) -> float:
     """What the head reads per step against a target pass: its layer and its rows of the LM head, once per
     depth (the catch-up and one expansion per depth but the last)."""
-    extra = sum(p.numel() for p in head.parameters()) + head.config.draft_vocab * head.config.hidden_size
+    extra = cpu_gemm.weights_numel(head) + head.config.draft_vocab * head.config.hidden_size
     return weights_ratio(extra * depth, getattr(backend, "model", None))
 
 
@@ -212,8 +214,14 @@ class EagleStep(DecodeStep):
         if rows is None:
             raise ParameterError("EAGLE needs a target whose logits are hidden @ lm_head.T (no softcapping or scale)",
                                  hint="use another method for this model")
-        self.rows = rows.to(torch.float32)
         self.head.to(device=backend.device, dtype=torch.float32).eval()
+        self.rows = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device)
+        with torch.no_grad():
+            self.rows.weight.copy_(rows.to(torch.float32))
+        if cpu_gemm.wanted(backend.device, torch.float32):  # the head's passes over a few rows, as the target's,
+            self.head = copy.deepcopy(self.head)  # on a copy: the caller's head stays a plain (trainable) module
+            cpu_gemm.use_onednn(self.head)
+            self.rows = cpu_gemm.OneDNNLinear(self.rows, keep_dense=False)
         self.generator = make_generator(settings, backend.device)
         self.positions = params.depth
         self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1,
@@ -253,7 +261,7 @@ class EagleStep(DecodeStep):
         return out[0, -1]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(feats @ self.rows.T, dim=-1)
+        return torch.log_softmax(self.rows(feats), dim=-1)
 
     def grow(self, root_feat: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree: expand the ``topk`` most probable frontier nodes, one head pass per depth."""

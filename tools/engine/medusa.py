@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tools.engine import cpu_gemm
 from tools.engine.backend import Backend, as_backend
 from tools.engine.gate import StepGate, weights_ratio
 from tools.engine.loop import DecodeStep, as_input_ids, decode, sync
@@ -116,7 +117,7 @@ class MedusaHeads(nn.Module):
     def attach(self, model) -> "MedusaHeads":
         """Check the heads fit ``model`` (hidden size, vocabulary) and bind its lm_head; return self."""
         head = model.get_output_embeddings()
-        rows, cols = head.weight.shape
+        rows, cols = cpu_gemm.weight_shape(head)
         hidden = getattr(model.config, "hidden_size", cols)
         if hidden != self.hidden_size or cols != self.hidden_size:
             raise ParameterError(
@@ -152,7 +153,7 @@ class MedusaHeads(nn.Module):
         feats = self.features(hidden, num_heads)
         if self.shared_projection:
             head = self.base_head
-            return head(feats.to(head.weight.dtype))  # one matmul for all heads: weights read once
+            return head(feats.to(cpu_gemm.weight_dtype(head)))  # one matmul for all heads: weights read once
         return torch.stack([self.projections[h](feats[h].to(self.projections[h].weight.dtype))
                             for h in range(feats.shape[0])])
 
