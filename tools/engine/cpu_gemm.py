@@ -30,7 +30,7 @@ from torch import nn
 
 ENV = "SPECPILOT_CPU_GEMM"
 PACKED = "onednn-packed"  # the kernels' name where the weights are packed (what cost curves are keyed by)
-PACK_ROWS = 8  # the batch oneDNN packs the weights for: 1-16 rows all ran well packed for 4-16 here
+PACK_ROWS = 8  # the batch oneDNN packs the weights for (packed for 4-16 rows, 1-16 rows ran alike here; for 1, not)
 
 
 def wanted(device, dtype) -> bool:
