@@ -227,3 +227,11 @@ def test_on_a_cpu_in_float32_the_head_runs_on_packed_layers_of_its_own_copy(targ
     assert cpu_gemm.kernels(step.head) is not None and isinstance(step.rows, cpu_gemm.OneDNNLinear)
     assert cpu_gemm.kernels(head) is None and "fc.weight" in head.state_dict()  # the caller's head: untouched
     assert cpu_gemm.weights_numel(step.head) == sum(p.numel() for p in head.parameters())
+
+
+def test_the_head_s_rows_of_the_lm_head_are_picked_once_per_vocabulary(target):
+    backend = eagle.as_backend(target)
+    ids = torch.tensor([3, 7, 11])
+    first = backend.head_rows(ids)
+    assert backend.head_rows(ids.clone()) is first  # the same vocabulary: kept
+    assert torch.equal(backend.head_rows(torch.tensor([3, 8])), target.get_output_embeddings().weight[[3, 8]])

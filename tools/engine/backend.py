@@ -136,7 +136,12 @@ class TransformersBackend(Backend):
                 and getattr(cfg, "final_logit_softcapping", None) is None
                 and getattr(cfg, "logit_scale", None) is None):
             return None
-        return head.weight.index_select(0, token_ids).contiguous()
+        kept = getattr(head, "_picked_rows", None)  # a packed head rebuilds its dense weight to be read (0.3 s)
+        if kept is not None and kept[0].shape == token_ids.shape and torch.equal(kept[0], token_ids):
+            return kept[1]
+        rows = head.weight.index_select(0, token_ids).contiguous()
+        head._picked_rows = (token_ids.clone(), rows)  # the next run's rows (an EAGLE head's vocabulary) are the same
+        return rows
 
 
 def unwrap(model_or_loaded):
