@@ -69,6 +69,17 @@ def weight_shape(layer: nn.Module) -> tuple[int, int]:
     return int(rows), int(cols)
 
 
+def rows_product(weight: torch.Tensor):
+    """``x -> x @ weight.T`` for a float32 ``weight`` [rows, in]: a packed OneDNNLinear where float32 layers on its
+    device run in oneDNN, else the plain product (nothing allocated besides the packed copy)."""
+    if not wanted(weight.device, weight.dtype):
+        return lambda x: x @ weight.T
+    shell = nn.Linear(1, 1, bias=False, device="meta")  # no weight of its own to initialise
+    shell.in_features, shell.out_features = weight.shape[1], weight.shape[0]
+    shell.weight = nn.Parameter(weight, requires_grad=False)
+    return OneDNNLinear(shell, keep_dense=False)
+
+
 def can_pack() -> bool:
     """Whether this PyTorch packs weights for oneDNN's linear product (the ops PyTorch's compiler uses)."""
     return hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")

@@ -215,13 +215,10 @@ class EagleStep(DecodeStep):
             raise ParameterError("EAGLE needs a target whose logits are hidden @ lm_head.T (no softcapping or scale)",
                                  hint="use another method for this model")
         self.head.to(device=backend.device, dtype=torch.float32).eval()
-        self.rows = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device)
-        with torch.no_grad():
-            self.rows.weight.copy_(rows.to(torch.float32))
+        self.rows = cpu_gemm.rows_product(rows.to(torch.float32))  # the draft logits: feats @ rows.T
         if cpu_gemm.wanted(backend.device, torch.float32):  # the head's passes over a few rows, as the target's,
             self.head = copy.deepcopy(self.head)  # on a copy: the caller's head stays a plain (trainable) module
             cpu_gemm.use_onednn(self.head)
-            self.rows = cpu_gemm.OneDNNLinear(self.rows, keep_dense=False)
         self.generator = make_generator(settings, backend.device)
         self.positions = params.depth
         self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1,
