@@ -11,8 +11,8 @@ from conftest import make_tiny_model
 from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost
 from tools.bench.sizing import size_params
 from tools.engine import autoregressive, lookahead, speculative
-from tools.engine.gate import (PROBE_EVERY, PROBE_LONGEST, PROBE_MIN_GAIN, TRIAL_DRAFTS, TRIAL_STEPS,
-                               DraftModelGate, StepGate, pass_cost)
+from tools.engine.gate import (CALIBRATE_EVERY, PROBE_EVERY, PROBE_LONGEST, PROBE_MIN_GAIN, TIMED_STEP_S,
+                               TRIAL_DRAFTS, TRIAL_STEPS, DraftModelGate, StepGate, pass_cost)
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DraftParams, LookaheadParams
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
@@ -138,6 +138,57 @@ def test_a_step_gate_tries_then_declines_what_does_not_pay_and_probes():
     for _ in range(TRIAL_STEPS):
         paying.record(3, 4)
     assert all(paying.take_full() for _ in range(PROBE_EVERY)) and paying.declined == 0
+
+
+class StepClock:
+    """A clock the test moves on by each step's seconds (full or plain) as a decoding loop would spend them."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def clocked_run(gate: StepGate, clock: StepClock, steps: int, full_s: float, plain_s: float,
+                tokens: int = 2, pass_tokens: int = 4) -> list[bool]:
+    decisions = []
+    for _ in range(steps):
+        full = gate.take_full()
+        clock.now += full_s if full else plain_s
+        if full:
+            gate.record(tokens, pass_tokens)
+        decisions.append(full)
+    return decisions
+
+
+def test_a_timed_step_gate_prices_full_steps_by_what_they_measured():
+    clock = StepClock()  # the model says a 4-token pass costs 1.3 one-token passes; they measure 3x a plain step
+    gate = StepGate([1.0, 1.1, 1.2, 1.3], clock=clock)
+    decisions = clocked_run(gate, clock, 4 * PROBE_EVERY, full_s=0.6, plain_s=0.2)
+    assert decisions[:3] == [True, True, False]  # the third step is plain: the one the full ones are priced against
+    assert gate.plain_s == pytest.approx(0.2) and gate.scale() == pytest.approx(0.6 / 1.3 / 0.2)
+    later = decisions[TRIAL_STEPS + 1:]
+    assert later.count(True) <= 3  # 2 tokens for 3 plain steps' time: declined, probes only
+    untimed = StepGate([1.0, 1.1, 1.2, 1.3], clock=StepClock())  # the model alone: 2 tokens for 1.3 pays
+    assert all(clocked_run(untimed, StepClock(), 4 * PROBE_EVERY, full_s=0.6, plain_s=0.2))
+
+
+def test_a_timed_step_gate_keeps_cheap_full_steps_and_retimes_a_plain_one_now_and_then():
+    clock = StepClock()  # the model says 2.5; they measure 1.25 plain steps: 2 tokens for 1.25 pays
+    gate = StepGate([1.0, 1.5, 2.0, 2.5], clock=clock)
+    decisions = clocked_run(gate, clock, TRIAL_STEPS + 3 * CALIBRATE_EVERY, full_s=0.25, plain_s=0.2)
+    plain = [i for i, full in enumerate(decisions) if not full]
+    assert plain[0] == 2 and len(plain) == 4  # the first timing and one in every CALIBRATE_EVERY full steps
+    assert gate.scale() == pytest.approx(0.25 / 2.5 / 0.2, rel=1e-6)
+
+
+def test_a_step_gate_leaves_fast_steps_to_its_cost_model():
+    clock = StepClock()  # steps of a tiny model or a GPU: their clocks are noise, nothing is timed
+    gate = StepGate([1.0, 1.1, 1.2, 1.3], clock=clock)
+    fast = TIMED_STEP_S / 10
+    assert all(clocked_run(gate, clock, 3 * PROBE_EVERY, full_s=fast * 3, plain_s=fast))
+    assert gate.scale() == 1.0 and gate.declined == 0
 
 
 def test_a_step_gate_follows_a_text_that_changes():

@@ -15,6 +15,9 @@ what this run's own drafts got (accepted tokens / (accepted + rejections)), the 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from tools.engine.cpu_gemm import weights_numel
 from tools.engine.params import PRIOR_WEIGHT
 
@@ -120,6 +123,10 @@ TRIAL_STEPS = 8  # full steps a method takes before its own record may decline o
 PRIOR_STEPS = 4  # a prior (what the method's heads are expected to give a full step) weighs this many full steps
 DECAY = 0.9  # each full step's record weighs this much less at every later full step (texts change)
 PROBE_LONGEST = 4 * PROBE_EVERY  # a step gate's wait between probes doubles after each probe that did not pay, to this
+# a step gate times its own steps where they take at least this long (a CPU's: 0.4 s for the default target in
+# float32 on 2 cores); shorter ones (tiny test models, GPUs) are left to the cost model, their clocks being noise
+TIMED_STEP_S = 0.05
+CALIBRATE_EVERY = 32  # a timed gate takes one plain step after this many full steps in a row, to time one again
 
 
 class StepGate:
@@ -143,10 +150,18 @@ class StepGate:
     cost. ``prior_tokens`` (what a full step is expected to give: from an EAGLE head's held-out acceptance;
     for lookahead's sized settings, fitted on the fit half) stands for the trial: the record starts with
     it, weighing ``PRIOR_STEPS`` full steps, so a method whose guesses cannot pay declines from the first
-    step and only probes."""
+    step and only probes.
+
+    Where steps are slow enough to time (``TIMED_STEP_S``), the gate also clocks them (the interval between
+    two take_full calls is the step taken in between) and prices the record by what the steps measured
+    rather than by the model alone: the modelled cost is scaled by (full steps' seconds per modelled unit)
+    / (a plain step's seconds), so work the model leaves out (a head's catch-up, a slow kernel, a rebuilt
+    weight) is paid for. To have a plain step to compare with, the third step is plain, and one in
+    ``CALIBRATE_EVERY`` after a run of full steps."""
 
     def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
-                 overhead: float = 0.0, prior_tokens: float | None = None):
+                 overhead: float = 0.0, prior_tokens: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.costs, self.overhead = list(costs), float(overhead)
         full_cost = pass_cost(self.costs, step_tokens or 1) + self.overhead
         self.worth = best_tokens is None or best_tokens / full_cost >= PROBE_MIN_GAIN
@@ -158,18 +173,61 @@ class StepGate:
         self.declined = 0
         self.idle = 0
         self.wait = PROBE_EVERY  # declines in a row before the next probe
+        self.clock = clock
+        self._last: tuple[float, bool] | None = None  # (when take_full last answered, what)
+        self._step_cost = 0.0  # the modelled cost of the last full step recorded
+        self.plain_s: float | None = None  # a plain step's measured seconds (running mean)
+        self.full_s = 0.0  # measured seconds of the timed full steps (decayed like ``cost``)
+        self.full_model = 0.0  # what the cost model gave those same steps
+        self.since_plain = 0  # full steps since the last timed plain one
 
     def record(self, tokens: int, pass_tokens: int) -> None:
         """A full step gave ``tokens`` new tokens from one pass over ``pass_tokens`` tokens."""
+        self._step_cost = pass_cost(self.costs, pass_tokens) + self.overhead
         self.tokens = DECAY * self.tokens + tokens
-        self.cost = DECAY * self.cost + pass_cost(self.costs, pass_tokens) + self.overhead
+        self.cost = DECAY * self.cost + self._step_cost
         self.full += 1
 
+    def scale(self) -> float:
+        """What the steps really cost against the cost model: (a full step's measured seconds over its modelled
+        cost) / a plain step's measured seconds; 1.0 until both kinds of step were timed (full steps are timed
+        only where they take ``TIMED_STEP_S`` or more)."""
+        if not self.plain_s or not self.full_model:
+            return 1.0
+        return (self.full_s / self.full_model) / self.plain_s
+
+    def _clocked(self) -> bool:
+        """Time the step that ended now (the interval since the last take_full) under the kind it was; whether
+        a plain step is due to be timed (full steps are slow enough to time, and none or none lately was)."""
+        now, last, self._last = self.clock(), self._last, None
+        if last is None:
+            return False
+        seconds = now - last[0]
+        if not last[1]:
+            self.plain_s = seconds if self.plain_s is None else 0.5 * (self.plain_s + seconds)
+            self.since_plain = 0
+            return False
+        if seconds < TIMED_STEP_S:
+            return False
+        if self._step_cost:
+            self.full_s = DECAY * self.full_s + seconds
+            self.full_model = DECAY * self.full_model + self._step_cost
+        self.since_plain += 1
+        return self.plain_s is None or self.since_plain >= CALIBRATE_EVERY
+
     def take_full(self) -> bool:
+        full = self._decide(self._clocked())
+        self._last, self._step_cost = (self.clock(), full), 0.0
+        return full
+
+    def _decide(self, time_plain: bool) -> bool:
         if not self.worth:
             self.declined += 1
             return False
-        if self.full < TRIAL_STEPS or self.tokens >= self.cost:
+        if time_plain and self.full >= 2:  # one plain step to price the full ones against
+            self.declined += 1
+            return False
+        if self.full < TRIAL_STEPS or self.tokens >= self.cost * self.scale():
             self.idle, self.wait = 0, PROBE_EVERY
             return True
         self.idle += 1
