@@ -94,10 +94,13 @@ def make_tiny_model_folder(folder: Path, eos: bool = False, kind: str = "qwen2",
         vocab.setdefault(word, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    # eos=False: no stop token at all, neither the generation config's nor the tokenizer's, so every generation
+    # runs the full max_new_tokens whatever the random weights emit (they depend on transformers' init code)
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
+                            eos_token="<eos>" if eos else None).save_pretrained(folder)
     model = make_tiny_model(kind, layers=2, seed=seed, vocab=VOCAB)
     if not eos:
-        model.generation_config.eos_token_id = None  # run the full max_new_tokens
+        model.generation_config.eos_token_id = None
     model.save_pretrained(folder)
     return folder
 

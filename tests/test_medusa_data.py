@@ -20,10 +20,12 @@ def test_prompts_are_deterministic_varied_and_not_from_spec_bench(spec_bench_pat
     assert not evaluation & set(prompts)
 
 
-def test_answers_are_written_in_the_chat_template(tmp_path, tiny_model_dir):
+def test_answers_are_written_in_the_chat_template(tmp_path):
+    from conftest import make_tiny_model_folder
+
     from tools import models
 
-    generator = models.load(str(tiny_model_dir), dtype="float32")
+    generator = models.load(str(make_tiny_model_folder(tmp_path / "model", eos=True)), dtype="float32")
     generator.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     out = write_distill_data(generator, tmp_path / "data.txt", n_prompts=5, max_new_tokens=4, batch_size=2)
     text = out.read_text()
