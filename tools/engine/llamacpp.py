@@ -450,7 +450,8 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
         raise ParameterError(f"the target's vocabulary has {target.vocab_size} tokens, the draft's {draft.vocab_size}",
                              hint="choose a draft GGUF of the same model family")
     n_vocab = target.vocab_size
-    step = DraftStep(target, _Drafter(draft, n_vocab, n_vocab), n_vocab, settings, k=k, k_max=max(k, k_max),
+    drafter = _Drafter(draft, n_vocab, n_vocab, lookup=p.draft_lookup)
+    step = DraftStep(target, drafter, n_vocab, settings, k=k, k_max=max(k, k_max),
                      adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none",
                      gate=cost_gate(p.pass_costs, p.draft_cost))
     return decode(target, prompt_ids, settings, step, "draft")

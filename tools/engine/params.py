@@ -83,6 +83,10 @@ class DraftParams(BaseModel):
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
     )
+    draft_lookup: int = Field(
+        4, ge=0, le=16, description="greedy: each draft forward also checks up to N tokens that followed the text's "
+                                    "last words earlier in it, and keeps those the draft itself would have proposed "
+                                    "(the same draft in fewer forwards; 0: off)")
     pass_costs: PassCosts = pass_costs_field(
         "each step drafts the length with the most expected tokens per unit of cost, and none (a plain step) "
         "when a plain step is cheaper; None drafts K tokens every step")

@@ -38,9 +38,13 @@ from tools.engine.sampling import greedy_tokens, make_generator, residual, sampl
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.engine.gate import DraftModelGate
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
+from tools.engine.params import PromptLookupParams
+from tools.engine.prompt_lookup import find_candidate_set
 from tools.errors import ParameterError, VocabularyMismatchError
 
 K_MIN, K_MAX = 1, 16
+# the draft's lookup guesses (draft_lookup): what followed the text's last 3 (else 2) tokens earlier in it
+LOOKUP_NGRAM, LOOKUP_NGRAM_MIN = 3, 2
 
 
 
@@ -84,6 +88,12 @@ def cost_gate(pass_costs: list[float] | None, draft_cost: float | None) -> Draft
     return DraftModelGate(pass_costs, DRAFT_COST_ASSUMED if draft_cost is None else draft_cost, DRAFT_ACCEPTANCE_PRIOR)
 
 
+def validate_lookup(tokens: int) -> int:
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not (0 <= tokens <= K_MAX):
+        raise ParameterError(f"draft_lookup must be an integer from 0 to {K_MAX}, got {tokens!r}", hint="try 4, or 0")
+    return tokens
+
+
 def validate_k(k: int) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or not (K_MIN <= k <= K_MAX):
         raise ParameterError(f"k must be an integer from {K_MIN} to {K_MAX}, got {k!r}", hint="try k=4")
@@ -93,14 +103,19 @@ def validate_k(k: int) -> int:
 class _Drafter:
     """The draft model with its cache; proposes tokens, optionally over a trimmed vocabulary."""
 
-    def __init__(self, backend: Backend, shared_vocab: int, target_vocab: int):
+    def __init__(self, backend: Backend, shared_vocab: int, target_vocab: int, lookup: int = 0):
         self.backend = backend
         self.shared_vocab = shared_vocab
         self.target_vocab = target_vocab
+        self.lookup = lookup  # greedy: up to this many tokens copied from earlier text checked per draft forward
+        self._lookup_params = PromptLookupParams(max_ngram_size=LOOKUP_NGRAM, min_ngram_size=LOOKUP_NGRAM_MIN,
+                                                 num_candidate_tokens=max(1, lookup), num_candidates=1)
         self.cache = None
         self.length = 0  # positions held in the cache
         self.subset: torch.Tensor | None = None  # token ids the draft may propose (sorted)
         self.head: torch.Tensor | None = None  # LM head rows for ``subset``
+        self.forwards = 0  # draft forwards this run
+        self.looked_up = 0  # draft tokens that came from a lookup guess the draft agreed with
 
     def set_vocab(self, draft_vocab: int | None, always: list[int]) -> None:
         self.subset, self.head = None, None
@@ -117,26 +132,31 @@ class _Drafter:
         declined by the cost gate, never pays the draft's prefill)."""
         self.cache = self.backend.new_cache()
         self.length = 0
+        self.forwards = self.looked_up = 0
 
-    def _forward(self, tokens: list[int], want_logits: bool = True) -> torch.Tensor | None:
+    def _forward(self, tokens: list[int], rows: int = 1) -> torch.Tensor:
+        """Feed ``tokens``; the draft's logits [rows, vocab] at the last ``rows`` of them."""
         dev = self.backend.device
         ids = torch.tensor([tokens], device=dev)
         pos = torch.arange(self.length, self.length + len(tokens), device=dev)[None]
         self.length += len(tokens)
+        self.forwards += 1
         if self.head is not None:
             hidden = self.backend.hidden(ids, self.cache, pos)
-            return hidden[-1] @ self.head.T if want_logits else None
-        logits = self.backend.forward(ids, self.cache, pos, rows=1)
-        return logits[-1, : self.shared_vocab] if want_logits else None
+            return hidden[-rows:] @ self.head.T
+        logits = self.backend.forward(ids, self.cache, pos, rows=rows)
+        return logits[-rows:, : self.shared_vocab]
 
     def propose(self, seq: list[int], k: int, settings: GenerationSettings, generator, confidence: float | None,
                 eos: set[int]) -> tuple[list[int], torch.Tensor | None]:
         """Propose up to k tokens after ``seq``; return (tokens, q) with q [m, target_vocab] when sampling."""
+        if settings.greedy and self.lookup:
+            return self._propose_greedy(seq, k, confidence, eos), None
         feed = seq[self.length:]
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            logits = self._forward(feed)
+            logits = self._forward(feed)[-1]
             if settings.greedy:
                 j = int(greedy_tokens(logits))
                 if confidence is not None and i > 0 and float(logits.softmax(-1)[j]) < confidence:
@@ -154,6 +174,44 @@ class _Drafter:
                 break
         # the last proposed token was not fed: the cache holds seq + tokens[:-1]
         return tokens, (torch.stack(qs) if qs else None)
+
+    def _propose_greedy(self, seq: list[int], k: int, confidence: float | None, eos: set[int]) -> list[int]:
+        """The draft's greedy proposal, the tokens it would draft one forward at a time, in fewer forwards: each
+        forward also feeds a guess (what followed the text's last n-gram earlier in it, as prompt lookup finds
+        it) and keeps the guessed tokens the draft's own argmax agrees with, then the draft's next token."""
+        feed = seq[self.length:]
+        tokens: list[int] = []
+        while len(tokens) < k:
+            guess = self._guess(seq, tokens, k - len(tokens) - 1)
+            fed = self.length + len(feed)  # the cache's length once ``feed`` is in, before the guess
+            logits = self._forward(feed + guess, rows=len(guess) + 1)
+            stop = False
+            for row in range(len(guess) + 1):
+                j = int(greedy_tokens(logits[row]))
+                if confidence is not None and tokens and float(logits[row].softmax(-1)[j]) < confidence:
+                    stop = True
+                    break
+                token = int(self.subset[j]) if self.subset is not None else j
+                tokens.append(token)
+                self.looked_up += row > 0
+                if token in eos or len(tokens) == k:
+                    stop = True
+                    break
+                if row == len(guess) or token != guess[row]:
+                    break
+                fed += 1  # the guessed token is the draft's own: its cache entry stays
+            self.rollback(fed)  # the cache holds seq + tokens[:-1]
+            if stop:
+                break
+            feed = [tokens[-1]]
+        return tokens
+
+    def _guess(self, seq: list[int], tokens: list[int], room: int) -> list[int]:
+        if room < 1:
+            return []
+        text = torch.tensor(seq + tokens, dtype=torch.long)
+        drafts = find_candidate_set(text, self._lookup_params, limit=room)
+        return drafts[0] if drafts else []
 
     def _full_q(self, q_local: torch.Tensor) -> torch.Tensor:
         """The draft's probabilities over the target's whole vocabulary (zero outside the draft's ids)."""
@@ -282,7 +340,9 @@ class DraftStep(DecodeStep):
                 "draft_vocab": int(self.drafter.subset.numel()) if self.drafter.subset is not None else None,
                 "pass_costs": self.gate.costs if self.gate is not None else None,
                 "draft_cost": self.gate.draft_cost if self.gate is not None else None,
-                "declined_steps": self.gate.declined if self.gate is not None else 0}
+                "declined_steps": self.gate.declined if self.gate is not None else 0,
+                "draft_lookup": self.drafter.lookup, "draft_forwards": self.drafter.forwards,
+                "draft_tokens_looked_up": self.drafter.looked_up}
 
     def _real(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
@@ -307,7 +367,7 @@ class SpeculativeDecoder:
                  depth: int | None = None, adaptive_k: bool = False, k_max: int | None = None,
                  draft_confidence: float | None = None, draft_vocab: int | None = None,
                  draft_quant: str = "none", eos_token_ids: list[int] | None = None,
-                 pass_costs: list[float] | None = None, draft_cost: float | None = None):
+                 pass_costs: list[float] | None = None, draft_cost: float | None = None, draft_lookup: int = 0):
         target = inference if inference is not None else main
         drafter = draft if draft is not None else draft_inference
         if target is None or drafter is None:
@@ -331,7 +391,8 @@ class SpeculativeDecoder:
         quant = quantize.resolve(draft_quant, self.draft_model.device)
         proposer = quantize.int8_draft(self.draft_model) if quant == "int8" else self.draft_model
         backend = TransformersBackend(self.target)
-        self._core = DraftStep(backend, _Drafter(as_backend(proposer), n_vocab, backend.vocab_size), n_vocab,
+        drafter = _Drafter(as_backend(proposer), n_vocab, backend.vocab_size, lookup=validate_lookup(draft_lookup))
+        self._core = DraftStep(backend, drafter, n_vocab,
                                settings, k=k, k_max=k_max, adaptive_k=adaptive_k, confidence=draft_confidence,
                                draft_vocab=draft_vocab, draft_quant=quant, gate=cost_gate(pass_costs, draft_cost))
         self.reset_stats()
@@ -477,9 +538,10 @@ def _padded(values: list[int]) -> list[int]:
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
              draft_vocab: int | None = None, draft_quant: str = "none", pass_costs: list[float] | None = None,
-             draft_cost: float | None = None) -> DecodeResult:
+             draft_cost: float | None = None, draft_lookup: int = 0) -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
     decoder = SpeculativeDecoder.for_settings(
         target, draft, settings, k=k, adaptive_k=adaptive_k, k_max=k_max, draft_confidence=draft_confidence,
-        draft_vocab=draft_vocab, draft_quant=draft_quant, pass_costs=pass_costs, draft_cost=draft_cost)
+        draft_vocab=draft_vocab, draft_quant=draft_quant, pass_costs=pass_costs, draft_cost=draft_cost,
+        draft_lookup=draft_lookup)
     return decoder.run(prompt_ids, settings)
