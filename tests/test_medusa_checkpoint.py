@@ -168,3 +168,15 @@ def test_missing_and_broken_checkpoints_are_clear_errors(tmp_path, monkeypatch):
     (tmp_path / "bad.pt").replace(tmp_path / "up" / "medusa_lm_head.pt")
     with pytest.raises(ModelIntegrityError, match="unexpected key"):
         load_heads(tmp_path / "up")
+
+
+def test_a_fitted_tree_brings_the_tokens_per_step_it_gave_on_the_fit_half(tmp_path, tiny_qwen):
+    from tools.medusa.checkpoint import TREE_NAME
+
+    save_heads(random_heads(), tmp_path / "h", base_model="tiny-qwen", training={"steps": 3})
+    assert load_checkpoint(tmp_path / "h").heads.tree_tokens is None  # no tree fitted
+    (tmp_path / "h" / TREE_NAME).write_text(json.dumps({"choices": [[0], [1], [0, 0]], "fit_mean_accepted": 0.48}))
+    heads = load_checkpoint(tmp_path / "h").heads
+    assert heads.tree_choices == [[0], [1], [0, 0]] and heads.tree_tokens == pytest.approx(1.48)
+    (tmp_path / "h" / TREE_NAME).write_text(json.dumps({"choices": [[0]]}))  # a tree without the figure
+    assert load_checkpoint(tmp_path / "h").heads.tree_tokens is None

@@ -136,3 +136,16 @@ def test_eagle_with_a_poor_head_s_prior_only_probes_and_keeps_the_output(target)
     assert got.output_ids == autoregressive.generate(target, PROMPTS[1], settings).output_ids
     full_steps = got.steps - got.extra["declined_steps"] - 1  # the last step is plain anyway
     assert 0 < full_steps <= got.steps // PROBE_EVERY + 1  # the probes, no trial
+
+
+def test_medusa_with_its_fitted_tree_starts_from_what_that_tree_gave_on_the_fit_half(target):
+    settings = GenerationSettings(max_new_tokens=50)
+    heads = medusa_heads(target)
+    heads.tree_choices = [[0], [1], [0, 0]]
+    heads.tree_tokens = 1.05  # the fit half's tokens per step of that tree: not worth a MIXED pass
+    got = medusa.generate(target, heads, PROMPTS[1], settings, MedusaParams(pass_costs=MIXED, tree="auto"))
+    assert got.output_ids == autoregressive.generate(target, PROMPTS[1], settings).output_ids
+    full_steps = got.steps - got.extra["declined_steps"] - 1
+    assert 0 < full_steps <= got.steps // PROBE_EVERY + 1  # the probes, no trial
+    other = medusa.generate(target, heads, PROMPTS[1], settings, MedusaParams(pass_costs=MIXED, tree="cpu8"))
+    assert other.steps - other.extra["declined_steps"] - 1 >= TRIAL_STEPS  # another tree: no prior, a trial

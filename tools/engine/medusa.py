@@ -113,6 +113,7 @@ class MedusaHeads(nn.Module):
         )
         self._base: tuple = ()  # (the target's lm_head,) once attached; a tuple keeps it out of state_dict
         self.tree_choices: list[list[int]] | None = None  # a tree fitted to these heads, if the checkpoint has one
+        self.tree_tokens: float | None = None  # tokens a step of that tree gave on the prompts it was fitted on
 
     def attach(self, model) -> "MedusaHeads":
         """Check the heads fit ``model`` (hidden size, vocabulary) and bind its lm_head; return self."""
@@ -339,8 +340,9 @@ class MedusaStep(DecodeStep):
         self.positions = self.full.depth
         self.generator = make_generator(settings, device)
         self.cache = self.hidden = None
-        self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, heads_overhead(heads, backend))
-                     if params.pass_costs else None)
+        fitted = getattr(heads, "tree_tokens", None) if self.choices == getattr(heads, "tree_choices", None) else None
+        self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, heads_overhead(heads, backend),
+                              prior_tokens=fitted) if params.pass_costs else None)
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         self.cache = self.backend.new_cache()

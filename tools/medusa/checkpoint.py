@@ -137,6 +137,7 @@ def load_checkpoint(ref: str | Path, model=None, dtype: torch.dtype | None = Non
         )
     heads = ckpt.heads
     heads.tree_choices = load_tree(folder)
+    heads.tree_tokens = fitted_tree_tokens(folder) if heads.tree_choices is not None else None
     if model is not None:
         heads.to(device=model.device, dtype=dtype or model.dtype)
         heads.attach(model)
@@ -145,6 +146,16 @@ def load_checkpoint(ref: str | Path, model=None, dtype: torch.dtype | None = Non
         heads.to(dtype=dtype)
     heads.eval().requires_grad_(False)
     return ckpt
+
+
+def fitted_tree_tokens(folder: Path) -> float | None:
+    """Tokens a step of the fitted tree gave where it was fitted (1 + its ``fit_mean_accepted``: the fit half's
+    accepted guesses per step), the prior of Medusa's cost gate; None where the tree file does not say."""
+    try:
+        accepted = json.loads((folder / TREE_NAME).read_text()).get("fit_mean_accepted")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return 1.0 + float(accepted) if isinstance(accepted, (int, float)) and accepted >= 0 else None
 
 
 def load_tree(folder: Path) -> list[list[int]] | None:
