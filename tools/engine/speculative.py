@@ -185,9 +185,9 @@ class _Drafter:
             guess = self._guess(seq, tokens, k - len(tokens) - 1)
             fed = self.length + len(feed)  # the cache's length once ``feed`` is in, before the guess
             logits = self._forward(feed + guess, rows=len(guess) + 1)
+            choices = greedy_tokens(logits).tolist()  # one argmax (and one device sync) for every row
             stop = False
-            for row in range(len(guess) + 1):
-                j = int(greedy_tokens(logits[row]))
+            for row, j in enumerate(choices):
                 if confidence is not None and tokens and float(logits[row].softmax(-1)[j]) < confidence:
                     stop = True
                     break
