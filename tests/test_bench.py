@@ -8,6 +8,7 @@ import pytest
 
 from memory import Store
 from tools.bench.suite import BenchInput, bench, default_prompts_path, load_prompt_set, method_stats, summarise
+from tools.bench.summary import fit_vs_eval, recommend
 from tools.errors import ParameterError
 
 PROMPTS = [
@@ -115,3 +116,51 @@ def test_pooled_figures_are_total_time_ratios_and_tokens_per_forward():
     summary = summarise(runs)
     assert summary["categories"]["a"]["draft"]["speedup"] == 6.0 / 5.0
     assert summary["overall"]["draft"]["prompts"] == 3
+
+
+def test_the_recommendation_is_the_fastest_lossless_method_else_plain_decoding():
+    runs = [run_record("draft", "a", 2.0, 1.0), run_record("ngram", "a", 3.0, 1.0, same=False),
+            run_record("medusa", "a", 2.0, 0.8, same=False, first_divergence={"kind": "near_tie", "position": 3}),
+            run_record("eagle", "b", 2.0, 2.5), run_record("lookahead", "b", 2.0, 1.0, lossy=True)]
+    summary = summarise(runs)
+    rec = summary["recommended"]["categories"]
+    assert rec["a"]["method"] == "medusa" and rec["a"]["speedup"] == 2.5  # ngram is faster but its output differs
+    assert rec["b"]["method"] == "baseline" and rec["b"]["speedup"] == 1.0  # slower, or lossy
+    assert "lossless" in rec["b"]["reason"]
+    assert summary["recommended"]["overall"]["method"] == "medusa"
+    assert summary["categories"]["a"]["ngram"]["lossless"] == 0
+    sampled = run_record("draft", "c", 2.0, 1.0, same=None)
+    assert recommend(summarise([sampled])["categories"]["c"])["method"] == "draft"  # lossless in distribution
+
+
+def test_fit_against_eval_picks_on_the_fit_half_and_measures_the_pick_on_the_eval_half():
+    fit = summarise([run_record("draft", "a", 2.0, 1.0), run_record("ngram", "a", 2.0, 1.6),
+                     run_record("draft", "b", 2.0, 2.2), run_record("ngram", "b", 2.0, 2.1)])
+    held_out = summarise([run_record("draft", "a", 3.0, 2.0), run_record("ngram", "a", 3.0, 1.0),
+                          run_record("draft", "b", 2.0, 1.0), run_record("ngram", "b", 2.0, 1.9),
+                          run_record("draft", "c", 1.0, 1.0)])
+    both = fit_vs_eval(fit, held_out)
+    assert both["picks"]["a"]["method"] == "draft" and both["picks"]["a"]["eval_speedup"] == 1.5
+    assert both["picks"]["a"]["eval_best"]["method"] == "ngram"  # the eval half's own best, after the fact
+    assert both["picks"]["b"]["method"] == "baseline" and both["picks"]["b"]["eval_speedup"] == 1.0
+    assert "c" not in both["picks"]  # no fit-half prompt in that category: nothing was picked for it
+    assert both["picked_mean"] == (1.5 + 1.0) / 2 and both["best_after_mean"] == (3.0 + 2.0) / 2
+    draft = both["methods"]["draft"]
+    assert draft["fit_speedup"] == 4.0 / 3.2 and draft["eval_speedup"] == 6.0 / 4.0
+    assert draft["ratio"] == pytest.approx(draft["eval_speedup"] / draft["fit_speedup"])
+
+
+def test_the_shipped_halves_are_named_prompt_sets_and_both_runs_fit_then_eval(tiny_model_dir):
+    assert {r["question_id"] for r in load_prompt_set("fit")}.isdisjoint({r["question_id"] for r in load_prompt_set("eval")})
+    with pytest.raises(ParameterError, match="two prompt sets"):
+        load_prompt_set("both")
+    store = Store()
+    said = []
+    result = bench(tiny_bench(tiny_model_dir, "both", category="coding", limit=1, methods=["ngram"], peers=False),
+                   store=store, progress=said.append)
+    assert set(result["halves"]) == {"fit", "eval"} and result["prompt_set"] == "both"
+    assert result["measured"] == 2 and len(result["run_ids"]) == 2 and len(result["task_ids"]) == 2
+    assert result["summary"] == result["halves"]["eval"]["summary"]
+    assert [t["status"] for t in store.list_tasks()] == ["done", "done"]
+    assert any(s.startswith("fit half ") for s in said) and any(s.startswith("eval half ") for s in said)
+    assert set(result["fit_vs_eval"]["picks"]) == {"coding"} and "ngram" in result["fit_vs_eval"]["methods"]

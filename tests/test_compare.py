@@ -144,6 +144,17 @@ def test_the_compare_table_states_requirements_and_quality(tiny_model_dir, capsy
     assert "medusa: not run: no Medusa heads for this target" in out and "identical to" in out
     assert "Medusa heads" in out
     assert "report:" in out and ".md" in out
+    assert "recommended here: " in out  # the fastest lossless method, or plain decoding and why
+
+
+def test_bench_on_both_halves_prints_the_fit_half_beside_the_eval_half(tiny_model_dir, capsys):
+    args = eval_parser().parse_args([
+        "bench", "--prompts", "both", "--category", "math", "--limit", "1", "--methods", "ngram",
+        "--target", str(tiny_model_dir), "--max-new-tokens", "4", "--raw", "--dtype", "float32"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "eval half, task" in out and "fit half against eval half" in out
+    assert "the fit half's pick per category" in out and "recommended here" in out
 
 
 def test_the_demo_compares_every_method_and_writes_the_report(tiny_model_dir):

@@ -13,6 +13,7 @@ import types
 from rich.markup import escape
 from rich.table import Table
 
+from agent.cli.bench_view import fit_eval_table, recommendation_text, recommended_lines
 from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, method_table, prompt_text)
 from agent.render import err, fmt, gated_steps, out, peer_label
@@ -201,6 +202,8 @@ def cmd_compare(args) -> int:
 
     def details(result: dict) -> None:
         _print_params(result["rows"])
+        if result.get("recommended"):
+            out.print(f"recommended here: {recommendation_text(result['recommended'])}", highlight=False)
         if result.get("medusa_heads") and "medusa" in result["run_ids_by_method"]:
             out.print(f"medusa heads: {result['medusa_heads']}")
         out.print(f"versions: {', '.join(f'{k} {v}' for k, v in result['versions'].items())}")
@@ -269,7 +272,8 @@ def bench_table(result: dict) -> Table:
     methods = [m for m in result["methods"] if m in summary["overall"]]
     peer_names = sorted(summary["peers"]["overall"])
     hw = result.get("hardware") or {}
-    table = Table(title=f"bench — task {result['task_id']} ({result['prompts']} prompts: {result['measured']} "
+    half = "eval half, " if result.get("halves") else ""
+    table = Table(title=f"bench — {half}task {result['task_id']} ({result['prompts']} prompts: {result['measured']} "
                         f"measured now, {result['reused']} from memory)",
                   caption=f"{hw.get('name', '?')} · {result.get('dtype')} · speedup = total baseline time / total "
                           "method time; tok/step = new tokens / target forwards")
@@ -299,7 +303,14 @@ def cmd_bench(args) -> int:
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
                      backend=args.backend, **_generation(args))
-    return _run_and_show(args, "bench", lambda progress: suite.bench(inp, progress=progress), bench_table)
+    def details(result: dict) -> None:
+        for line in recommended_lines(result["summary"]):
+            out.print(line, highlight=False)
+        both = fit_eval_table(result)
+        if both is not None:
+            out.print(both)
+
+    return _run_and_show(args, "bench", lambda progress: suite.bench(inp, progress=progress), bench_table, details)
 
 
 # ---------------------------------------------------------------------------- report
@@ -444,7 +455,8 @@ def add_eval_commands(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="evaluate methods over a prompt set (Spec-Bench style JSONL), resumable")
-    p.add_argument("--prompts", default=None, help="JSONL with question_id, category, prompt (default: shipped set)")
+    p.add_argument("--prompts", default=None, help="JSONL with question_id, category, prompt; or fit / eval (the "
+                   "shipped Spec-Bench halves, default eval); or both (fit, then eval, side by side)")
     p.add_argument("--category", default=None)
     p.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
     p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram)")

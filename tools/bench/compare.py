@@ -36,7 +36,7 @@ from tools.bench.context import (checked_prompt_ids, generation_settings, medusa
                                  release_models, size_candidates)
 from tools.bench.inputs import BACKENDS, CompareInput, MeasureOptions, RunInput
 from tools.bench.run import Candidate, measure_candidates, record_from
-from tools.bench.summary import quality_text
+from tools.bench.summary import lossless, quality_text, recommend
 from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
@@ -235,6 +235,7 @@ def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: Ge
         "run_ids": [r["run_id"] for r in records.values()],
         "run_ids_by_method": {m: r["run_id"] for m, r in records.items()},
         "not_run": {r["method"]: r["reason"] for r in rows if r.get("status") == "not run"},
+        "recommended": recommended(rows),
         "peers": any_record.get("peers") or {},
         "baseline_wall_time_s": any_record.get("baseline_wall_time_s"),
         "baseline_tokens_per_s": any_record.get("baseline_tokens_per_s"),
@@ -242,6 +243,14 @@ def comparison(inp: CompareInput, task_id: int, ctx: MethodContext, settings: Ge
         "versions": measure.versions(inp.backend),
         "prompt_ids": prompt_ids,
     }
+
+
+def recommended(rows: list[dict]) -> dict:
+    """The method compare recommends on this prompt and machine (tools.bench.summary.recommend): the fastest
+    measured row that was lossless and faster than plain decoding, else the baseline."""
+    return recommend({r["method"]: {"speedup": r.get("speedup"), "prompts": 1, "lossless": int(lossless(r)),
+                                    "mean_accepted_per_step": r.get("mean_accepted_per_step")}
+                      for r in rows if r.get("status") == "measured"})
 
 
 def compare_backends(inp: CompareInput, backends: list[str], store=None, progress: Progress = None) -> dict:

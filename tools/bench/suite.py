@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import Field
 
 from memory import Store
-from prompts.spec_bench import EVAL_PATH
+from prompts.spec_bench import EVAL_PATH, HALVES
 from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, resolve_candidates, run_key
 from tools.bench.context import (Prepared, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
@@ -32,14 +32,15 @@ from tools.bench.context import (Prepared, checked_prompt_ids, generation_settin
 from tools.bench.inputs import PEERS_DESCRIPTION, MeasureOptions, read_prompt_file
 from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
-from tools.bench.summary import method_stats, peer_stats, summarise
+from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
 from tools.engine.methods import ACCELERATED, MethodName, parse_params
 from tools.errors import ParameterError
 
-__all__ = ["BENCH_METHODS", "BenchInput", "bench", "default_prompts_path", "load_prompt_set", "step_name",
+__all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves", "default_prompts_path", "load_prompt_set", "step_name",
            "method_stats", "peer_stats", "summarise"]
 
 BENCH_METHODS = list(ACCELERATED)  # the default: every method that speeds decoding up
+BOTH_HALVES = "both"  # --prompts both: the fit half, then the eval half, side by side
 
 
 def default_prompts_path() -> Path:
@@ -51,8 +52,9 @@ def default_prompts_path() -> Path:
 class BenchInput(MeasureOptions):
     """A prompt set, the methods to measure on it, and the settings they all share."""
 
-    prompts: str | None = Field(None, description="JSONL prompt file (default: the eval half of the shipped "
-                                                  "Spec-Bench prompts)")
+    prompts: str | None = Field(None, description="JSONL prompt file, or 'fit' / 'eval' (the shipped Spec-Bench "
+                                                  "halves; default: eval), or 'both' (the fit half, then the eval "
+                                                  "half, with each method's figures side by side)")
     category: str | None = Field(None, description="only this category")
     limit: int | None = Field(None, ge=1, description="at most this many prompts per category")
     methods: list[MethodName] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1)
@@ -60,12 +62,23 @@ class BenchInput(MeasureOptions):
     peers: bool = Field(False, description=PEERS_DESCRIPTION)
 
 
+def prompt_set_path(path: str | Path | None) -> Path:
+    """The file of a prompt set: a path, or "fit" / "eval" for the shipped halves (default: eval)."""
+    if not path:
+        return default_prompts_path()
+    if str(path) in HALVES:
+        return HALVES[str(path)]
+    return Path(path).expanduser()
+
+
 def load_prompt_set(path: str | Path | None, category: str | None = None, limit: int | None = None) -> list[dict]:
     """Read a JSONL prompt set; keep ``category`` only and at most ``limit`` prompts per category.
 
     Each row comes back with ``question_id`` (the line number when missing), ``category`` and ``prompt``.
     """
-    file = Path(path).expanduser() if path else default_prompts_path()
+    if str(path) == BOTH_HALVES:
+        raise ParameterError("'both' names two prompt sets, not one", hint="read 'fit' and 'eval' one at a time")
+    file = prompt_set_path(path)
     if not file.is_file():
         raise ParameterError(f"prompt file {file} does not exist",
                              hint="pass --prompts FILE.jsonl with question_id, category and prompt per line")
@@ -238,13 +251,16 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     Parameters not given are taken from memory, else sized to this machine (as run and compare do).
 
     KeyboardInterrupt leaves finished measurements stored and the task unfinished with what is left.
+    ``inp.prompts`` "both" runs :func:`bench_halves`.
     """
     store = store if store is not None else Store()
+    if inp.prompts == BOTH_HALVES:
+        return bench_halves(inp, store, progress)
     prompts = load_prompt_set(inp.prompts, inp.category, inp.limit)
     methods = list(dict.fromkeys(inp.methods))
     candidates, not_run = resolve_candidates(methods, inp.params, store)
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if "medusa" in methods else None
-    source = str(Path(inp.prompts).expanduser() if inp.prompts else default_prompts_path())
+    source = str(prompt_set_path(inp.prompts))
     plan = [step_name(row, m) for row in prompts for m in methods]
     task_id = store.create_task(f"bench {', '.join(methods)} on {len(prompts)} prompts from {Path(source).name}",
                                 "bench", plan)
@@ -291,3 +307,25 @@ def _result(state: _BenchRun, source: str, prompts: int) -> dict:
         "settings": {k: v for k, v in state.common.items() if k not in ("medusa_heads",)},
         "versions": measure.versions(),
     }
+
+
+def bench_halves(inp: BenchInput, store=None, progress=None) -> dict:
+    """:func:`bench` on the fit half of the shipped Spec-Bench prompts, then on the eval half, same settings
+    (each its own resumable task). The answer is the eval half's (its summary, the figures to report) with
+    both halves under ``halves``, all run ids, and ``fit_vs_eval`` (tools.bench.summary.fit_vs_eval): each
+    method's figures on both halves, and per category the method the fit half recommends, measured on the
+    eval half, so that overfitting and choices made after the fact are both visible."""
+    store = store if store is not None else Store()
+    halves = {}
+    for half in ("fit", "eval"):
+        def said(text: str, half=half) -> None:
+            if progress:
+                progress(f"{half} half {text}")
+
+        halves[half] = bench(inp.model_copy(update={"prompts": half}), store, said)
+    fit, held_out = halves["fit"], halves["eval"]
+    return {**held_out, "prompt_set": BOTH_HALVES, "halves": halves,
+            "fit_vs_eval": fit_vs_eval(fit["summary"], held_out["summary"]),
+            "task_ids": [fit["task_id"], held_out["task_id"]], "run_ids": fit["run_ids"] + held_out["run_ids"],
+            "measured": fit["measured"] + held_out["measured"], "reused": fit["reused"] + held_out["reused"],
+            "not_run": {**fit["not_run"], **held_out["not_run"]}}

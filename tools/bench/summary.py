@@ -26,6 +26,16 @@ def quality_text(record: dict) -> str:
             f"{div.get('method_token')} (margin {div.get('margin')}): real mismatch") + lossy
 
 
+def lossless(record: dict) -> bool:
+    """Whether a run kept the target's output: identical to the baseline, different only at a diagnosed
+    floating-point near-tie, or sampled by a method that is lossless in distribution (not typical acceptance)."""
+    if record.get("lossy"):
+        return False
+    if record.get("matches_baseline") is None:
+        return True
+    return bool(record["matches_baseline"]) or (record.get("first_divergence") or {}).get("kind") == "near_tie"
+
+
 def method_stats(runs: list[dict]) -> dict:
     """Pooled figures of one method over several prompts.
 
@@ -51,6 +61,7 @@ def method_stats(runs: list[dict]) -> dict:
         "tokens_per_s": sum(r.get("new_tokens") or 0 for r in runs) / wall if wall else None,
         "identical": sum(1 for r in compared if r["matches_baseline"]),
         "compared": len(compared),
+        "lossless": sum(1 for r in runs if lossless(r)),
         "run_ids": [r["run_id"] for r in runs if r.get("run_id")],
     }
 
@@ -78,9 +89,55 @@ def summarise(runs: list[dict]) -> dict:
     for r in runs:
         by_cat[str(r.get("category"))][r["method"]].append(r)
         overall[r["method"]].append(r)
+    categories = {c: {m: method_stats(rs) for m, rs in ms.items()} for c, ms in by_cat.items()}
+    totals = {m: method_stats(rs) for m, rs in overall.items()}
     return {
-        "categories": {c: {m: method_stats(rs) for m, rs in ms.items()} for c, ms in by_cat.items()},
-        "overall": {m: method_stats(rs) for m, rs in overall.items()},
+        "categories": categories,
+        "overall": totals,
+        "recommended": {"categories": {c: recommend(by) for c, by in categories.items()}, "overall": recommend(totals)},
         "peers": {"categories": {c: peer_stats([r for rs in ms.values() for r in rs]) for c, ms in by_cat.items()},
                   "overall": peer_stats(runs)},
     }
+
+
+def recommend(by_method: dict[str, dict]) -> dict:
+    """The method to use where ``by_method`` (label -> :func:`method_stats`, or compare rows) was measured:
+    the fastest whose every run was lossless and faster than plain decoding, else plain decoding itself.
+    {"method", "speedup", "mean_accepted_per_step", "reason"}."""
+    eligible = {m: s for m, s in by_method.items() if m != "baseline" and s.get("speedup") is not None
+                and s.get("lossless", 0) == s.get("prompts", 1) and s["speedup"] > 1.0}
+    if not eligible:
+        return {"method": "baseline", "speedup": 1.0, "mean_accepted_per_step": 1.0,
+                "reason": "no method was both faster than plain decoding and lossless here"}
+    best = max(eligible, key=lambda m: eligible[m]["speedup"])
+    s = eligible[best]
+    return {"method": best, "speedup": s["speedup"], "mean_accepted_per_step": s.get("mean_accepted_per_step"),
+            "reason": f"fastest lossless method measured here ({s['speedup']:.2f}x)"}
+
+
+def fit_vs_eval(fit: dict, held_out: dict) -> dict:
+    """Two bench summaries side by side (the fit half's and the eval half's, same settings): each method's
+    overall speedup and tokens per step on both with the eval/fit ratio, and per category the method the
+    fit half recommends with what it measured on the eval half (a choice made before the eval prompts ran).
+    ``picked_mean`` is the mean of those eval speedups over the categories; ``best_after_mean`` the mean of
+    each eval category's own best (chosen after the fact, for contrast)."""
+    methods = {}
+    for m, f in fit["overall"].items():
+        e = held_out["overall"].get(m)
+        if e is None or not f.get("speedup") or e.get("speedup") is None:
+            continue
+        methods[m] = {"fit_speedup": f["speedup"], "eval_speedup": e["speedup"],
+                      "ratio": e["speedup"] / f["speedup"], "fit_tokens_per_step": f.get("mean_accepted_per_step"),
+                      "eval_tokens_per_step": e.get("mean_accepted_per_step")}
+    picks = {}
+    for cat, by in sorted(held_out["categories"].items()):
+        chosen = fit["recommended"]["categories"].get(cat, {}).get("method") if cat in fit["categories"] else None
+        if chosen is None:
+            continue
+        measured = 1.0 if chosen == "baseline" else (by.get(chosen) or {}).get("speedup")
+        picks[cat] = {"method": chosen, "fit_speedup": fit["recommended"]["categories"][cat]["speedup"],
+                      "eval_speedup": measured, "eval_best": recommend(by)}
+    got = [p["eval_speedup"] for p in picks.values() if p["eval_speedup"] is not None]
+    after = [p["eval_best"]["speedup"] for p in picks.values()]
+    return {"methods": methods, "picks": picks, "picked_mean": statistics.mean(got) if got else None,
+            "best_after_mean": statistics.mean(after) if after else None}
