@@ -47,6 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--halves", default="fit,eval", help="comma-separated: fit, eval")
     p.add_argument("--lookahead", default=None,
                    help="W,N,G,prompt-lookup drafts (what `specpilot guide lookahead` suggests)")
+    p.add_argument("--eagle-trees", default=None,
+                   help="EAGLE trees to replay, comma-separated NODES:DEPTH:TOPK (default: the method's defaults)")
     p.add_argument("--categories", default="all")
     p.add_argument("--limit", type=int, default=1, help="prompts per category and half")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -178,7 +180,11 @@ def measure(args) -> list[dict]:
         ctx.medusa_heads.attach(ctx.target.model)
         _, choices = resolve_tree(MedusaParams().tree, ctx.medusa_heads.num_heads, "cpu",
                                   getattr(ctx.medusa_heads, "tree_choices", None))
-    eagle = EagleStep(backend, ctx.eagle_head, settings_for(inp, ctx), EagleParams()) if "eagle" in methods else None
+    trees = [tuple(int(v) for v in spec.split(":")) for spec in args.eagle_trees.split(",")] if args.eagle_trees else [None]
+    eagles = {("eagle" if t is None else "eagle %d:%d:%d" % t):
+              EagleStep(backend, ctx.eagle_head, settings_for(inp, ctx),
+                        EagleParams() if t is None else EagleParams(tree_nodes=t[0], depth=t[1], topk=t[2]))
+              for t in trees} if "eagle" in methods else {}
     look = lookahead_params(args.lookahead) if "lookahead" in methods else None
     for half, path in ((h, HALVES[h]) for h in args.halves.split(",")):
         for row in load_prompts(str(path), args.categories, args.limit):
@@ -188,14 +194,15 @@ def measure(args) -> list[dict]:
             with torch.inference_mode():
                 replayed = [m for m in methods if m != "lookahead"]
                 tokens, feats = greedy_trace(backend, ids, args.max_new_tokens, eos) if replayed else (ids, None)
-                for method in methods:
+                labels = [m for m in methods if m != "eagle"] + list(eagles)
+                for method in labels:
                     new = len(tokens) - len(ids)
                     if method == "lookahead":
                         steps, drafted, accepted, new = run_lookahead(backend, look, ids, new or args.max_new_tokens)
                     elif method == "medusa":
                         steps, drafted, accepted = replay_medusa(ctx.medusa_heads, choices, tokens, feats, len(ids))
                     else:
-                        steps, drafted, accepted = replay_eagle(eagle, tokens, feats, len(ids))
+                        steps, drafted, accepted = replay_eagle(eagles[method], tokens, feats, len(ids))
                     rec = {"method": method, "half": half, "category": row["category"],
                            "question_id": row["question_id"], "prompt_tokens": len(ids),
                            "new_tokens": new, "steps": steps,

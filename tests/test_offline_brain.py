@@ -209,7 +209,7 @@ def compares(monkeypatch):
                 "repeats": 1, "rows": rows, "run_ids": [r["run_id"] for r in measured],
                 "run_ids_by_method": {r["method"]: r["run_id"] for r in measured}, "not_run": not_run, "peers": {},
                 "baseline_wall_time_s": 3.1, "baseline_tokens_per_s": 20.65,
-                "hardware": {"name": "Fake CPU (2 cores)"}, "versions": {}}
+                "hardware": {"name": "Fake CPU (2 cores)"}, "versions": {}, "recommended": compare_module.recommended(rows)}
 
     monkeypatch.setattr(compare_module, "compare", fake_compare)
     return seen
@@ -233,6 +233,7 @@ def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(st
     assert "11111111" in lines["baseline"] and "not run: no Medusa heads for this target" in lines["medusa"]
     assert "- medusa: no Medusa heads for this target: train them first (medusa)" in text  # not run, with the reason
     assert "- draft (memory): k=5" in text
+    assert "Recommended on this machine for this prompt: draft, the fastest lossless method measured here (1.55x)." in text
     task_id = store.list_tasks()[0]["id"]  # the comparison's own task
     assert f"Task {task_id}; runs: baseline 11111111, draft 22222222, lookahead 33333333." in text
     assert f"stored as the runs of task {task_id}" in text

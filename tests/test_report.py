@@ -56,10 +56,27 @@ def test_markdown_report_names_every_run_and_its_charts_are_valid_pngs(tmp_path)
         assert heading in text
     assert "Test CPU (2 cores)" in text and "torch: test" in text and "max_new_tokens: 16" in text
     assert "| coding | draft | 1 | 2.00x |" in text  # per-category, pooled from the stored times
+    assert "Recommended (the fastest lossless method faster than plain decoding): coding draft 2.00x;" in text
     assert set(result["charts"]) == {"speedup", "acceptance", "categories"}
     for path in result["charts"].values():
         assert_png(path)
         assert f"({path.rsplit('/', 1)[-1]})" in text  # linked beside the Markdown
+
+
+def test_a_comparison_report_recommends_the_fastest_lossless_method_or_plain_decoding(tmp_path):
+    store = Store()
+    task_id = store.create_task("compare", "compare", [])
+    store.add_run(fake_run("draft", task_id=task_id))
+    store.add_run(fake_run("ngram", task_id=task_id, times=(0.5, 0.6), matches_baseline=False,
+                           first_divergence={"kind": "mismatch", "position": 3}))
+    runs, task = select_runs(store, task_id=task_id)
+    text = open(write_report(runs, fmt="md", out=tmp_path / "a", task=task)["markdown"]).read()
+    assert "for this prompt (the fastest lossless method faster than plain decoding): draft 2.00x." in text
+    slow = store.create_task("compare", "compare", [])
+    store.add_run(fake_run("draft", task_id=slow, times=(3.0, 3.1)))
+    runs, task = select_runs(store, task_id=slow)
+    text = open(write_report(runs, fmt="md", out=tmp_path / "b", task=task)["markdown"]).read()
+    assert "plain decoding (no method was both faster than plain decoding and lossless here)." in text
 
 
 def test_chart_data_come_from_the_stored_figures():

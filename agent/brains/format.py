@@ -161,6 +161,10 @@ def _compare(c: dict) -> str:
                if r.get("status") == "measured" and r.get("matches_baseline") is False]
     if differs:
         lines += ["Where the output differs from the baseline:", *differs]
+    rec = c.get("recommended")
+    if rec:
+        lines.append(f"Recommended on this machine for this prompt: {rec['method']}, the {rec['reason']}."
+                     if rec["method"] != "baseline" else f"Recommended: plain decoding ({rec['reason']}).")
     params = [f"- {r['method']} ({r.get('params_source')}): " + ", ".join(f"{k}={v}" for k, v in r["params"].items())
               for r in c["rows"] if r.get("status") == "measured" and r.get("params")]
     if params:

@@ -36,8 +36,8 @@ from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
 from tools.engine.methods import ACCELERATED, MethodName, parse_params
 from tools.errors import ParameterError
 
-__all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves", "default_prompts_path", "load_prompt_set", "step_name",
-           "method_stats", "peer_stats", "summarise"]
+__all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves", "default_prompts_path",
+           "load_prompt_set", "step_name", "method_stats", "peer_stats", "summarise"]
 
 BENCH_METHODS = list(ACCELERATED)  # the default: every method that speeds decoding up
 BOTH_HALVES = "both"  # --prompts both: the fit half, then the eval half, side by side

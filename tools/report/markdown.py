@@ -16,7 +16,7 @@ from pathlib import Path
 
 from memory.migrations import utc_now
 from memory.store import home_dir
-from tools.bench.summary import quality_text, summarise
+from tools.bench.summary import method_stats, quality_text, recommend, summarise
 from tools.engine.params import METHODS
 from tools.errors import ParameterError
 
@@ -375,7 +375,25 @@ def category_table(runs: list[dict]) -> list[str]:
             lines.append(f"| {_cell(cat)} | {method} | {s['prompts']} | {fmt(s['speedup'], 2, 'x')} | "
                          f"{fmt(s['speedup_min'])}–{fmt(s['speedup_max'])} | {fmt(s['mean_accepted_per_step'])} | {acc} | "
                          f"{s['identical']}/{s['compared']} |")
-    return lines + [""]
+    recs = summary["recommended"]
+    picks = "; ".join(f"{cat} {_picked(rec)}" for cat, rec in [*sorted(recs["categories"].items()),
+                                                              ("overall", recs["overall"])])
+    return lines + ["", f"Recommended (the fastest lossless method faster than plain decoding): {picks}.", ""]
+
+
+def _picked(rec: dict) -> str:
+    return "plain decoding" if rec["method"] == "baseline" else f"{rec['method']} {fmt(rec['speedup'], 2, 'x')}"
+
+
+def recommendation_lines(runs: list[dict]) -> list[str]:
+    """One prompt's runs (a comparison): the method recommended for it on this machine."""
+    measured = [r for r in runs if r.get("method") != "baseline" and r.get("speedup") is not None and not r.get("sweep")]
+    if not measured or len({str(r.get("prompt")) for r in runs}) != 1 or any(r.get("category") for r in runs):
+        return []
+    rec = recommend({label: method_stats(rs) for label, rs in group_by_label(measured).items()})
+    why = f" ({rec['reason']})" if rec["method"] == "baseline" else ""
+    return [f"Recommended on this machine for this prompt (the fastest lossless method faster than plain decoding): "
+            f"{_picked(rec)}{why}.", ""]
 
 
 def _distinct_block(title: str, values: list[dict]) -> list[str]:
@@ -416,7 +434,7 @@ def render_markdown(runs: list[dict], task: dict | None = None, charts: dict[str
     if per_category:  # a benchmark: the summary first, every run after it
         lines += per_category + peers_table(runs) + ["", "## Every run", ""] + results_table(runs) + [""]
     else:
-        lines += results_table(runs) + peers_table(runs) + [""]
+        lines += results_table(runs) + peers_table(runs) + [""] + recommendation_lines(runs)
     divergences = [r for r in runs if r.get("first_divergence")]
     if divergences:
         lines += ["## Where outputs differ from the baseline", ""]
