@@ -128,6 +128,7 @@ PROBE_LONGEST = 4 * PROBE_EVERY  # a step gate's wait between probes doubles aft
 TIMED_STEP_S = 0.05
 CALIBRATE_EVERY = 32  # a timed gate takes one plain step after this many full steps in a row, to time one again
 PLAIN_WEIGHT = 0.2  # a timed plain step's weight in the running mean of a plain step's seconds (they vary +-20% here)
+TIMED_MARGIN = 1.05  # a timed gate takes full steps only where its clocks put them at least this far ahead of plain ones
 
 
 class StepGate:
@@ -160,10 +161,10 @@ class StepGate:
     weight) is paid for. To have a plain step to compare with, the third step is plain, and one in
     ``CALIBRATE_EVERY`` after a run of full steps. Clocks are noisy (one plain step of the default target in
     bfloat16 here took 140-230 ms within one run), so the plain step's seconds are a running mean over
-    several (``PLAIN_WEIGHT``): with the mean of the last two, EAGLE on a fit-half reasoning question took
-    57 of 117 steps as trees giving 1.1 tokens for a pass its clocks measured at 1.3-1.4 plain steps, the
-    price swinging 20% either way with each plain step. (A margin on top, full steps taken only where
-    they measured 5% ahead, declined lookahead's and Medusa's real but small gains too: not kept.)"""
+    several (``PLAIN_WEIGHT``) and a timed record must be ``TIMED_MARGIN`` ahead: a full step that the
+    clocks put within a few percent of a plain one gains nothing sure and loses where they were wrong
+    (EAGLE on a fit-half reasoning question: 1.1 tokens for a pass measured 1.3-1.4 plain steps, taken
+    57 times in 117 while a mean of two plain steps moved its price 20% either way)."""
 
     def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
                  overhead: float = 0.0, prior_tokens: float | None = None,
@@ -202,6 +203,12 @@ class StepGate:
             return 1.0
         return (self.full_s / self.full_model) / self.plain_s
 
+    def _price(self) -> float:
+        """What a modelled unit of a full step costs in plain steps: :meth:`scale`, with ``TIMED_MARGIN`` where
+        both kinds of step were timed."""
+        scale = self.scale()
+        return scale * TIMED_MARGIN if self.plain_s and self.full_model else scale
+
     def _clocked(self) -> bool:
         """Time the step that ended now (the interval since the last take_full) under the kind it was; whether
         a plain step is due to be timed (full steps are slow enough to time, and none or none lately was)."""
@@ -233,7 +240,7 @@ class StepGate:
         if time_plain and self.full >= 2:  # one plain step to price the full ones against
             self.declined += 1
             return False
-        if self.full < TRIAL_STEPS or self.tokens >= self.cost * self.scale():
+        if self.full < TRIAL_STEPS or self.tokens >= self.cost * self._price():
             self.idle, self.wait = 0, PROBE_EVERY
             return True
         self.idle += 1
