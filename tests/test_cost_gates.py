@@ -270,20 +270,3 @@ def test_each_run_of_one_decoder_starts_the_gate_from_its_prior(tiny_qwen):
     settings = GenerationSettings(max_new_tokens=12)
     first, second = decoder.run(PROMPT, settings), decoder.run(PROMPT, settings)
     assert first.extra["declined_steps"] == second.extra["declined_steps"] == first.steps - 1
-
-
-def test_a_timed_step_gate_declines_full_steps_its_noisy_clocks_put_only_just_ahead():
-    clock = StepClock()  # 5 tokens for a pass the model prices at 1.0 and the clocks at 4.9 plain steps (2% ahead)
-    gate = StepGate([1.0, 1.0, 1.0, 1.0], clock=clock)
-    decisions, plain = [], iter([0.16, 0.24] * 200)  # plain steps +-20% around 0.2 s
-    for _ in range(TRIAL_STEPS + 6 * PROBE_EVERY):
-        full = gate.take_full()
-        clock.now += 0.98 if full else next(plain)
-        if full:
-            gate.record(5, 4)
-        decisions.append(full)
-    assert gate.plain_s == pytest.approx(0.2, rel=0.15)  # a running mean of several plain steps, not the last two
-    assert decisions[TRIAL_STEPS:].count(True) <= 6  # within TIMED_MARGIN of a plain step: probes only
-    clear = StepGate([1.0, 1.0, 1.0, 1.0], clock=StepClock())
-    assert clocked_run(clear, clear.clock, 4 * PROBE_EVERY, full_s=0.8, plain_s=0.2, tokens=5)[TRIAL_STEPS:].count(True) \
-        >= 3 * PROBE_EVERY  # 5 tokens for 4 plain steps' time: 25% ahead, taken

@@ -127,8 +127,6 @@ PROBE_LONGEST = 4 * PROBE_EVERY  # a step gate's wait between probes doubles aft
 # float32 on 2 cores); shorter ones (tiny test models, GPUs) are left to the cost model, their clocks being noise
 TIMED_STEP_S = 0.05
 CALIBRATE_EVERY = 32  # a timed gate takes one plain step after this many full steps in a row, to time one again
-PLAIN_WEIGHT = 0.2  # a timed plain step's weight in the running mean of a plain step's seconds (they vary +-20% here)
-TIMED_MARGIN = 1.05  # a timed gate takes full steps only where its clocks put them at least this far ahead of plain ones
 
 
 class StepGate:
@@ -159,12 +157,7 @@ class StepGate:
     rather than by the model alone: the modelled cost is scaled by (full steps' seconds per modelled unit)
     / (a plain step's seconds), so work the model leaves out (a head's catch-up, a slow kernel, a rebuilt
     weight) is paid for. To have a plain step to compare with, the third step is plain, and one in
-    ``CALIBRATE_EVERY`` after a run of full steps. Clocks are noisy (one plain step of the default target in
-    bfloat16 here took 140-230 ms within one run), so the plain step's seconds are a running mean over
-    several (``PLAIN_WEIGHT``) and a timed record must be ``TIMED_MARGIN`` ahead: a full step that the
-    clocks put within a few percent of a plain one gains nothing sure and loses where they were wrong
-    (EAGLE on a fit-half reasoning question: 1.1 tokens for a pass measured 1.3-1.4 plain steps, taken
-    57 times in 117 while a mean of two plain steps moved its price 20% either way)."""
+    ``CALIBRATE_EVERY`` after a run of full steps."""
 
     def __init__(self, costs: list[float], best_tokens: int | None = None, step_tokens: int | None = None,
                  overhead: float = 0.0, prior_tokens: float | None = None,
@@ -203,12 +196,6 @@ class StepGate:
             return 1.0
         return (self.full_s / self.full_model) / self.plain_s
 
-    def _price(self) -> float:
-        """What a modelled unit of a full step costs in plain steps: :meth:`scale`, with ``TIMED_MARGIN`` where
-        both kinds of step were timed."""
-        scale = self.scale()
-        return scale * TIMED_MARGIN if self.plain_s and self.full_model else scale
-
     def _clocked(self) -> bool:
         """Time the step that ended now (the interval since the last take_full) under the kind it was; whether
         a plain step is due to be timed (full steps are slow enough to time, and none or none lately was)."""
@@ -217,7 +204,7 @@ class StepGate:
             return False
         seconds = now - last[0]
         if not last[1]:
-            self.plain_s = seconds if self.plain_s is None else (1 - PLAIN_WEIGHT) * self.plain_s + PLAIN_WEIGHT * seconds
+            self.plain_s = seconds if self.plain_s is None else 0.5 * (self.plain_s + seconds)
             self.since_plain = 0
             return False
         if seconds < TIMED_STEP_S:
@@ -240,7 +227,7 @@ class StepGate:
         if time_plain and self.full >= 2:  # one plain step to price the full ones against
             self.declined += 1
             return False
-        if self.full < TRIAL_STEPS or self.tokens >= self.cost * self._price():
+        if self.full < TRIAL_STEPS or self.tokens >= self.cost * self.scale():
             self.idle, self.wait = 0, PROBE_EVERY
             return True
         self.idle += 1
