@@ -47,6 +47,10 @@ def test_bench_summarises_per_category_and_a_rerun_measures_nothing_new(tiny_mod
     assert summary["overall"]["ngram"]["prompts"] == 3 and summary["overall"]["draft"]["identical"] == 3
     assert set(summary["peers"]["overall"]) == {"hf_assisted", "hf_prompt_lookup"}
     assert store.get_task(first["task_id"])["status"] == "done"
+    # each prompt's baseline is timed before and after the methods; the reference is their median
+    assert all(len(r["baseline_times"]) == 2 for r in runs)
+    assert all(r["baseline_wall_time_s"] == pytest.approx(sum(r["baseline_times"]) / 2) for r in runs)
+    assert summary["baseline_drift"]["prompts"] == 3 and summary["baseline_drift"]["max"] >= 0
 
     second = bench(tiny_bench(tiny_model_dir, prompt_file), store=store)
     assert second["measured"] == 0 and second["reused"] == 6
@@ -61,13 +65,10 @@ def test_bench_summarises_per_category_and_a_rerun_measures_nothing_new(tiny_mod
 
 def test_an_interrupted_bench_resumes_with_what_is_left(tiny_model_dir, prompt_file):
     store = Store()
-    stored = []
 
-    def progress(text: str) -> None:
-        if len(stored) >= 2:
+    def progress(text: str) -> None:  # the first prompt is finished (its baseline timed after the methods)
+        if text.startswith("[2/3]") and "ngram: repeat" in text:
             raise KeyboardInterrupt
-        if text.endswith("repeat 1/1") and ("draft" in text or "ngram" in text):
-            stored.append(text)
 
     with pytest.raises(KeyboardInterrupt):
         bench(tiny_bench(tiny_model_dir, prompt_file, peers=False), store=store, progress=progress)
@@ -116,6 +117,16 @@ def test_pooled_figures_are_total_time_ratios_and_tokens_per_forward():
     summary = summarise(runs)
     assert summary["categories"]["a"]["draft"]["speedup"] == 6.0 / 5.0
     assert summary["overall"]["draft"]["prompts"] == 3
+
+
+def test_baseline_drift_is_each_prompts_spread_of_baseline_timings_counted_once():
+    runs = [run_record("draft", "a", 1.0, 0.5, baseline_times=[0.9, 1.1]),
+            run_record("ngram", "a", 1.0, 0.8, baseline_times=[0.9, 1.1]),
+            run_record("draft", "b", 2.0, 1.0, baseline_times=[2.0, 2.0]),
+            run_record("draft", "c", 3.0, 1.0)]  # timed once: no spread to read
+    drift = summarise(runs)["baseline_drift"]
+    assert drift == {"prompts": 2, "mean": pytest.approx(0.1), "max": pytest.approx(0.2)}
+    assert summarise(runs[3:])["baseline_drift"] is None
 
 
 def test_the_recommendation_is_the_fastest_lossless_method_else_plain_decoding():

@@ -155,6 +155,7 @@ def test_bench_on_both_halves_prints_the_fit_half_beside_the_eval_half(tiny_mode
     out = capsys.readouterr().out
     assert "eval half, task" in out and "fit half against eval half" in out
     assert "the fit half's pick per category" in out and "recommended here" in out
+    assert "baseline timed before and after the methods on each prompt" in out  # the noise the figures carry
 
 
 def test_the_demo_compares_every_method_and_writes_the_report(tiny_model_dir):

@@ -57,6 +57,7 @@ def test_markdown_report_names_every_run_and_its_charts_are_valid_pngs(tmp_path)
     assert "Test CPU (2 cores)" in text and "torch: test" in text and "max_new_tokens: 16" in text
     assert "| coding | draft | 1 | 2.00x |" in text  # per-category, pooled from the stored times
     assert "Recommended (the fastest lossless method faster than plain decoding): coding draft 2.00x;" in text
+    assert "differed by 10% on average and 10% at most (2 prompts)" in text  # the baseline's own noise
     assert set(result["charts"]) == {"speedup", "acceptance", "categories"}
     for path in result["charts"].values():
         assert_png(path)

@@ -27,6 +27,17 @@ def recommended_lines(summary: dict) -> list[str]:
             f"  overall: {recommendation_text(recs.get('overall'))}"]
 
 
+def drift_line(summary: dict) -> str | None:
+    """How far apart the baseline's two timings on each prompt were (before and after the methods): the
+    noise every speedup in the table carries."""
+    drift = summary.get("baseline_drift")
+    if not drift:
+        return None
+    return (f"baseline timed before and after the methods on each prompt: {drift['mean']:.0%} apart on average, "
+            f"{drift['max']:.0%} at most ({drift['prompts']} prompts); a speedup that close to 1.00x cannot be told "
+            "from plain decoding on this machine at this time")
+
+
 def fit_eval_table(result: dict) -> Table | None:
     """``bench --prompts both``: each method on the fit and the eval half, and per category the fit half's
     pick measured on the eval half (a choice made before the eval prompts ran)."""

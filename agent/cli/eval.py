@@ -13,7 +13,7 @@ import types
 from rich.markup import escape
 from rich.table import Table
 
-from agent.cli.bench_view import fit_eval_table, recommendation_text, recommended_lines
+from agent.cli.bench_view import drift_line, fit_eval_table, recommendation_text, recommended_lines
 from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, method_table, prompt_text)
 from agent.render import err, fmt, gated_steps, out, peer_label
@@ -304,8 +304,9 @@ def cmd_bench(args) -> int:
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
                      backend=args.backend, **_generation(args))
     def details(result: dict) -> None:
-        for line in recommended_lines(result["summary"]):
-            out.print(line, highlight=False)
+        for line in [drift_line(result["summary"]), *recommended_lines(result["summary"])]:
+            if line:
+                out.print(line, highlight=False)
         both = fit_eval_table(result)
         if both is not None:
             out.print(both)

@@ -102,14 +102,19 @@ def measure_rounds(runners: dict[str, Runner], settings: GenerationSettings, rep
                    lead: Sequence[str] = (), required: Collection[str] = (),
                    on_finished: Callable[[str, dict[str, Timed]], None] | None = None,
                    on_failed: Callable[[str, str], None] | None = None,
-                   progress: Progress = None) -> dict[str, Timed]:
+                   progress: Progress = None, bracket: Sequence[str] = (), rotate: int = 0) -> dict[str, Timed]:
     """The one measurement protocol: warm each runner up (``warmup`` short runs of WARMUP_TOKENS
     tokens), then time ``repeats`` rounds with ``settings``; return the timings of the runners that
     were not dropped.
 
     Each round times the ``lead`` runners first, in order (the reference every other runner is
     compared with: the baseline, then transformers' peers), then the others in an order that rotates
-    from round to round, so none of them always goes first. Without a lead every runner rotates.
+    from round to round (starting ``rotate`` places on: a benchmark passes the prompt's index, so that with
+    one round per prompt no runner is always first), so none of them always goes first. Without a lead every
+    runner rotates. The ``bracket`` runners (lead runners: the baseline) are timed again at the end of each
+    round, so each round's reference is timed before and after the others: on a machine whose speed drifts
+    over minutes (a shared CPU), the median of both is the reference the others ran beside, and their
+    difference is the drift the figures carry.
 
     ``on_finished(name, timed)`` is called once per runner as soon as it and every lead runner have
     all their repeats; ``timed`` holds the lead runners and ``name``. A runner not in ``required``
@@ -117,9 +122,10 @@ def measure_rounds(runners: dict[str, Runner], settings: GenerationSettings, rep
     on. A required runner's error propagates.
     """
     rounds = _Rounds(runners, settings, lead, required, on_finished, on_failed, progress)
+    rounds.bracket = [n for n in bracket if n in rounds.lead]
     rounds.warm_up(warmup)
     for r in range(repeats):
-        rounds.time_round(r, repeats)
+        rounds.time_round(r, repeats, rotate)
     return {name: rounds.timed[name] for name in rounds.alive}
 
 
@@ -135,6 +141,7 @@ class _Rounds:
         self.on_finished, self.on_failed = on_finished, on_failed
         self.timed: dict[str, Timed] = {}
         self.finished: set[str] = set()
+        self.bracket: list[str] = []  # lead runners timed again at the end of each round
 
     def say(self, text: str) -> None:
         if self.progress:
@@ -163,27 +170,36 @@ class _Rounds:
                     break
         self.timed = {name: Timed() for name in self.alive}
 
-    def time_round(self, r: int, repeats: int) -> None:
-        """Round ``r``: the lead runners in order, then the others rotated by ``r``."""
+    def time_round(self, r: int, repeats: int, rotate: int = 0) -> None:
+        """Round ``r``: the lead runners in order, then the others rotated by ``r + rotate``, then the
+        bracket runners again."""
         rest = [n for n in self.alive if n not in self.lead]
-        shift = r % len(rest) if rest else 0
-        for name in [n for n in self.lead if n in self.alive] + rest[shift:] + rest[:shift]:
+        shift = (r + rotate) % len(rest) if rest else 0
+        closing = self.bracket if rest else []
+        order = [(n, "") for n in self.lead] + [(n, "") for n in rest[shift:] + rest[:shift]]
+        order += [(n, " (again, after the others)") for n in closing]
+        for name, again in order:
             if name not in self.alive:
                 continue
-            self.say(f"{name}: repeat {r + 1}/{repeats}")
+            self.say(f"{name}: repeat {r + 1}/{repeats}{again}")
             result = self.attempt(name, self.settings)
             if result is not None:
                 self.timed[name].times.append(result.wall_time_s)
                 self.timed[name].result = result
             self.finish_ready(repeats)
 
+    def wanted(self, name: str, repeats: int) -> int:
+        """Timings ``name`` gets: one per round, two for a bracket runner (while there are others to bracket)."""
+        bracketed = name in self.bracket and any(n not in self.lead for n in self.alive)
+        return repeats * (2 if bracketed else 1)
+
     def finish_ready(self, repeats: int) -> None:
         """Report each runner that has all its repeats, once every lead runner has all of its."""
         reference = {n: self.timed[n] for n in self.lead if n in self.alive}
-        if self.on_finished is None or any(len(t.times) < repeats for t in reference.values()):
+        if self.on_finished is None or any(len(t.times) < self.wanted(n, repeats) for n, t in reference.items()):
             return
         for name in list(self.alive):
-            if name not in self.finished and len(self.timed[name].times) == repeats:
+            if name not in self.finished and len(self.timed[name].times) >= self.wanted(name, repeats):
                 self.finished.add(name)
                 self.on_finished(name, {**reference, name: self.timed[name]})
 

@@ -46,10 +46,12 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
                        candidates: list[Candidate], repeats: int, warmup: int, with_peers: bool,
                        on_finished: Callable[[Candidate, dict[str, measure.Timed]], None],
                        on_failed: Callable[[Candidate, str], None] | None = None,
-                       progress: measure.Progress = None, int8_peer: bool = False) -> None:
+                       progress: measure.Progress = None, int8_peer: bool = False, bracket: bool = False,
+                       rotate: int = 0) -> None:
     """Time the baseline, the peers (``with_peers``; ``int8_peer`` adds assisted generation with the
     int8 draft) and every candidate on one prompt with :func:`tools.bench.protocol.measure_rounds`:
-    the baseline and the peers lead every round, the candidates rotate after them.
+    the baseline and the peers lead every round, the candidates rotate after them (``rotate`` places on),
+    and with ``bracket`` the baseline is timed again after them (a benchmark's one round per prompt).
 
     ``on_finished(candidate, timed)`` is called as soon as a candidate has all its repeats, with
     ``timed`` holding "baseline", the peers and the candidate (under its method name), ready for
@@ -86,7 +88,8 @@ def measure_candidates(ctx: MethodContext, prompt_ids: list[int], settings: Gene
 
     measure.measure_rounds(runners, settings, repeats, warmup, lead=["baseline", *peer_names],
                            required=["baseline"] if on_failed else list(runners), on_finished=finished,
-                           on_failed=failed, progress=progress)
+                           on_failed=failed, progress=progress, bracket=["baseline"] if bracket else (),
+                           rotate=rotate)
 
 
 def peer_rows(timed: dict[str, measure.Timed], greedy: bool) -> dict[str, PeerFigures]:

@@ -7,6 +7,11 @@ tuned sees only the fit half). Each method's parameters are chosen as run and co
 field by field: given > saved in memory > sized to this machine's cost curve > default
 (tools.bench.sizing), each with its source and reason in the stored run.
 
+On each prompt the baseline is timed first and again after every method (the methods rotating one
+place on from prompt to prompt), and each method is compared with the median of both: on a shared CPU
+whose speed drifts over minutes, that is the baseline the methods ran beside, and how far apart the two
+timings were is reported (``baseline_drift``) as the noise the figures carry.
+
 Every stored record carries a ``settings_key`` (memory.settings_key of the method, its parameters,
 the models, dtype and generation settings, and the prompt), so a rerun skips each prompt and method
 already measured with identical settings: an interrupted benchmark resumes where it stopped. A
@@ -128,6 +133,7 @@ class _BenchRun:
     records: list[dict] = field(default_factory=list)
     measured: int = 0
     reused: int = 0
+    timed_prompts: int = 0  # prompts timed so far (each starts the methods' rotation one place on)
     prepared: Prepared | None = None
     sizings: dict[str, Sizing] = field(default_factory=dict)  # method -> its parameters' sources and reasons
     waiting: set[str] = field(default_factory=set)  # methods whose parameters wait for this machine's cost curve
@@ -242,7 +248,9 @@ class _BenchRun:
             self.store.update_task(self.task_id, left=[s for s in left if s != step_name(row, cand.method)],
                                    note=f"q{row['question_id']} {cand.method}: not run: {reason}")
 
-        measure_candidates(ctx, prompt_ids, settings, todo, inp.repeats, inp.warmup, inp.peers, finished, failed, say)
+        self.timed_prompts += 1
+        measure_candidates(ctx, prompt_ids, settings, todo, inp.repeats, inp.warmup, inp.peers, finished, failed, say,
+                           bracket=True, rotate=self.timed_prompts - 1)
 
 
 def bench(inp: BenchInput, store=None, progress=None) -> dict:

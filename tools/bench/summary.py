@@ -81,6 +81,21 @@ def peer_stats(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+def baseline_drift(runs: list[dict]) -> dict | None:
+    """How much the baseline's own timings differed on each prompt ((slowest - fastest) / median of a record's
+    ``baseline_times``: a benchmark times it before and after the methods), as {"prompts", "mean", "max"} over
+    the prompts timed at least twice; None when none was. A speedup within this of 1.00x cannot be told from
+    the baseline on this machine at this time."""
+    seen: dict[str, float] = {}
+    for r in runs:
+        times = r.get("baseline_times") or []
+        if len(times) >= 2 and statistics.median(times) > 0:
+            seen.setdefault(str(r.get("prompt")), (max(times) - min(times)) / statistics.median(times))
+    if not seen:
+        return None
+    return {"prompts": len(seen), "mean": statistics.mean(seen.values()), "max": max(seen.values())}
+
+
 def summarise(runs: list[dict]) -> dict:
     """{"categories": {category: {label: stats}}, "overall": {label: stats}, "peers": {...}} for bench runs
     (records with a ``category``), labels being the methods (peers under "peers")."""
@@ -97,6 +112,7 @@ def summarise(runs: list[dict]) -> dict:
         "recommended": {"categories": {c: recommend(by) for c, by in categories.items()}, "overall": recommend(totals)},
         "peers": {"categories": {c: peer_stats([r for rs in ms.values() for r in rs]) for c, ms in by_cat.items()},
                   "overall": peer_stats(runs)},
+        "baseline_drift": baseline_drift(runs),
     }
 
 

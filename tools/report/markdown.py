@@ -378,7 +378,11 @@ def category_table(runs: list[dict]) -> list[str]:
     recs = summary["recommended"]
     picks = "; ".join(f"{cat} {_picked(rec)}" for cat, rec in [*sorted(recs["categories"].items()),
                                                               ("overall", recs["overall"])])
-    return lines + ["", f"Recommended (the fastest lossless method faster than plain decoding): {picks}.", ""]
+    drift = summary["baseline_drift"]
+    noise = ([f"The baseline, timed before and after the methods on each prompt, differed by {drift['mean']:.0%} on "
+              f"average and {drift['max']:.0%} at most ({drift['prompts']} prompts): speedups that close to 1.00x "
+              "cannot be told from plain decoding here.", ""] if drift else [])
+    return lines + ["", f"Recommended (the fastest lossless method faster than plain decoding): {picks}.", "", *noise]
 
 
 def _picked(rec: dict) -> str:
