@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
 from pathlib import Path
 from collections.abc import Iterator
@@ -34,7 +33,8 @@ from agent.loop import Session
 from agent.onboarding import SKIP_ANSWER, InputEnded, run_onboarding
 from agent.render import run_table
 from memory import Store, home_dir
-from tools.errors import SpecpilotError
+from agent.termination import stop_on_termination
+from tools.errors import SpecpilotError, Terminated
 
 HISTORY_FILE = "chat_history"
 LOG_FILE = Path("logs") / "chat.log"  # under the specpilot home
@@ -205,20 +205,6 @@ class Chat:
                 self.say("\nInterrupted; the request is recorded as unfinished.")
                 continue
             self.show(reply)
-
-
-class Terminated(KeyboardInterrupt):
-    """The chat was told to stop (SIGTERM, or SIGHUP when its terminal closed): like Ctrl-C, the request in
-    progress is recorded as unfinished (agent.loop.Session.handle), but the chat then ends."""
-
-
-def stop_on_termination() -> None:
-    """Turn SIGTERM and SIGHUP into :class:`Terminated` (the main thread only)."""
-    def stop(signum, frame):
-        raise Terminated(signal.Signals(signum).name)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
 
 
 def log_to_file() -> Path:

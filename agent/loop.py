@@ -131,7 +131,7 @@ class Session:
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or (agent.chat.Terminated) SIGTERM / SIGHUP
+        except KeyboardInterrupt as exc:  # Ctrl-C, or (tools.errors.Terminated) SIGTERM / SIGHUP
             self.store.update_task(self.task_id, status="unfinished",
                                    note=f"interrupted by {exc}" if str(exc) else "interrupted by the user")
             self.task_id = None

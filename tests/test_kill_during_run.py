@@ -51,8 +51,8 @@ def seed_rows() -> dict:
     return {"run_ids": run_ids, "task": task}
 
 
-def start_and_kill(args: list[str], home: Path, tmp_path: Path) -> None:
-    """Start ``specpilot ARGS``; once it is measuring, kill -9 it."""
+def start_and_kill(args: list[str], home: Path, tmp_path: Path, sig: int = signal.SIGKILL) -> str:
+    """Start ``specpilot ARGS``; once it is measuring, kill -9 it (or send it ``sig``); return its stderr."""
     marker = tmp_path / "measuring"
     env = dict(os.environ, SPECPILOT_HOME=str(home), HF_HUB_OFFLINE="1", SPECPILOT_TEST_MARKER=str(marker))
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -67,9 +67,10 @@ def start_and_kill(args: list[str], home: Path, tmp_path: Path) -> None:
         assert proc.poll() is None, "the measurement ended before the kill: make it longer"
     finally:
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+            os.kill(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130), stderr[-2000:]
+    return stderr
 
 
 def assert_intact(seeded: dict) -> None:
@@ -126,3 +127,16 @@ def test_kill_9_during_run(specpilot_home, tmp_path, tiny_model_dir):
         tasks = [t for t in store.list_tasks() if t["id"] != seeded["task"]]
     assert runs == []  # nothing half-measured was stored
     assert len(tasks) == 1 and tasks[0]["status"] in ("running", "unfinished")
+
+
+def test_sigterm_during_bench_records_the_task_unfinished_and_says_so(specpilot_home, tmp_path, tiny_model_dir):
+    seeded = seed_rows()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "c", "prompt": "x y"}\n')
+    stderr = start_and_kill(["bench", "--prompts", str(prompts), "--methods", "ngram", "--target", str(tiny_model_dir),
+                             "--raw", "--dtype", "float32", "--max-new-tokens", "1000", "--repeats", "1"], specpilot_home, tmp_path, sig=signal.SIGTERM)
+    assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
+    assert_intact(seeded)
+    task = killed_task("bench")
+    assert task["status"] == "unfinished" and task["left"] == ["q1 ngram"]
+    assert task["notes"][-1]["text"].startswith("interrupted by SIGTERM with 1 step(s) left")

@@ -48,3 +48,13 @@ class ApprovalError(SpecpilotError):
 
 class StoreError(SpecpilotError):
     """The memory database cannot be opened, read or written (the message names the file)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was told to stop (SIGTERM, or SIGHUP when its terminal closed): handled as Ctrl-C is (what
+    finished stays stored, the task in progress is recorded as unfinished), then the process ends."""
+
+
+def interruption(exc: BaseException) -> str:
+    """How a KeyboardInterrupt came, for a task's note: "interrupted by SIGTERM" or "interrupted by the user"."""
+    return f"interrupted by {exc}" if isinstance(exc, Terminated) and str(exc) else "interrupted by the user"

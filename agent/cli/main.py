@@ -25,10 +25,11 @@ from agent.cli.peers import add_peers_commands
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, prompt_text)
 from agent.render import err, out, runs_table, show_run
+from agent.termination import terminated_as_interrupt
 from memory import Store
 from tools import models
 from tools.bench.record import RunRecord
-from tools.errors import SpecpilotError
+from tools.errors import SpecpilotError, Terminated
 
 log = logging.getLogger("specpilot")
 
@@ -161,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         _quiet_libraries()
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+        with terminated_as_interrupt():  # kill / a closed terminal stops a command as Ctrl-C does
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print(f"stopped by {exc}: ", end="", file=sys.stderr)
         print("interrupted: runs and methods that finished are stored (specpilot runs list); "
               "`specpilot bench` resumes where it stopped", file=sys.stderr)
         return 130

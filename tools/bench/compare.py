@@ -39,7 +39,7 @@ from tools.bench.run import Candidate, measure_candidates, record_from
 from tools.bench.summary import lossless, quality_text, recommend
 from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
-from tools.errors import ParameterError
+from tools.errors import ParameterError, interruption
 
 # ---------------------------------------------------------------------------- parameters
 def own_params(method: str, saved: dict | None) -> dict:
@@ -211,7 +211,7 @@ def end_stopped_task(store, task_id: int, exc: BaseException, left: list[str], f
     """Record why a task stopped early: unfinished on Ctrl-C (with what finished), else failed."""
     if isinstance(exc, KeyboardInterrupt):
         store.update_task(task_id, status="unfinished", left=left,
-                          note=f"interrupted by the user; finished: {', '.join(finished) or 'nothing'}")
+                          note=f"{interruption(exc)}; finished: {', '.join(finished) or 'nothing'}")
     else:
         store.update_task(task_id, status="failed", left=left, note=f"stopped by an error: {exc}")
 

@@ -24,7 +24,7 @@ from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
 from tools.engine.methods import METHOD_NAMES, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
-from tools.errors import ParameterError, StoreError
+from tools.errors import ParameterError, StoreError, interruption
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
         if own_task:
             interrupted = isinstance(exc, KeyboardInterrupt)
             store.update_task(task_id, status="unfinished" if interrupted else "failed",
-                              note="interrupted by the user" if interrupted else f"stopped by an error: {exc}")
+                              note=interruption(exc) if interrupted else f"stopped by an error: {exc}")
         raise
     record.task_id = task_id
     out = store_record(record, store)

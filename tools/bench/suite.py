@@ -39,7 +39,7 @@ from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
 from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
 from tools.engine.methods import ACCELERATED, MethodName, parse_params
-from tools.errors import ParameterError
+from tools.errors import ParameterError, interruption
 
 __all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves", "default_prompts_path",
            "load_prompt_set", "step_name", "method_stats", "peer_stats", "summarise"]
@@ -284,10 +284,10 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
                     progress(f"[{i}/{len(prompts)}] {row['category']} q{row['question_id']}: {text}")
 
             state.prompt(row, say, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         left = store.get_task(task_id)["left"]
         store.update_task(task_id, status="unfinished",
-                          note=f"interrupted by the user with {len(left)} step(s) left; rerun the same command to resume")
+                          note=f"{interruption(exc)} with {len(left)} step(s) left; rerun the same command to resume")
         raise
     except BaseException as exc:
         store.update_task(task_id, status="failed", note=f"stopped by an error: {exc}")

@@ -31,7 +31,7 @@ from tools.bench.suite import load_prompt_set
 from tools.bench.summary import method_stats
 from tools.engine.lookahead import LookaheadParams
 from tools.engine.methods import ACCELERATED, parse_params
-from tools.errors import ParameterError
+from tools.errors import ParameterError, interruption
 
 SWEEP_KIND = "tune_sweep"
 DRAFT_KS = (2, 3, 4, 6, 8)
@@ -162,8 +162,8 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
         for i, row in enumerate(prompts, 1):
             sweep_prompt(inp, store, task_id, ctx, heads_path, row, [c for c in candidates if c.label not in failures],
                          by_label, failures, lambda text, i=i: progress and progress(f"[prompt {i}/{len(prompts)}] {text}"))
-    except KeyboardInterrupt:
-        store.update_task(task_id, status="unfinished", note="interrupted by the user")
+    except KeyboardInterrupt as exc:
+        store.update_task(task_id, status="unfinished", note=interruption(exc))
         raise
     except BaseException as exc:
         store.update_task(task_id, status="failed", note=f"stopped by an error: {exc}")
