@@ -11,7 +11,7 @@ from scipy.stats import chisquare
 
 from conftest import VOCAB, assert_greedy_equal, make_tiny_model
 from tools.engine import autoregressive, eagle
-from tools.engine.eagle import EagleHead, _Grown, config_for, select_tree
+from tools.engine.eagle import EagleHead, _Grown, config_for, select_tree, trimmed_size
 from tools.engine.params import EagleParams
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
@@ -75,6 +75,56 @@ def test_select_tree_keeps_the_most_probable_paths_closed_under_ancestors():
     first = tree.children[0]
     assert [tree.tokens[c] for c in first] == [10, 11]  # most confident child first
     assert [tree.tokens[c] for c in tree.children[1]] == [12, 13]
+
+
+GROWN = _Grown(tokens=[0, 10, 11, 12, 13, 14], parents=[-1, 0, 0, 1, 1, 3], depths=[0, 1, 1, 2, 2, 3],
+               scores=[0.0, -0.1, -2.0, -0.3, -1.0, -0.35])
+
+
+def test_a_trimmed_tree_verifies_the_nodes_that_pay_for_the_longer_pass():
+    flat = [1.0] * 8  # a pass over 8 tokens costs what one does (a GPU): every node pays
+    assert trimmed_size(GROWN, 5, flat, 0.0, 1.0) == 5
+    steep = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # each token a pass of its own: only the near-certain first node pays
+    assert trimmed_size(GROWN, 5, steep, 0.0, 1.0) == 1
+    gentle = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5]  # 0.1 a token: nodes likely 0.90, 0.74, 0.70, 0.37 pay, 0.14 does not
+    assert trimmed_size(GROWN, 5, gentle, 0.0, 1.0) == 4
+    assert trimmed_size(GROWN, 5, gentle, 0.0, 0.1) == 1  # a run whose trees got a tenth of what they predicted
+    assert trimmed_size(GROWN, 2, flat, 0.0, 1.0) == 2  # never past tree_nodes
+
+
+@pytest.mark.parametrize("costs", [[1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0], [1.0, 1.9, 2.8, 3.7, 4.6]])
+def test_greedy_output_is_the_baseline_with_a_trimmed_tree(target, costs):
+    settings = GenerationSettings(max_new_tokens=40)
+    head = random_head(target)
+    trimmed = EagleParams(depth=5, topk=4, tree_nodes=10, pass_costs=costs)
+    for prompt in PROMPTS:
+        base = autoregressive.generate(target, prompt, settings).output_ids
+        got = eagle.generate(target, head, prompt, settings, trimmed)
+        assert_greedy_equal(target, prompt, base, got.output_ids)
+        extra = got.extra
+        assert extra["trim"] is True
+        if extra["nodes_per_tree"] is not None:  # some tree steps taken: never more nodes or depths than asked
+            assert 1 <= extra["nodes_per_tree"] <= 10 and 0 <= extra["expansions_per_tree"] <= 4
+    untrimmed = eagle.generate(target, head, PROMPTS[1], settings, trimmed.model_copy(update={"trim": False})).extra
+    assert untrimmed["trim"] is False
+
+
+def test_a_head_with_no_confidence_drafts_no_deeper_than_it_pays():
+    """A head whose guesses are spread over the whole vocabulary (path probabilities far below what a head pass
+    costs) expands no depth past the first and verifies one node; one that is sure keeps going."""
+    model = make_tiny_model("qwen2", layers=1, seed=2)
+    head = random_head(model, identity=False)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()  # every draft logit 0: each guess 1/VOCAB
+    costs = [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.45, 1.5]
+    settings = GenerationSettings(max_new_tokens=12)
+    params = EagleParams(depth=5, topk=4, tree_nodes=10, pass_costs=costs)
+    step = eagle.EagleStep(eagle.as_backend(model), head, settings, params)
+    step.gate = None  # every step a tree step
+    got = eagle.decode(step.backend, [1, 5, 9], settings, step, "eagle")
+    assert got.extra["expansions_per_tree"] == 0 and got.extra["nodes_per_tree"] == 1
+    assert got.output_ids == autoregressive.generate(model, [1, 5, 9], settings).output_ids
 
 
 def test_the_head_cache_holds_one_row_per_accepted_position(target):

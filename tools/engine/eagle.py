@@ -20,6 +20,7 @@ are dropped after each step.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from torch import nn
 from tools.engine import cpu_gemm
 from tools.engine.backend import Backend, as_backend
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree
-from tools.engine.gate import StepGate, weights_ratio
+from tools.engine.gate import StepGate, pass_cost, weights_ratio
 from tools.engine.loop import DecodeStep, decode, next_token
 from tools.engine.params import EagleParams
 from tools.engine.sampling import make_generator, warp_probs
@@ -182,6 +183,32 @@ def select_tree(grown: _Grown, nodes: int) -> DraftTree:
     return tree
 
 
+def trimmed_size(grown: _Grown, nodes: int, costs: list[float], overhead: float, calibration: float) -> int:
+    """How many of the ``nodes`` most probable drafted nodes a step should verify (pure): the count (ancestors
+    included, as :func:`select_tree` keeps them) with the most expected tokens per unit of the step's cost.
+    A node is expected to be kept with its path probability times ``calibration`` (what this run's steps
+    accepted against what their trees predicted); the step costs the target's pass over the root and the
+    nodes (``costs``: this machine's curve) plus ``overhead`` (the head's passes, already spent)."""
+    order = sorted(range(1, len(grown.tokens)), key=lambda i: (-grown.scores[i], grown.depths[i], i))
+    keep: set[int] = set()
+    mass, best, best_rate = 0.0, 1, 0.0
+    for i in order:
+        if len(keep) >= nodes:
+            break
+        while i and i not in keep:
+            keep.add(i)
+            mass += math.exp(grown.scores[i])
+            i = grown.parents[i]
+        rate = (1.0 + calibration * mass) / (pass_cost(costs, len(keep) + 1) + overhead)
+        if rate > best_rate + 1e-12:
+            best, best_rate = len(keep), rate
+    return best
+
+
+CALIBRATION_PRIOR = 2.0  # predicted and accepted tokens a run's calibration starts from (ratio 1, weighing ~2 steps)
+CALIBRATION_DECAY = 0.9  # each step's record weighs this much less at every later step
+
+
 def head_overhead(head: EagleHead, backend: Backend, depth: int) -> float:
     """What the head reads per step against a target pass: its layer and its rows of the LM head, once per
     depth (the catch-up and one expansion per depth but the last)."""
@@ -224,6 +251,14 @@ class EagleStep(DecodeStep):
         self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1,
                               head_overhead(head, backend, params.depth), expected_tokens(head, params.depth))
                      if params.pass_costs else None)
+        # trimming (``params.trim`` with a cost curve): the head's cost per depth in one-token target passes, and
+        # how the head's path probabilities compare with what this run's trees got accepted
+        self.trim = bool(params.trim and params.pass_costs)
+        # (the head runs in float32: against a bfloat16 target each of its weights reads twice the bytes)
+        self.depth_cost = head_overhead(head, backend, 1) * 4 / torch.empty((), dtype=backend.dtype).element_size()
+        self.predicted = self.accepted = CALIBRATION_PRIOR
+        self.depth_passes = self.verified_nodes = self.tree_steps = 0
+        self.tree_mass = 0.0
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         embedded = self.backend.embed(torch.tensor([ids], device=self.backend.device))
@@ -263,7 +298,7 @@ class EagleStep(DecodeStep):
     def grow(self, root_feat: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree: expand the ``topk`` most probable frontier nodes, one head pass per depth."""
         p, device, m = self.params, self.backend.device, len(self.tokens) - 1
-        ids = self.head.draft_ids
+        ids, passes_before = self.head.draft_ids, self.depth_passes
         grown = _Grown([self.tokens[-1]], [-1], [0], [0.0])
         frontier, feats = [0], root_feat[None]  # nodes to expand, and the feature each one predicts from
         tk, tv, tree_rows = self.dk[:, :, :0], self.dv[:, :, :0], []  # head cache rows of expanded nodes
@@ -281,13 +316,27 @@ class EagleStep(DecodeStep):
             if d == depth:
                 break
             frontier = sorted(added, key=lambda i: -grown.scores[i])[: p.topk]
+            if self.trim and self.calibration() * sum(math.exp(grown.scores[i]) for i in frontier) < self.depth_cost:
+                break  # the next depth's nodes cannot give as many tokens as its head pass costs
+            self.depth_passes += 1
             mask = self._expansion_mask(grown, frontier, tree_rows, device)
             out, k, v = self.head(feats[[added.index(i) // p.topk for i in frontier]][None],
                                   self._embed([grown.tokens[i] for i in frontier]),
                                   torch.full((len(frontier),), m + d, device=device),
                                   torch.cat([self.dk, tk], 2), torch.cat([self.dv, tv], 2), mask)
             tk, tv, tree_rows, feats = torch.cat([tk, k], 2), torch.cat([tv, v], 2), tree_rows + frontier, out[0]
-        return select_tree(grown, p.tree_nodes)
+        size = p.tree_nodes
+        if self.trim:
+            spent = self.depth_cost * (self.depth_passes - passes_before + 1)  # the catch-up's pass, the expansions
+            size = trimmed_size(grown, p.tree_nodes, p.pass_costs, spent, self.calibration())
+        tree = select_tree(grown, size)
+        # what the verified nodes are expected to give: the path probabilities of the most probable ones
+        self.tree_mass = sum(math.exp(x) for x in sorted(grown.scores[1:], reverse=True)[: tree.size - 1])
+        return tree
+
+    def calibration(self) -> float:
+        """Tokens this run's trees got accepted per token their path probabilities predicted (decayed)."""
+        return self.accepted / self.predicted
 
     def _expansion_mask(self, grown: _Grown, frontier: list[int], tree_rows: list[int], device) -> torch.Tensor:
         past = self.dk.shape[2]
@@ -319,6 +368,7 @@ class EagleStep(DecodeStep):
             node, following = accept_sampling_tree(tree, lambda i: warp_probs(logits[i], self.settings),
                                                    self.generator)
         path = tree.path_to(node)
+        self._calibrate(tree, len(path) - 1)
         b.keep_positions(self.cache, m, torch.tensor(path, device=device))
         new = [tree.tokens[i] for i in path[1:]] + [following]
         self.feats = torch.cat([self.feats, hidden[torch.tensor(path, device=device)].to(torch.float32)])
@@ -326,6 +376,14 @@ class EagleStep(DecodeStep):
         if self.gate is not None:
             self.gate.record(len(new), len(tree.tokens))
         return new, len(path) - 1, range(1, max(tree.depths) + 1)
+
+    def _calibrate(self, tree: DraftTree, accepted: int) -> None:
+        """Record a verified tree: what its nodes' path probabilities expected (``tree_mass``) and what was kept."""
+        self.tree_steps += 1
+        self.verified_nodes += tree.size - 1
+        if self.tree_mass > 0:
+            self.predicted = CALIBRATION_DECAY * self.predicted + self.tree_mass
+            self.accepted = CALIBRATION_DECAY * self.accepted + accepted
 
     def _plain(self) -> list[int]:
         """A step the cost gate declined: the last token alone, as plain decoding takes it; its feature waits
@@ -342,7 +400,9 @@ class EagleStep(DecodeStep):
         p, c = self.params, self.head.config
         return {"depth": p.depth, "topk": p.topk, "tree_nodes": p.tree_nodes, "draft_vocab": c.draft_vocab,
                 "head_intermediate": c.intermediate_size, "lossy": False, "pass_costs": p.pass_costs,
-                "declined_steps": self.gate.declined if self.gate is not None else 0}
+                "declined_steps": self.gate.declined if self.gate is not None else 0, "trim": self.trim,
+                "nodes_per_tree": self.verified_nodes / self.tree_steps if self.tree_steps else None,
+                "expansions_per_tree": self.depth_passes / self.tree_steps if self.tree_steps else None}
 
 
 def generate(model, head: EagleHead, prompt_ids, settings: GenerationSettings,

@@ -126,6 +126,12 @@ class EagleParams(BaseModel):
         "a step is plain (one token, no drafting) while the recent tree steps gave fewer tokens than their "
         "passes and the head cost, a tree step again after 16 (waits doubling to 64 while those do not pay); "
         "None verifies a tree every step")
+    trim: bool = Field(True, description="with pass_costs: each step drafts a depth further only while the nodes it "
+                                         "can add are expected to give more tokens than the head's pass costs, and "
+                                         "verifies only as many of the tree_nodes as are expected to pay for the longer "
+                                         "target pass (the head's path probabilities, scaled by what this run's "
+                                         "steps accepted against them); False always drafts depth and verifies "
+                                         "tree_nodes")
 
 
 class PromptLookupParams(BaseModel):
