@@ -188,3 +188,22 @@ def test_the_agent_compare_fills_unset_settings_from_saved_params(tmp_path):
     assert given.target == "given"
     store.save_params("lookahead", {"target": "other"})
     assert with_saved_settings(CompareInput(prompt="p", methods=["draft", "lookahead"]), store).target != "other"
+
+
+def test_an_eagle_run_key_follows_the_head_weights_not_only_the_folder(tmp_path):
+    """A head retrained in the same folder (or a new shipped one) makes its runs new measurements:
+    stored runs of the old head are not reused for it."""
+    from tools.bench.compare import run_key
+
+    folder = tmp_path / "head"
+    folder.mkdir()
+    weights = folder / "eagle_head.safetensors"
+    weights.write_bytes(b"first head")
+    common = {"target": "some-target", "max_new_tokens": 8}
+    params = {"eagle_heads": str(folder), "tree_nodes": 6}
+    first = run_key("eagle", params, "a prompt", common)
+    assert run_key("eagle", dict(params), "a prompt", common) == first
+    weights.write_bytes(b"the retrained head, other weights")
+    assert run_key("eagle", params, "a prompt", common) != first
+    # other methods' keys do not read any head
+    assert run_key("ngram", {}, "a prompt", common) == run_key("ngram", {}, "a prompt", dict(common))

@@ -39,6 +39,7 @@ from tools.bench.run import Candidate, measure_candidates, record_from
 from tools.bench.summary import lossless, quality_text, recommend
 from tools.engine.methods import METHOD_NAMES, METHODS, PARAM_MODELS, MethodContext, parse_params
 from tools.engine.types import GenerationSettings
+from tools.medusa.eagle_train import head_fingerprint
 from tools.errors import ParameterError, interruption
 
 # ---------------------------------------------------------------------------- parameters
@@ -80,6 +81,8 @@ def run_key(method: str, params: dict, prompt: str, common: dict) -> str:
         parts["draft"] = common.get("draft") or models.DEFAULT_DRAFT
     if METHODS[method].needs_heads:
         parts["medusa_heads"] = common.get("medusa_heads")
+    if method == "eagle":  # the head's weights, not only its folder: a retrained head is another measurement
+        parts["eagle_head"] = head_fingerprint(params.get("eagle_heads"), common.get("target"))
     return settings_key({"method": method, "params": params, **parts}, prompt)
 
 

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -34,7 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from tools.engine.eagle import EagleConfig, EagleHead, config_for
 from tools.errors import ParameterError
-from tools.medusa.eagle_upstream import is_upstream, load_upstream_head
+from tools.medusa.eagle_upstream import WEIGHTS as UPSTREAM_WEIGHTS, is_upstream, load_upstream_head
 from tools.medusa.features import cache_chunk_features, load_chunk_features
 from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, tokenize_files
 
@@ -228,6 +229,30 @@ def default_head_path(target_ref: str) -> Path | None:
     """The head shipped for a built-in target, when there is one."""
     folder = SHIPPED / Path(str(target_ref)).name.lower()
     return folder if (folder / HEAD_FILE).is_file() else None
+
+
+@functools.lru_cache(maxsize=8)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def head_fingerprint(given: str | None, target_ref: str | None) -> str | None:
+    """A digest of the weights of the EAGLE head a run loads (``given``, else the one shipped for
+    ``target_ref``), so that a run measured with another head (a retrained one in the same folder, a
+    new shipped one) is not taken for this one's; None where there is no head to read."""
+    folder = Path(given).expanduser() if given else default_head_path(target_ref or "")
+    if folder is None:
+        return None
+    for name in (HEAD_FILE, *UPSTREAM_WEIGHTS):
+        path = folder / name
+        if path.is_file():
+            stat = path.stat()
+            return _file_digest(str(path), stat.st_size, stat.st_mtime_ns)
+    return None
 
 
 def check_head_fits(head: EagleHead, target_config, vocab_size: int) -> None:
