@@ -63,6 +63,17 @@ def test_bench_summarises_per_category_and_a_rerun_measures_nothing_new(tiny_mod
     assert changed["measured"] == 3  # other settings: measured again, not reused
 
 
+def test_a_method_added_later_does_not_time_the_peers_again(tiny_model_dir, prompt_file):
+    store = Store()
+    bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram"]), store=store)
+    added = bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram", "draft"]), store=store)
+    assert added["measured"] == 3 and added["reused"] == 3
+    new_runs = [r for r in store.list_runs(limit=100) if r["method"] == "draft"]
+    assert len(new_runs) == 3 and not any(r.get("peers") for r in new_runs)  # the stored peers stand
+    assert set(added["summary"]["peers"]["overall"]) == {"hf_assisted", "hf_prompt_lookup"}
+    assert added["summary"]["peers"]["overall"]["hf_assisted"]["prompts"] == 3
+
+
 def test_an_interrupted_bench_resumes_with_what_is_left(tiny_model_dir, prompt_file):
     store = Store()
 

@@ -249,8 +249,14 @@ class _BenchRun:
                                    note=f"q{row['question_id']} {cand.method}: not run: {reason}")
 
         self.timed_prompts += 1
-        measure_candidates(ctx, prompt_ids, settings, todo, inp.repeats, inp.warmup, inp.peers, finished, failed, say,
-                           bracket=True, rotate=self.timed_prompts - 1)
+        measure_candidates(ctx, prompt_ids, settings, todo, inp.repeats, inp.warmup, self.peers_wanted(row), finished,
+                           failed, say, bracket=True, rotate=self.timed_prompts - 1)
+
+    def peers_wanted(self, row: dict) -> bool:
+        """Whether transformers' peers are timed on this prompt: asked for, and not already stored with a
+        run of it (the summary takes one measurement of each peer per prompt; a method measured again
+        alone does not time them again)."""
+        return self.inp.peers and not any(r.get("peers") and r.get("prompt") == row["prompt"] for r in self.records)
 
 
 def bench(inp: BenchInput, store=None, progress=None) -> dict:
