@@ -174,15 +174,28 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
         raise
     _checkpoint(state_path, head, optimizer, step, key, config, history)
     head.eval()
-    with torch.no_grad():
-        per_chunk = [chunk_loss(head, s, embed, rows, to_draft, config)[1] for s in held]
-    held_top1 = [round(sum(c[p] for c in per_chunk) / len(per_chunk), 4) for p in range(len(per_chunk[0]))]
+    held_top1 = top1_by_depth(head, held, embed, lm_head, config.passes)
     coverage = float((to_draft[torch.cat([s["greedy"] for s in held])] >= 0).float().mean())
     summary = {**meta, "steps": step, "config": config.model_dump(), "held_out": {
         "chunks": len(held), "top1_by_depth": held_top1, "draft_vocab_coverage": round(coverage, 4)},
         "final_loss": history[-1][1] if history else None}
     save_head(head, out, summary)
     return summary
+
+
+def top1_by_depth(head: EagleHead, shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor,
+                  passes: int = 3) -> list[float]:
+    """How often the head's first choice is the target's greedy token at depths 1..``passes``, averaged
+    over ``shards`` (cached chunks, tools.medusa.features), drafting as it does at run time."""
+    draft_ids = head.draft_ids
+    rows = lm_head[draft_ids].float()
+    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
+    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    config = EagleTrainConfig(passes=passes)
+    head.eval()
+    with torch.no_grad():
+        per_chunk = [chunk_loss(head, s, embed, rows, to_draft, config)[1] for s in shards]
+    return [round(sum(c[p] for c in per_chunk) / len(per_chunk), 4) for p in range(len(per_chunk[0]))]
 
 
 def _checkpoint(path: Path, head, optimizer, step, key, config, history) -> None:
@@ -276,6 +289,11 @@ def default_data_files(target_ref: str) -> list[Path]:
     return [folder / n for n in names if (folder / n).is_file()]
 
 
+def features_folder(model, cache_root: Path | None = None) -> Path:
+    """Where the target's cached features over training text live (one folder per model)."""
+    return (cache_root or default_cache_dir().parent / "eagle-features") / _fingerprint(model, [])
+
+
 def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, *, max_tokens: int,
                 chunk_tokens: int = 512, cache_root: Path | None = None, log: Callable[[str], None] = print,
                 command: str | None = None) -> dict:
@@ -285,7 +303,7 @@ def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, 
     model, tokenizer = target.model, target.tokenizer
     chunks = tokenize_files(tokenizer, files, chunk_tokens, max_tokens, 8)
     key = _fingerprint(model, chunks)
-    folder = (cache_root or default_cache_dir().parent / "eagle-features") / _fingerprint(model, [])
+    folder = features_folder(model, cache_root)
     t0 = time.perf_counter()
     log(f"caching the target's features over {sum(map(len, chunks))} tokens in {len(chunks)} chunks ({folder})")
     paths = cache_chunk_features(model, chunks, folder,
