@@ -54,3 +54,15 @@ def test_distillation_prompts_share_nothing_with_either_half():
     spec_bench = {r["prompt"] for r in shipped_union()}
     assert not spec_bench & set(build_prompts(60, seed=3))
     assert not spec_bench & set(build_prompts(60, seed=1, variety="wide"))
+
+
+def test_mixed_prompts_hold_the_fit_half_and_never_the_eval_half():
+    from prompts.spec_bench import half_path, read_jsonl
+
+    fit = {r["prompt"] for r in read_jsonl(half_path("fit"))}
+    held = {r["prompt"] for r in read_jsonl(half_path("eval"))}
+    prompts = build_prompts(200, seed=5, variety="mixed")
+    assert prompts == build_prompts(200, seed=5, variety="mixed") and len(prompts) == len(set(prompts)) == 200
+    assert fit <= set(prompts) and not held & set(prompts)
+    assert any(p.startswith("Pretend you are") for p in prompts) and any(p.startswith("Translate into") for p in prompts)
+    assert any(p.startswith("Write a short poem") for p in prompts) and any("?" in p for p in prompts)

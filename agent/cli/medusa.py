@@ -132,7 +132,8 @@ def add_medusa_commands(sub) -> None:
     d.add_argument("--max-new-tokens", type=int, default=192)
     d.add_argument("--batch-size", type=int, default=16)
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--variety", choices=["basic", "wide"], default="basic",
-                   help="basic: Python functions, topics, simple math; wide: several languages, more math, prose")
+    d.add_argument("--variety", choices=["basic", "wide", "mixed"], default="basic",
+                   help="basic: Python functions, topics, simple math; wide: several languages, more math, prose; "
+                        "mixed: the fit half of the Spec-Bench prompts and prose in many styles")
     d.add_argument("--dtype", default="bfloat16")
     d.set_defaults(func=cmd_medusa_make_data)

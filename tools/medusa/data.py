@@ -203,7 +203,69 @@ def _wide_prompts(n: int, rng: random.Random) -> list[str]:
     return out
 
 
-VARIETIES = ("basic", "wide")
+# --------------------------------------------------------------------------- the "mixed" variety
+ROLES = ("a ship's captain", "a museum guide", "a detective", "a chef", "a medieval knight", "a travel agent",
+         "a patient math tutor", "a sports coach", "a librarian", "a startup founder", "a park ranger", "a poet")
+ROLE_TASKS = ("Introduce yourself and describe a typical day", "Give advice to someone starting out",
+              "Tell a short story about your most memorable day", "Answer: what do you value most, and why?",
+              "Explain your job to a ten-year-old", "Persuade a visitor to stay one more day")
+PHRASES = ("The meeting has been moved to Thursday afternoon.", "Please keep the door closed when you leave.",
+           "The library opens at nine and closes at six.", "We walked along the river until the sun went down.",
+           "Could you send me the report by Friday?", "The train was late because of the snow.",
+           "My grandmother grows tomatoes and beans in her garden.", "This recipe needs two eggs and a cup of flour.")
+TARGET_LANGUAGES = ("French", "German", "Spanish", "Italian", "Portuguese", "Dutch")
+GENERAL_QUESTIONS = ("Why is the sky blue?", "How do vaccines train the immune system?",
+                     "What causes the seasons on Earth?", "Who invented the printing press, and why did it matter?",
+                     "How does a bill become a law in a parliamentary democracy?", "What is inflation?",
+                     "Why do cats purr?", "How do airplanes stay in the air?", "What was the Silk Road?",
+                     "How does composting work?", "What is the difference between weather and climate?",
+                     "Why did the Roman Empire split in two?", "How do noise-cancelling headphones work?",
+                     "What is a black hole?", "Why do we dream?", "How are rainbows formed?")
+PUZZLES = ("{a} people shake hands, each with each other once. How many handshakes are there? Reason it out.",
+           "If all bloops are razzies and some razzies are lazzies, must some bloops be lazzies? Explain.",
+           "A clock shows {c}:00. What is the angle between its hands? Think step by step.",
+           "Anna is older than Ben, Ben is older than Cara, and Dan is younger than Cara. Who is the youngest? Why?",
+           "You have {c} boxes and {a} balls. Must some box hold at least two balls? Explain the principle.")
+MIXED_PROSE_TEMPLATES = (
+    "Pretend you are {role}. {role_task}.", "Translate into {language}: \"{phrase}\"",
+    "{question} Answer in a short paragraph.", "{question}", "Write a short story of about 150 words about {subject}.",
+    "Write a persuasive paragraph about {subject}.", "Extract the key facts from this text as a bullet list:\n\n{doc}",
+    "Read the passage and answer: what is it mainly about, and who would use it?\n\n{doc}",
+    "Write a short poem about {subject}.", "Give a balanced overview of the pros and cons of {thing1} versus {thing2}.",
+)
+
+
+def _mixed_prose(rng: random.Random) -> str:
+    docs = _module_docs()
+    t = rng.choice(THINGS)
+    if rng.random() < 0.2:
+        return rng.choice(PUZZLES).format(a=rng.randint(4, 30), c=rng.randint(2, 11))
+    return rng.choice(MIXED_PROSE_TEMPLATES).format(
+        role=rng.choice(ROLES), role_task=rng.choice(ROLE_TASKS), language=rng.choice(TARGET_LANGUAGES),
+        phrase=rng.choice(PHRASES), question=rng.choice(GENERAL_QUESTIONS), subject=rng.choice(SUBJECTS),
+        doc=rng.choice(docs) if docs else "Python is a programming language.", thing1=t.split(" and ")[0],
+        thing2=t.split(" and ")[1])
+
+
+def _mixed_prompts(n: int, rng: random.Random) -> list[str]:
+    """The fit half of the shipped Spec-Bench prompts (never the eval half), then prose in many styles (role
+    play, translation, general questions, stories, poems, extraction and reading of module docs, puzzles):
+    the complement of the code-and-math ``basic`` files."""
+    from prompts.spec_bench import half_path, read_jsonl
+
+    out = [row["prompt"] for row in read_jsonl(half_path("fit"))][:n]
+    seen, tries = set(out), 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        p = _mixed_prose(rng)
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    rng.shuffle(out)
+    return out
+
+
+VARIETIES = ("basic", "wide", "mixed")
 
 
 def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[str]:
@@ -211,12 +273,15 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
     Python concepts (the language reference's topics), the rest small math word problems.
     ``wide``: code tasks in several languages from functions across the whole standard library,
     twelve kinds of templated math problems, and prose (summaries of module docs, emails, tips,
-    comparisons)."""
+    comparisons). ``mixed``: the fit half of the shipped Spec-Bench prompts and prose in many styles (role
+    play, translation, general questions, stories, poems, extraction, puzzles)."""
     if variety not in VARIETIES:
         raise ParameterError(f"unknown prompt variety {variety!r}", hint=f"use one of {', '.join(VARIETIES)}")
     rng = random.Random(seed)
     if variety == "wide":
         return _wide_prompts(n, rng)
+    if variety == "mixed":
+        return _mixed_prompts(n, rng)
     code, topics = _function_prompts(rng), _topic_prompts(rng)
     rng.shuffle(code)
     rng.shuffle(topics)
