@@ -202,7 +202,10 @@ def test_a_step_gate_follows_a_text_that_changes():
 
 
 @pytest.mark.parametrize("costs", [FLAT, STEEP])
-def test_lookahead_output_is_the_baseline_s_whatever_the_gate_decides(tiny_qwen, costs):
+def test_lookahead_output_is_the_baseline_s_whatever_the_gate_decides(tiny_qwen, costs, monkeypatch):
+    # the tiny model's steps are left to the cost model: on a loaded machine one can take over TIMED_STEP_S, and
+    # the gate would then price them by their noisy clocks
+    monkeypatch.setattr("tools.engine.gate.TIMED_STEP_S", float("inf"))
     settings = GenerationSettings(max_new_tokens=48)
     params = LookaheadParams(window=3, ngram=3, guess=2, prompt_lookup=1, pass_costs=costs)
     got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
