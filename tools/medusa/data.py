@@ -189,18 +189,23 @@ def _wide_prompts(n: int, rng: random.Random) -> list[str]:
         if p not in seen:
             seen.add(p)
             out.append(p)
+    _fill_unique(out, seen, n, lambda: rng.choice(WIDE_PROSE_TEMPLATES).format(
+        doc=rng.choice(docs) if docs else "Python is a programming language.", subject=rng.choice(SUBJECTS),
+        activity=rng.choice(ACTIVITIES), thing1=(t := rng.choice(THINGS)).split(" and ")[0],
+        thing2=t.split(" and ")[1]))
+    rng.shuffle(out)
+    return out
+
+
+def _fill_unique(out: list[str], seen: set[str], n: int, make) -> None:
+    """Append prompts from ``make()`` that are not in ``seen`` until ``out`` holds ``n`` (at most 50 n tries)."""
     tries = 0
     while len(out) < n and tries < 50 * n:
         tries += 1
-        p = rng.choice(WIDE_PROSE_TEMPLATES).format(
-            doc=rng.choice(docs) if docs else "Python is a programming language.", subject=rng.choice(SUBJECTS),
-            activity=rng.choice(ACTIVITIES), thing1=(t := rng.choice(THINGS)).split(" and ")[0],
-            thing2=t.split(" and ")[1])
+        p = make()
         if p not in seen:
             seen.add(p)
             out.append(p)
-    rng.shuffle(out)
-    return out
 
 
 # --------------------------------------------------------------------------- the "mixed" variety
@@ -254,13 +259,7 @@ def _mixed_prompts(n: int, rng: random.Random) -> list[str]:
     from prompts.spec_bench import half_path, read_jsonl
 
     out = [row["prompt"] for row in read_jsonl(half_path("fit"))][:n]
-    seen, tries = set(out), 0
-    while len(out) < n and tries < 50 * n:
-        tries += 1
-        p = _mixed_prose(rng)
-        if p not in seen:
-            seen.add(p)
-            out.append(p)
+    _fill_unique(out, set(out), n, lambda: _mixed_prose(rng))
     rng.shuffle(out)
     return out
 
