@@ -20,7 +20,7 @@ from tools import models
 
 TRAIN_ACTION = "train"
 TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
-                 "learning_rate", "dtype")
+                 "learning_rate", "cls_weight", "dtype")
 
 
 def cmd_eagle_train(args) -> int:
@@ -38,7 +38,8 @@ def cmd_eagle_train(args) -> int:
               "`specpilot medusa make-data --generator TARGET`)", file=sys.stderr)
         return 2
     overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
-                 "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate}
+                 "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
+                 "cls_weight": args.cls_weight}
     config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype)
     summary = eagle_train.train_eagle(target, files, Path(args.out).expanduser(), config, max_tokens=args.max_tokens,
@@ -62,6 +63,8 @@ def add_eagle_commands(sub) -> None:
     t.add_argument("--draft-vocab", type=int, default=None)
     t.add_argument("--intermediate-size", type=int, default=None)
     t.add_argument("--learning-rate", type=float, default=None)
+    t.add_argument("--cls-weight", type=float, default=None,
+                   help="weight of the token loss against the feature regression (EAGLE-1's 0.1 is the default)")
     t.add_argument("--dtype", default="auto", help="the dtype EAGLE will run the target in (auto: as `run` does)")
     t.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this command")

@@ -47,13 +47,13 @@ SHIPPED = Path(__file__).resolve().parents[1] / "data" / "eagle"
 class EagleTrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    intermediate_size: int = Field(1024, ge=16, description="MLP width of the head's decoder layer")
+    intermediate_size: int = Field(2048, ge=16, description="MLP width of the head's decoder layer")
     draft_vocab: int = Field(8192, ge=16, description="tokens the head may propose (the most frequent ones)")
     passes: int = Field(3, ge=1, le=6, description="training-time test depth (1: EAGLE-1 teacher forcing)")
     epochs: float = Field(2.0, gt=0, description="passes over the training chunks")
     learning_rate: float = 1e-3
     warmup_steps: int = 10
-    cls_weight: float = 1.0
+    cls_weight: float = Field(0.1, gt=0, description="token loss weight against the feature regression (EAGLE-1's)")
     pass_decay: float = 0.8
     held_out_chunks: int = Field(4, ge=1)
     checkpoint_every: int = 25
