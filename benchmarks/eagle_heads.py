@@ -8,6 +8,13 @@ target's greedy token at depths 1-3, on the last chunks of the default target's 
 A head trained with a smaller --max-tokens never saw these chunks either, so the heads are compared on
 text none of them learned from. --data names the files as they were trained (a head trained before
 distill_mixed.txt was shipped: the other three, in the order `eagle train` reads them).
+
+--answers N compares them instead on the target's greedy answers (96 tokens) to the first eval-half
+prompt of each of N categories, which nothing was fitted on: top-1 by depth on the answer, the head fed
+the target's features as in training, and the tokens per target pass of a run drafting a fixed 10-node
+tree (depth 5, top-4, no cost gate) for 64 new tokens:
+
+    .venv/bin/python benchmarks/eagle_heads.py OLD_HEAD_DIR shipped --answers 7
 """
 
 from __future__ import annotations
@@ -18,11 +25,43 @@ import json
 import torch
 
 from tools import models
+from tools.bench.suite import load_prompt_set
+from tools.engine import eagle
+from tools.engine.params import EagleParams
+from tools.engine.types import GenerationSettings
 from tools.medusa import eagle_train
-from tools.medusa.features import cache_chunk_features, load_chunk_features
+from tools.medusa.features import _chunk_features, cache_chunk_features, load_chunk_features
 from tools.medusa.train import tokenize_files
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
+FIXED_TREE = EagleParams(pass_costs=None, depth=5, topk=4, tree_nodes=10)
+
+
+def on_answers(target, heads: dict, categories: int) -> dict:
+    """{category: {head: {"top1_by_depth", "tokens_per_pass"}}} on the target's answers to eval-half prompts."""
+    model = target.model
+    embed = model.get_input_embeddings().weight.detach().float()
+    lm_head = model.get_output_embeddings().weight.detach().float()
+    firsts: dict[str, dict] = {}
+    for row in load_prompt_set("eval"):
+        firsts.setdefault(row["category"], row)
+    out = {}
+    for category, row in list(firsts.items())[:categories]:
+        ids = target.tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
+                                                   add_generation_prompt=True)
+        ids = list(ids if isinstance(ids, list) else ids["input_ids"])
+        with torch.no_grad():
+            answer = model.generate(torch.tensor([ids]), max_new_tokens=96, do_sample=False)[0].tolist()
+        shard = {k: v[len(ids) - 1:] for k, v in _chunk_features(model, answer).items()}
+        out[category] = {}
+        for name, head in heads.items():
+            top1 = eagle_train.top1_by_depth(head.float(), [shard], embed, lm_head)
+            run = eagle.generate(target, head, ids, GenerationSettings(max_new_tokens=64), FIXED_TREE)
+            per_pass = 1 + sum(run.accepted_per_step) / len(run.accepted_per_step)
+            out[category][name] = {"top1_by_depth": top1, "tokens_per_pass": round(per_pass, 3)}
+            print(f"{category} {name}: top-1 by depth {' '.join(f'{x:.3f}' for x in top1)}, "
+                  f"{per_pass:.2f} tokens per pass", flush=True)
+    return out
 
 
 def main() -> None:
@@ -34,10 +73,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=250000, help="the training text's length (as trained)")
     parser.add_argument("--held-out", type=int, default=4, help="chunks at the end of that text")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--answers", type=int, default=0, help="compare on answers to N eval-half categories")
     args = parser.parse_args()
     torch.set_num_threads(2)
     target = models.load(args.target, dtype=args.dtype)
     model = target.model
+    if args.answers:
+        heads = {n: eagle_train.load_eagle_for(target, None if n == "shipped" else n) for n in args.heads}
+        print(json.dumps({"answers": on_answers(target, heads, args.answers)}))
+        return
     files = args.data or eagle_train.default_data_files(args.target)
     chunks = tokenize_files(target.tokenizer, files, 512, args.max_tokens, 8)
     held = chunks[-args.held_out:]

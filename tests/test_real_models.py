@@ -84,3 +84,20 @@ def test_medusa_greedy_equals_the_target_in_float32(pair, cases):
     for ids, expected in rows:
         result = medusa.generate(target.model, heads, ids, settings, medusa.MedusaParams())
         assert result.output_ids == expected
+
+
+@pytest.mark.parametrize("shape", [dict(depth=5, topk=4, tree_nodes=10), dict(depth=6, topk=6, tree_nodes=24)])
+def test_eagle_greedy_equals_the_target_in_float32(pair, cases, shape):
+    from tools.engine import eagle
+    from tools.engine.params import EagleParams
+    from tools.medusa.eagle_train import default_head_path, load_eagle_for
+
+    target, _ = pair
+    if default_head_path(target.ref) is None:
+        pytest.skip("no shipped EAGLE head for the default target")
+    head = load_eagle_for(target, None)
+    settings, rows = cases
+    for ids, expected in rows:
+        result = eagle.generate(target, head, ids, settings, EagleParams(pass_costs=None, **shape))
+        assert result.output_ids == expected, shape
+        assert result.tokens_accepted > 0
