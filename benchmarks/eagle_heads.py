@@ -30,7 +30,7 @@ from tools.engine import eagle
 from tools.engine.params import EagleParams
 from tools.engine.types import GenerationSettings
 from tools.medusa import eagle_train
-from tools.medusa.features import _chunk_features, cache_chunk_features, load_chunk_features
+from tools.medusa.features import cache_chunk_features, chunk_features, load_chunk_features
 from tools.medusa.train import tokenize_files
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
@@ -52,7 +52,7 @@ def on_answers(target, heads: dict, categories: int) -> dict:
         ids = list(ids if isinstance(ids, list) else ids["input_ids"])
         with torch.no_grad():
             answer = model.generate(torch.tensor([ids]), max_new_tokens=96, do_sample=False)[0].tolist()
-        shard = {k: v[len(ids) - 1:] for k, v in _chunk_features(model, answer).items()}
+        shard = {k: v[len(ids) - 1:] for k, v in chunk_features(model, answer).items()}
         out[category] = {}
         for name, head in heads.items():
             top1 = eagle_train.top1_by_depth(head.float(), [shard], embed, lm_head)

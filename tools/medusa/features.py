@@ -27,7 +27,9 @@ def shard_name(chunk: list[int]) -> str:
 
 
 @torch.inference_mode()
-def _chunk_features(model, chunk: list[int]) -> dict[str, torch.Tensor]:
+def chunk_features(model, chunk: list[int]) -> dict[str, torch.Tensor]:
+    """One shard: the target's final hidden states over ``chunk``, its greedy next token at each position, and
+    the tokens themselves."""
     head = model.get_output_embeddings()
     ids = torch.tensor([chunk], device=model.device)
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
@@ -45,7 +47,7 @@ def cache_chunk_features(model, chunks: list[list[int]], folder: Path,
     for i, (chunk, path) in enumerate(zip(chunks, paths)):
         if not path.exists():
             tmp = path.with_suffix(".tmp")
-            save_file(_chunk_features(model, chunk), str(tmp))
+            save_file(chunk_features(model, chunk), str(tmp))
             os.replace(tmp, path)
         if progress:
             progress(i + 1, len(chunks))
