@@ -125,6 +125,14 @@ def data_key(shard_paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def draft_rows(lm_head: torch.Tensor, draft_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LM head's rows of the draft vocabulary (float32) and the map from target ids to draft positions
+    (-100, ignored by the loss, for a token outside it)."""
+    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
+    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    return lm_head[draft_ids].float(), to_draft
+
+
 def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, target_config, out: Path,
                config: EagleTrainConfig, key: str, vocab_tokens, meta: dict,
                progress: Callable[[int, int, float, list[float]], None] | None = None) -> dict:
@@ -148,9 +156,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
         head.load_state_dict(state["head"])
         optimizer.load_state_dict(state["optimizer"])
         step, history = state["step"], state["history"]
-    rows = lm_head[draft_ids].float()
-    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
-    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    rows, to_draft = draft_rows(lm_head, draft_ids)
     order = torch.randperm(len(train) * max(1, math.ceil(config.epochs)), generator=torch.Generator().manual_seed(
         config.seed)) % len(train)
     head.train()
@@ -187,10 +193,7 @@ def top1_by_depth(head: EagleHead, shards: list[dict], embed: torch.Tensor, lm_h
                   passes: int = 3) -> list[float]:
     """How often the head's first choice is the target's greedy token at depths 1..``passes``, averaged
     over ``shards`` (cached chunks, tools.medusa.features), drafting as it does at run time."""
-    draft_ids = head.draft_ids
-    rows = lm_head[draft_ids].float()
-    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
-    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    rows, to_draft = draft_rows(lm_head, head.draft_ids)
     config = EagleTrainConfig(passes=passes)
     head.eval()
     with torch.no_grad():
