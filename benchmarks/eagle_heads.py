@@ -25,6 +25,7 @@ import json
 import torch
 
 from tools import models
+from tools.bench.context import prompt_ids_for
 from tools.bench.suite import load_prompt_set
 from tools.engine import eagle
 from tools.engine.params import EagleParams
@@ -47,9 +48,7 @@ def on_answers(target, heads: dict, categories: int) -> dict:
         firsts.setdefault(row["category"], row)
     out = {}
     for category, row in list(firsts.items())[:categories]:
-        ids = target.tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
-                                                   add_generation_prompt=True)
-        ids = list(ids if isinstance(ids, list) else ids["input_ids"])
+        ids = prompt_ids_for(target.tokenizer, row["prompt"], True)
         with torch.no_grad():
             answer = model.generate(torch.tensor([ids]), max_new_tokens=96, do_sample=False)[0].tolist()
         shard = {k: v[len(ids) - 1:] for k, v in chunk_features(model, answer).items()}
