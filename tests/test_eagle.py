@@ -173,9 +173,10 @@ def test_sampling_is_lossless():
     counts, total = Counter(), 1200
     params = EagleParams(depth=2, topk=3, tree_nodes=4)
     for seed in range(total):
-        out = eagle.generate(model, head, prompt, GenerationSettings(max_new_tokens=2, temperature=temp, seed=seed),
-                             params).output_ids
-        counts[out[1]] += 1
+        got = eagle.generate(model, head, prompt, GenerationSettings(max_new_tokens=3, temperature=temp, seed=seed),
+                             params)  # (the second token comes from a tree step: the budget's last one is plain)
+        assert got.extra["nodes_per_tree"] is not None
+        counts[got.output_ids[1]] += 1
     observed = [counts[t] for t in range(12)]
     exact = exact.double() / exact.double().sum()
     expected = [float(exact[t]) * total for t in range(12)]
@@ -285,3 +286,69 @@ def test_the_head_s_rows_of_the_lm_head_are_picked_once_per_vocabulary(target):
     first = backend.head_rows(ids)
     assert backend.head_rows(ids.clone()) is first  # the same vocabulary: kept
     assert torch.equal(backend.head_rows(torch.tensor([3, 8])), target.get_output_embeddings().weight[[3, 8]])
+
+
+# ---------------------------------------------------------------------------------------- the lookup branch
+def test_the_lookup_branch_gives_tokens_and_greedy_output_stays_the_baseline(target):
+    """A head that drafts nothing useful (every logit 0) beside prompt lookup's branch: the branch's tokens are kept
+    where the output repeats earlier text, and the output is the baseline's with or without the branch."""
+    head = random_head(target, identity=False)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+    settings, looked_up = GenerationSettings(max_new_tokens=40), 0
+    for prompt in PROMPTS + [[4, 7, 4, 7, 4, 7, 4]]:
+        base = autoregressive.generate(target, prompt, settings).output_ids
+        for lookup in (0, 3, 10):
+            got = eagle.generate(target, head, prompt, settings,
+                                 EagleParams(depth=2, topk=2, tree_nodes=3, eagle_lookup=lookup))
+            assert_greedy_equal(target, prompt, base, got.output_ids)
+            assert got.extra["eagle_lookup"] == lookup and got.extra["nodes_per_tree"] <= 3
+            if lookup == 0:
+                assert got.extra["lookup_steps"] == 0 and got.extra["looked_up"] == 0
+            looked_up += got.extra["looked_up"]
+    assert looked_up > 0
+
+
+def test_the_lookup_branch_is_cut_to_what_pays_for_its_pass():
+    """With trimming, a branch is verified as far as its expected tokens pay for the longer pass: all of a
+    confident match on a flat cost curve, none where each token costs as much as a pass."""
+    model = make_tiny_model("qwen2", layers=1, seed=2)
+    head = random_head(model)
+    from tools.engine.draft_tree import build_draft_tree
+
+    def length(costs, n):
+        step = eagle.EagleStep(eagle.as_backend(model), head, GenerationSettings(max_new_tokens=8),
+                               EagleParams(pass_costs=costs, eagle_lookup=6))
+        step.tree_mass, step.spent = 0.0, 0.0
+        tree = build_draft_tree(1, [[5, 6]])  # the head's tree: a branch 5, 6
+        return step._branch_length(tree, [5, 9, 9, 9], n), step._branch_length(tree, [8, 8, 8, 8, 8, 8], n)
+
+    assert length([1.0] * 12, 8) == (4, 6)
+    assert length([1.0 + i for i in range(12)], 1) == (1, 0)  # the shared token is free; none further pays
+
+
+def test_sampling_is_lossless_with_the_lookup_branch():
+    """As test_sampling_is_lossless, with a prompt holding every token, so prompt lookup's branch joins every tree."""
+    model = make_tiny_model("qwen2", layers=1, seed=5, vocab=12)
+    head = EagleHead(config_for(model.config, 12, 16), torch.arange(12))
+    head.init_identity()
+    prompt, temp = [4, 7, 1, 9, 3, 0, 11, 2, 5, 8, 6, 10, 4], 1.5
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1] / temp, -1)
+        exact = torch.zeros(12)
+        for x1 in range(12):
+            p2 = torch.softmax(model(torch.tensor([prompt + [x1]])).logits[0, -1] / temp, -1)
+            exact += p1[x1] * p2
+    counts, total, branches = Counter(), 1200, 0
+    params = EagleParams(depth=1, topk=1, tree_nodes=1, eagle_lookup=4)
+    for seed in range(total):
+        got = eagle.generate(model, head, prompt, GenerationSettings(max_new_tokens=3, temperature=temp, seed=seed),
+                             params)
+        counts[got.output_ids[1]] += 1
+        branches += got.extra["lookup_steps"]
+    assert branches == total
+    observed = [counts[t] for t in range(12)]
+    exact = exact.double() / exact.double().sum()
+    expected = [float(exact[t]) * total for t in range(12)]
+    assert chisquare(observed, expected).pvalue > 1e-3

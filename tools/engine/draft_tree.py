@@ -50,18 +50,26 @@ def build_draft_tree(root: int, drafts: list[list[int]]) -> DraftTree:
     """Merge ``drafts`` (token lists) under ``root`` into a DraftTree (pure)."""
     tree = DraftTree([root], [-1], [0], [[]])
     for draft in drafts:
-        node = 0
-        for token in draft:
-            child = next((c for c in tree.children[node] if tree.tokens[c] == token), None)
-            if child is None:
-                child = tree.size
-                tree.tokens.append(token)
-                tree.parents.append(node)
-                tree.depths.append(tree.depths[node] + 1)
-                tree.children.append([])
-                tree.children[node].append(child)
-            node = child
+        add_draft(tree, draft)
     return tree
+
+
+def add_draft(tree: DraftTree, draft: list[int]) -> list[int]:
+    """Merge one draft into ``tree`` below the root (in place): follow the children that hold its tokens, add
+    nodes (each its parent's last child) for the rest. Returns the draft's node indices, in order."""
+    node, nodes = 0, []
+    for token in draft:
+        child = next((c for c in tree.children[node] if tree.tokens[c] == token), None)
+        if child is None:
+            child = tree.size
+            tree.tokens.append(token)
+            tree.parents.append(node)
+            tree.depths.append(tree.depths[node] + 1)
+            tree.children.append([])
+            tree.children[node].append(child)
+        node = child
+        nodes.append(node)
+    return nodes
 
 
 def accept_greedy_tree(tree: DraftTree, choice: list[int]) -> tuple[int, int]:

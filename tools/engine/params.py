@@ -132,6 +132,12 @@ class EagleParams(BaseModel):
                                          "target pass (the head's path probabilities, scaled by what this run's "
                                          "steps accepted against them); False always drafts depth and verifies "
                                          "tree_nodes")
+    eagle_lookup: int = Field(10, ge=0, le=32, description="prompt lookup inside EAGLE: up to this many tokens that "
+                                                           "followed the text's last 3, 2 or 1 tokens earlier in the "
+                                                           "prompt or output are merged into each step's tree as one "
+                                                           "more branch (with pass_costs and trim only as many as are "
+                                                           "expected to pay for the longer pass); 0: the head's tree "
+                                                           "alone")
 
 
 class PromptLookupParams(BaseModel):
