@@ -310,24 +310,6 @@ def test_the_lookup_branch_gives_tokens_and_greedy_output_stays_the_baseline(tar
     assert looked_up > 0
 
 
-def test_the_lookup_branch_is_cut_to_what_pays_for_its_pass():
-    """With trimming, a branch is verified as far as its expected tokens pay for the longer pass: all of a
-    confident match on a flat cost curve, none where each token costs as much as a pass."""
-    model = make_tiny_model("qwen2", layers=1, seed=2)
-    head = random_head(model)
-    from tools.engine.draft_tree import build_draft_tree
-
-    def length(costs, n):
-        step = eagle.EagleStep(eagle.as_backend(model), head, GenerationSettings(max_new_tokens=8),
-                               EagleParams(pass_costs=costs, eagle_lookup=6))
-        step.tree_mass, step.spent = 0.0, 0.0
-        tree = build_draft_tree(1, [[5, 6]])  # the head's tree: a branch 5, 6
-        return step._branch_length(tree, [5, 9, 9, 9], n), step._branch_length(tree, [8, 8, 8, 8, 8, 8], n)
-
-    assert length([1.0] * 12, 8) == (4, 6)
-    assert length([1.0 + i for i in range(12)], 1) == (1, 0)  # the shared token is free; none further pays
-
-
 def test_sampling_is_lossless_with_the_lookup_branch():
     """As test_sampling_is_lossless, with a prompt holding every token, so prompt lookup's branch joins every tree."""
     model = make_tiny_model("qwen2", layers=1, seed=5, vocab=12)

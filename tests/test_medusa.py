@@ -93,7 +93,7 @@ def test_oracle_heads_are_fully_accepted(target):
     settings = GenerationSettings(max_new_tokens=33)
     base = autoregressive.generate(target, prompt, settings)
     heads = OracleHeads(target, prompt, 33)
-    r = generate(target, heads, prompt, settings, MedusaParams(tree="chain4"))
+    r = generate(target, heads, prompt, settings, MedusaParams(tree="chain4", medusa_lookup=0))  # the heads alone
     assert r.output_ids == base.output_ids
     # 1 + 6 steps * (4 + 1) = 31 tokens; with 2 left the last step proposes (and accepts) just 1
     assert r.accepted_per_step == [4] * 6 + [1]
@@ -173,7 +173,8 @@ def test_typical_acceptance_at_low_temperature_accepts_the_oracle_and_matches_gr
     prompt = PROMPTS[1]
     base = autoregressive.generate(target, prompt, GenerationSettings(max_new_tokens=25))
     settings = GenerationSettings(max_new_tokens=25, temperature=0.02, seed=3)
-    r = generate(target, OracleHeads(target, prompt, 25), prompt, settings, MedusaParams(tree="chain3"))
+    r = generate(target, OracleHeads(target, prompt, 25), prompt, settings,
+                 MedusaParams(tree="chain3", medusa_lookup=0))
     assert r.output_ids == base.output_ids
     assert r.acceptance_rate > 0.9
 

@@ -38,8 +38,8 @@ from tools.engine.backend import Backend, as_backend
 from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, add_draft
 from tools.engine.gate import StepGate, pass_cost, weights_ratio
 from tools.engine.loop import DecodeStep, decode, next_token
-from tools.engine.params import EagleParams, PromptLookupParams
-from tools.engine.prompt_lookup import DraftGate, match_candidates
+from tools.engine.lookup_branch import LookupBranch, shared_prefix
+from tools.engine.params import EagleParams
 from tools.engine.sampling import make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.errors import ParameterError
@@ -266,12 +266,7 @@ class EagleStep(DecodeStep):
         self.predicted = self.accepted = CALIBRATION_PRIOR
         self.depth_passes = self.verified_nodes = self.tree_steps = 0
         self.tree_mass = self.spent = 0.0
-        # the lookup branch (``params.eagle_lookup``): prompt lookup's search, and its per-token acceptance by match
-        # length (starting from prompt lookup's prior, fitted on the fit half, then what this run's branches got)
-        self.lookup_params = PromptLookupParams(num_candidate_tokens=max(1, params.eagle_lookup), num_candidates=1,
-                                                pass_costs=params.pass_costs)
-        self.lookup_gate = DraftGate(self.lookup_params)
-        self.looked_up = self.lookup_steps = 0
+        self.branch = LookupBranch(params.eagle_lookup, params.pass_costs if self.trim else None)
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         embedded = self.backend.embed(torch.tensor([ids], device=self.backend.device))
@@ -371,7 +366,7 @@ class EagleStep(DecodeStep):
         depth = min(self.params.depth, remaining - 1)
         tree = self.grow(self._catch_up(), depth)
         head_nodes = tree.size
-        branch, n_match = self._graft(tree, min(self.params.eagle_lookup, remaining - 1))
+        branch = self._graft(tree, remaining - 1)
         device = b.device
         ids = torch.tensor([tree.tokens], device=device)
         positions = (torch.tensor(tree.depths, device=device) + m)[None]
@@ -384,8 +379,8 @@ class EagleStep(DecodeStep):
                                                    self.generator)
         path = tree.path_to(node)
         self._calibrate(head_nodes - 1, sum(i < head_nodes for i in path[1:]))
-        if branch:
-            self._record_branch(branch, n_match, path, head_nodes)
+        if branch is not None:
+            self.branch.record(*branch, [tree.tokens[i] for i in path[1:]])
         b.keep_positions(self.cache, m, torch.tensor(path, device=device))
         new = [tree.tokens[i] for i in path[1:]] + [following]
         self.feats = torch.cat([self.feats, hidden[torch.tensor(path, device=device)].to(torch.float32)])
@@ -394,46 +389,19 @@ class EagleStep(DecodeStep):
             self.gate.record(len(new), len(tree.tokens))
         return new, len(path) - 1, range(1, max(tree.depths) + 1)
 
-    def _graft(self, tree: DraftTree, room: int) -> tuple[list[int], int]:
-        """Merge prompt lookup's draft (what followed the text's last n-gram earlier in it) into ``tree`` as one more
-        branch; return (the branch's nodes, the n-gram's match length), ([], 0) without a draft."""
-        if room < 1:
-            return [], 0
-        n, drafts = match_candidates(torch.tensor(self.tokens), self.lookup_params, limit=room)
-        if not drafts:
-            return [], 0
-        draft = drafts[0][: self._branch_length(tree, drafts[0], n)]
-        return (add_draft(tree, draft), n) if draft else ([], 0)
-
-    def _branch_length(self, tree: DraftTree, draft: list[int], n: int) -> int:
-        """How much of a lookup draft to verify (pure but for the run's records): all of it without trimming, else the
-        length with the most expected tokens per unit of the step's cost. Its tokens already in the tree cost nothing;
-        each further one is kept with the run's acceptance for n-token matches, times the tokens before it."""
-        if not self.trim:
-            return len(draft)
-        node, shared = 0, 0
-        for token in draft:
-            node = next((c for c in tree.children[node] if tree.tokens[c] == token), None)
-            if node is None:
-                break
-            shared += 1
-        a, costs = self.lookup_gate.acceptance(n), self.params.pass_costs
+    def _graft(self, tree: DraftTree, room: int) -> tuple[int, list[int], int] | None:
+        """Merge the lookup branch into ``tree``, cut to what pays; return (the match length, the tokens merged, how
+        many of them the tree held already), None without a branch."""
+        n, draft = self.branch.draft(self.tokens, room)
+        if not draft:
+            return None
+        shared = shared_prefix(tree.children.__getitem__, tree.tokens.__getitem__, draft)
         expect = 1.0 + self.calibration() * self.tree_mass
-        best, best_rate = shared, expect / (pass_cost(costs, tree.size) + self.spent)
-        for length in range(shared + 1, len(draft) + 1):
-            expect += a ** length
-            rate = expect / (pass_cost(costs, tree.size + length - shared) + self.spent)
-            if rate > best_rate + 1e-12:
-                best, best_rate = length, rate
-        return best
-
-    def _record_branch(self, branch: list[int], n: int, path: list[int], head_nodes: int) -> None:
-        """Record a verified lookup branch: its tokens kept in a row (for the acceptance of n-token matches), and the
-        kept tokens only the branch proposed."""
-        kept = next((j for j, node in enumerate(branch) if j + 1 >= len(path) or path[j + 1] != node), len(branch))
-        self.lookup_gate.update(n, len(branch), kept)
-        self.lookup_steps += 1
-        self.looked_up += sum(i >= head_nodes for i in path[1:])
+        draft = draft[: self.branch.length(draft, n, shared, expect, tree.size, self.spent)]
+        if not draft:
+            return None
+        add_draft(tree, draft)
+        return n, draft, shared
 
     def _calibrate(self, nodes: int, accepted: int) -> None:
         """Record a verified tree of the head's ``nodes``: what their path probabilities expected (``tree_mass``) and
@@ -462,7 +430,7 @@ class EagleStep(DecodeStep):
                 "declined_steps": self.gate.declined if self.gate is not None else 0, "trim": self.trim,
                 "nodes_per_tree": self.verified_nodes / self.tree_steps if self.tree_steps else None,
                 "expansions_per_tree": self.depth_passes / self.tree_steps if self.tree_steps else None,
-                "eagle_lookup": p.eagle_lookup, "lookup_steps": self.lookup_steps, "looked_up": self.looked_up}
+                "eagle_lookup": p.eagle_lookup, "lookup_steps": self.branch.steps, "looked_up": self.branch.looked_up}
 
 
 def generate(model, head: EagleHead, prompt_ids, settings: GenerationSettings,

@@ -215,6 +215,11 @@ class StepGate:
         self.since_plain += 1
         return self.plain_s is None or self.since_plain >= CALIBRATE_EVERY
 
+    def untimed(self) -> None:
+        """The step just decided is neither a plain step nor a full one (a declined step that verifies another
+        draft): its time prices neither kind."""
+        self._last = None
+
     def take_full(self) -> bool:
         full = self._decide(self._clocked())
         self._last, self._step_cost = (self.clock(), full), 0.0

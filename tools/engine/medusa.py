@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,7 @@ from torch import nn
 from tools.engine import cpu_gemm
 from tools.engine.backend import Backend, as_backend
 from tools.engine.gate import StepGate, weights_ratio
+from tools.engine.lookup_branch import LookupBranch, graft_paths, path_children, shared_prefix
 from tools.engine.loop import DecodeStep, as_input_ids, decode, sync
 from tools.engine.medusa_trees import AUTO, resolve_tree, validate_choices
 from tools.engine.sampling import greedy_tokens, make_generator, sample, warp_probs
@@ -292,9 +294,10 @@ def verify_tree(backend, tree: TreeBuffers, tree_tokens: torch.Tensor, cache) ->
 
 
 def medusa_step(backend, heads: MedusaHeads, tree: TreeBuffers, root: int, hidden_last: torch.Tensor, cache,
-                settings: GenerationSettings, params: MedusaParams, generator):
+                settings: GenerationSettings, params: MedusaParams, generator, extend=None):
     """One Medusa step: propose, verify, accept, keep the accepted path in the cache.
 
+    ``extend(tree, tree_tokens) -> (tree, tree_tokens)`` may add nodes to the proposed tree (a lookup branch).
     Returns (new tokens = accepted candidates + the next root, accepted count, hidden state of the
     last accepted node).
     """
@@ -303,6 +306,8 @@ def medusa_step(backend, heads: MedusaHeads, tree: TreeBuffers, root: int, hidde
     proposals = heads.topk(hidden_last, tree.depth, tree.topk).flatten().to(device)  # none for a root-only tree
     candidates = torch.cat([torch.tensor([root], device=device), proposals])
     tree_tokens = candidates[tree.tree_indices]
+    if extend is not None:
+        tree, tree_tokens = extend(tree, tree_tokens)
     prefix = backend.cache_length(cache)
     hidden, logits = verify_tree(backend, tree, tree_tokens, cache)
     if settings.greedy:
@@ -341,10 +346,16 @@ class MedusaStep(DecodeStep):
         self.generator = make_generator(settings, device)
         self.cache = self.hidden = None
         fitted = getattr(heads, "tree_tokens", None) if self.choices == getattr(heads, "tree_choices", None) else None
-        self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, heads_overhead(heads, backend),
+        self.overhead = heads_overhead(heads, backend) if params.pass_costs else 0.0
+        self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, self.overhead,
                               prior_tokens=fitted) if params.pass_costs else None)
+        self.expected = fitted or 1.0  # tokens a step of the heads' tree is expected to give (for the lookup branch)
+        self.branch = LookupBranch(params.medusa_lookup, params.pass_costs)
+        self.children: dict[int, list[list[int]]] = {}  # each tree's node children, by its depth
+        self.prompt: list[int] = []
 
     def prefill(self, input_ids: torch.Tensor) -> int:
+        self.prompt = input_ids[0].tolist()
         self.cache = self.backend.new_cache()
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         self.hidden = self.backend.hidden(input_ids, self.cache, positions)[-1]
@@ -356,12 +367,44 @@ class MedusaStep(DecodeStep):
         depth = depth if full else 0  # declined: the root alone, a plain one-token step
         if depth not in self.trees:
             self.trees[depth] = build_tree_buffers([c for c in self.choices if len(c) <= depth]).to(self.backend.device)
-        tree = self.trees[depth]
+        tree, grafted = self.trees[depth], []
+        extend = partial(self._graft, depth=depth, full=full, text=self.prompt + out, room=remaining - 1,
+                         grafted=grafted)
         new, accepted, self.hidden = medusa_step(self.backend, self.heads, tree, out[-1], self.hidden, self.cache,
-                                                 self.settings, self.params, self.generator)
+                                                 self.settings, self.params, self.generator, extend)
+        n_match, draft, shared, size = grafted[0] if grafted else (0, [], 0, tree.n)
+        if draft:
+            self.branch.record(n_match, draft, shared, new[:-1])
         if full and self.gate is not None:
-            self.gate.record(len(new), tree.n)
-        return new, accepted, range(1, tree.depth + 1)  # the proposed path: one guess per depth
+            self.gate.record(len(new), size)
+        elif draft and self.gate is not None:
+            self.gate.untimed()  # a declined step that verified the branch: neither a plain step nor a tree step
+        return new, accepted, range(1, max(tree.depth, len(draft)) + 1)  # the proposed paths' depths
+
+    def _graft(self, tree: TreeBuffers, tree_tokens: torch.Tensor, depth: int, full: bool, text: list[int],
+               room: int, grafted: list) -> tuple[TreeBuffers, torch.Tensor]:
+        """The tree with the lookup branch merged in, cut to what pays (``grafted`` gets (match length, the tokens
+        merged, how many of them the tree held, the tree's new size)); the tree as it was without a branch."""
+        n_match, draft = self.branch.draft(text, room)
+        if not draft:
+            return tree, tree_tokens
+        tokens = tree_tokens.tolist()
+        if depth not in self.children:
+            self.children[depth] = path_children(tree.retrieve_indices, tree.n)
+        children = self.children[depth]
+        shared = shared_prefix(children.__getitem__, tokens.__getitem__, draft)
+        expect, overhead = (self.expected, self.overhead) if full else (1.0, 0.0)
+        draft = draft[: self.branch.length(draft, n_match, shared, expect, tree.n, overhead)]
+        if not draft:
+            return tree, tree_tokens
+        visible, positions, retrieve, new = graft_paths(tree.visible, tree.position_ids, tree.retrieve_indices,
+                                                        tokens, children, draft)
+        grafted.append((n_match, draft, shared, tree.n + len(new)))
+        if not new:
+            return tree, tree_tokens
+        tree = replace(tree, visible=visible, position_ids=positions, retrieve_indices=retrieve,
+                       depth=retrieve.shape[1] - 1)
+        return tree, torch.cat([tree_tokens, torch.tensor(new, dtype=tree_tokens.dtype, device=tree_tokens.device)])
 
     def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
         heads, params, lossy = self.heads, self.params, not self.settings.greedy
@@ -371,6 +414,8 @@ class MedusaStep(DecodeStep):
             "backend": "builtin", "acceptance": "typical" if lossy else "greedy", "lossy": lossy,
             "posterior_threshold": params.posterior_threshold, "posterior_alpha": params.posterior_alpha,
             "pass_costs": params.pass_costs, "declined_steps": self.gate.declined if self.gate is not None else 0,
+            "medusa_lookup": params.medusa_lookup, "lookup_steps": self.branch.steps,
+            "looked_up": self.branch.looked_up,
         }
         if lossy:
             extra["note"] = TYPICAL_NOTE

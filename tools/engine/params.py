@@ -109,6 +109,12 @@ class MedusaParams(BaseModel):
         "a step is plain (the root alone, no heads) while the recent tree steps gave fewer tokens than their "
         "passes and the heads cost, a tree step again after 16 (waits doubling to 64 while those do not pay); "
         "None verifies the tree every step")
+    medusa_lookup: int = Field(10, ge=0, le=32, description="prompt lookup inside Medusa: up to this many tokens that "
+                                                            "followed the text's last 3, 2 or 1 tokens earlier in the "
+                                                            "prompt or output are merged into each step's tree as one "
+                                                            "more path (with pass_costs only as many as are expected "
+                                                            "to pay for the longer pass; a step the gate declines "
+                                                            "verifies that path alone); 0: the heads' tree alone")
 
 
 class EagleParams(BaseModel):
