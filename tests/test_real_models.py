@@ -101,3 +101,29 @@ def test_eagle_greedy_equals_the_target_in_float32(pair, cases, shape):
         result = eagle.generate(target, head, ids, settings, EagleParams(pass_costs=None, **shape))
         assert result.output_ids == expected, shape
         assert result.tokens_accepted > 0
+
+
+COPYING = ("Here is a function:\n```python\ndef area(width, height):\n    return width * height\n```\n"
+           "Rewrite it with type hints and a docstring.")
+
+
+@pytest.mark.parametrize("method", ["medusa", "eagle"])
+def test_the_lookup_branch_keeps_greedy_output_the_target_s_in_float32(pair, method):
+    """An answer that copies its prompt: prompt lookup's branch joins Medusa's and EAGLE's trees and the output is
+    still the target's."""
+    from tools.bench.run import eos_ids_for, prompt_ids_for
+    from tools.engine import eagle, medusa
+    from tools.engine.params import EagleParams
+    from tools.medusa.checkpoint import load_medusa_heads
+    from tools.medusa.eagle_train import load_eagle_for
+
+    target, _ = pair
+    settings = GenerationSettings(max_new_tokens=48, eos_token_ids=eos_ids_for(target))
+    ids = prompt_ids_for(target.tokenizer, COPYING, True)
+    expected = autoregressive.generate(target.model, ids, settings).output_ids
+    if method == "medusa":
+        result = medusa.generate(target.model, load_medusa_heads(target, None), ids, settings, medusa.MedusaParams())
+    else:
+        result = eagle.generate(target, load_eagle_for(target, None), ids, settings, EagleParams(pass_costs=None))
+    assert result.output_ids == expected
+    assert result.extra["lookup_steps"] > 0 and result.extra["looked_up"] > 0
