@@ -156,7 +156,10 @@ def medusa_advice(hw: dict) -> tuple[dict, list[str], str, None]:
                   else "a small tree, because on a CPU a pass over many more tokens is no longer nearly free"),
                "Medusa needs heads trained for this exact target: train_medusa does it (asks for approval first)",
                "run and compare cut the heads' own fitted tree to this machine's cost curve and add its pass costs "
-               "(a step is plain while tree steps do not pay)"]
+               "(a step is plain while tree steps do not pay)",
+               f"medusa_lookup={params['medusa_lookup']}: prompt lookup's draft (what followed the text's last tokens "
+               "earlier in it) joins the tree as one more path, cut to what pays for the longer pass; it helps most "
+               "where the answer copies its prompt (summaries, RAG, extraction); 0 turns it off"]
     return params, reasons, "source defaults (Medusa, arXiv 2401.10774, reference implementation)", None
 
 
