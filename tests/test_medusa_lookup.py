@@ -67,13 +67,14 @@ def test_a_branch_merges_into_the_tree_buffers_as_one_more_path():
     tokens = [50, 10, 11, 20]
     children = path_children(tree.retrieve_indices, tree.n)
     assert [sorted(c) for c in children] == [[1, 2], [3], [], []]
-    visible, positions, retrieve, new = graft_paths(tree.visible, tree.position_ids, tree.retrieve_indices,
-                                                    tokens, children, [10, 21, 22])
+    visible, positions, retrieve, new = graft_paths(tree.visible, tree.position_ids.tolist(), tree.retrieve_indices,
+                                                    tokens, children, [10, 21, 22], "cpu")
     assert new == [21, 22]
     assert positions.tolist() == [0, 1, 1, 2, 2, 3]
     assert retrieve.tolist()[-1] == [0, 1, 4, 5] and retrieve.shape == (3, 4)
     assert visible[4].tolist() == [True, True, False, False, True, False]
     assert visible[5].tolist() == [True, True, False, False, True, True]
     assert torch.equal(visible[:4, :4], tree.visible)
-    same = graft_paths(tree.visible, tree.position_ids, tree.retrieve_indices, tokens, children, [10, 20])
+    same = graft_paths(tree.visible, tree.position_ids.tolist(), tree.retrieve_indices, tokens, children, [10, 20],
+                       "cpu")
     assert same[3] == [] and same[2] is tree.retrieve_indices

@@ -32,14 +32,29 @@ class LookupBranch:
         self.params = PromptLookupParams(num_candidate_tokens=max(1, tokens), num_candidates=1, pass_costs=pass_costs)
         self.gate = DraftGate(self.params)
         self.steps = self.looked_up = 0
+        self._buffer, self._filled = torch.empty(0, dtype=torch.long), 0  # the text searched, as a tensor
 
     def draft(self, text: list[int], room: int) -> tuple[int, list[int]]:
-        """(match length n, the draft) for the text so far, at most ``room`` tokens; (0, []) without one."""
+        """(match length n, the draft) for the text so far, at most ``room`` tokens; (0, []) without one. The text
+        only grows between calls (accepted tokens never change): only its new tokens are copied."""
         room = min(room, self.tokens)
         if room < 1:
             return 0, []
-        n, drafts = match_candidates(torch.tensor(text, dtype=torch.long), self.params, limit=room)
+        n, drafts = match_candidates(self._searched(text), self.params, limit=room)
         return (n, drafts[0]) if drafts else (0, [])
+
+    def _searched(self, text: list[int]) -> torch.Tensor:
+        size = len(text)
+        if size < self._filled:  # another text than last time: copy it whole
+            self._filled = 0
+        if size > self._buffer.numel():
+            grown = torch.empty(max(2 * self._buffer.numel(), size + 256), dtype=torch.long)
+            grown[: self._filled] = self._buffer[: self._filled]
+            self._buffer = grown
+        if size > self._filled:
+            self._buffer[self._filled: size] = torch.tensor(text[self._filled:], dtype=torch.long)
+        self._filled = size
+        return self._buffer[:size]
 
     def length(self, draft: list[int], n: int, shared: int, expect: float, size: int, overhead: float) -> int:
         """How many of ``draft``'s tokens to verify: all without pass costs, else the length with the most expected
@@ -68,16 +83,21 @@ class LookupBranch:
         self.looked_up += max(0, kept - shared)
 
 
-def shared_prefix(children_of, tokens_of, draft: list[int]) -> int:
-    """How many of ``draft``'s leading tokens a tree already holds as a path from its root (``children_of(node)``
+def held_path(children_of, tokens_of, draft: list[int]) -> list[int]:
+    """The nodes below the root that hold ``draft``'s leading tokens, as far as a tree holds them (``children_of(node)``
     lists a node's children, ``tokens_of(node)`` its token)."""
-    node, shared = 0, 0
+    node, path = 0, []
     for token in draft:
         node = next((c for c in children_of(node) if tokens_of(c) == token), None)
         if node is None:
             break
-        shared += 1
-    return shared
+        path.append(node)
+    return path
+
+
+def shared_prefix(children_of, tokens_of, draft: list[int]) -> int:
+    """How many of ``draft``'s leading tokens a tree already holds as a path from its root."""
+    return len(held_path(children_of, tokens_of, draft))
 
 
 def path_children(retrieve: torch.Tensor, size: int) -> list[list[int]]:
@@ -91,26 +111,21 @@ def path_children(retrieve: torch.Tensor, size: int) -> list[list[int]]:
     return children
 
 
-def graft_paths(visible: torch.Tensor, positions: torch.Tensor, retrieve: torch.Tensor, tokens: list[int],
-                children: list[list[int]], draft: list[int]
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
-    """A tree held as (``visible`` [n, n], ``positions`` [n] depths, ``retrieve`` [paths, D + 1], ``tokens``) with
-    ``draft`` merged below the root: its leading tokens the tree holds are followed, the rest appended as new
-    nodes on one more path. Returns the new (visible, positions, retrieve, appended tokens), on the tensors'
-    device; the tree as it was when the tree holds all of ``draft``."""
-    path, node = [0], 0
-    for token in draft:
-        node = next((c for c in children[node] if tokens[c] == token), None)
-        if node is None:
-            break
-        path.append(node)
+def graft_paths(visible: torch.Tensor, positions: list[int], retrieve: torch.Tensor, tokens: list[int],
+                children: list[list[int]], draft: list[int], device
+                ) -> tuple[torch.Tensor, torch.Tensor | list[int], torch.Tensor, list[int]]:
+    """A tree held on the host as (``visible`` [n, n], ``positions`` its n depths, ``retrieve`` [paths, D + 1],
+    ``tokens``) with ``draft`` merged below the root: its leading tokens the tree holds are followed, the rest
+    appended as new nodes on one more path. Returns the new (visible, positions, retrieve) on ``device`` and the
+    appended tokens; the tree as given (on the host) and no tokens when it holds all of ``draft``."""
+    path = [0] + held_path(children.__getitem__, tokens.__getitem__, draft)
     new = draft[len(path) - 1:]
     if not new:
         return visible, positions, retrieve, []
-    n, m, device = len(tokens), len(tokens) + len(new), visible.device
+    n, m = len(tokens), len(tokens) + len(new)
     grown = torch.zeros(m, m, dtype=torch.bool)
-    grown[:n, :n] = visible.cpu()
-    depth = positions.cpu().tolist()
+    grown[:n, :n] = visible
+    depth = list(positions)
     for i in range(n, m):
         grown[i] = grown[path[-1]]
         grown[i, i] = True
@@ -118,6 +133,6 @@ def graft_paths(visible: torch.Tensor, positions: torch.Tensor, retrieve: torch.
         path.append(i)
     width = max(retrieve.shape[1], len(path))
     paths = torch.full((retrieve.shape[0] + 1, width), -1, dtype=torch.long)
-    paths[:-1, : retrieve.shape[1]] = retrieve.cpu()
+    paths[:-1, : retrieve.shape[1]] = retrieve
     paths[-1, : len(path)] = torch.tensor(path)
     return grown.to(device), torch.tensor(depth, device=device), paths.to(device), new

@@ -351,15 +351,16 @@ class MedusaStep(DecodeStep):
                               prior_tokens=fitted) if params.pass_costs else None)
         self.expected = fitted or 1.0  # tokens a step of the heads' tree is expected to give (for the lookup branch)
         self.branch = LookupBranch(params.medusa_lookup, params.pass_costs)
-        self.children: dict[int, list[list[int]]] = {}  # each tree's node children, by its depth
-        self.prompt: list[int] = []
+        self.host: dict[int, tuple] = {}  # each tree's node children and buffers on the host, by its depth
+        self.text: list[int] = []  # prompt and output so far (what the branch searches)
 
     def prefill(self, input_ids: torch.Tensor) -> int:
-        self.prompt = input_ids[0].tolist()
         self.cache = self.backend.new_cache()
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         self.hidden = self.backend.hidden(input_ids, self.cache, positions)[-1]
-        return pick_token(self.backend.lm_head(self.hidden[None])[0], self.settings, self.params, self.generator)
+        first = pick_token(self.backend.lm_head(self.hidden[None])[0], self.settings, self.params, self.generator)
+        self.text = input_ids[0].tolist() + [first]
+        return first
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
         depth = min(self.full.depth, remaining - 1)  # never propose past the budget
@@ -368,10 +369,10 @@ class MedusaStep(DecodeStep):
         if depth not in self.trees:
             self.trees[depth] = build_tree_buffers([c for c in self.choices if len(c) <= depth]).to(self.backend.device)
         tree, grafted = self.trees[depth], []
-        extend = partial(self._graft, depth=depth, full=full, text=self.prompt + out, room=remaining - 1,
-                         grafted=grafted)
+        extend = partial(self._graft, depth=depth, full=full, room=remaining - 1, grafted=grafted)
         new, accepted, self.hidden = medusa_step(self.backend, self.heads, tree, out[-1], self.hidden, self.cache,
                                                  self.settings, self.params, self.generator, extend)
+        self.text.extend(new)
         n_match, draft, shared, size = grafted[0] if grafted else (0, [], 0, tree.n)
         if draft:
             self.branch.record(n_match, draft, shared, new[:-1])
@@ -381,24 +382,26 @@ class MedusaStep(DecodeStep):
             self.gate.untimed()  # a declined step that verified the branch: neither a plain step nor a tree step
         return new, accepted, range(1, max(tree.depth, len(draft)) + 1)  # the proposed paths' depths
 
-    def _graft(self, tree: TreeBuffers, tree_tokens: torch.Tensor, depth: int, full: bool, text: list[int],
-               room: int, grafted: list) -> tuple[TreeBuffers, torch.Tensor]:
+    def _graft(self, tree: TreeBuffers, tree_tokens: torch.Tensor, depth: int, full: bool, room: int,
+               grafted: list) -> tuple[TreeBuffers, torch.Tensor]:
         """The tree with the lookup branch merged in, cut to what pays (``grafted`` gets (match length, the tokens
         merged, how many of them the tree held, the tree's new size)); the tree as it was without a branch."""
-        n_match, draft = self.branch.draft(text, room)
+        n_match, draft = self.branch.draft(self.text, room)
         if not draft:
             return tree, tree_tokens
         tokens = tree_tokens.tolist()
-        if depth not in self.children:
-            self.children[depth] = path_children(tree.retrieve_indices, tree.n)
-        children = self.children[depth]
+        if depth not in self.host:  # the tree's buffers are fixed: read them back from the device once
+            retrieve = tree.retrieve_indices.cpu()
+            self.host[depth] = (path_children(retrieve, tree.n), tree.visible.cpu(), tree.position_ids.tolist(),
+                                retrieve)
+        children, *buffers = self.host[depth]
         shared = shared_prefix(children.__getitem__, tokens.__getitem__, draft)
         expect, overhead = (self.expected, self.overhead) if full else (1.0, 0.0)
         draft = draft[: self.branch.length(draft, n_match, shared, expect, tree.n, overhead)]
         if not draft:
             return tree, tree_tokens
-        visible, positions, retrieve, new = graft_paths(tree.visible, tree.position_ids, tree.retrieve_indices,
-                                                        tokens, children, draft)
+        visible, positions, retrieve, new = graft_paths(buffers[0], buffers[1], buffers[2], tokens, children, draft,
+                                                        tree_tokens.device)
         grafted.append((n_match, draft, shared, tree.n + len(new)))
         if not new:
             return tree, tree_tokens
