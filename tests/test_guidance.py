@@ -107,7 +107,7 @@ def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
     params = out["suggested_params"]
     expected = size_params("lookahead", MachineCost("cpu", CPU["name"], DESIGN_CPU_CURVE, "stored")).params
     assert params == expected
-    assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 0)
+    assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 1)
     assert out["source"].startswith("sized to the cost curve measured on this machine")
     assert any("stored on 2026-01-01" in r for r in out["reasons"]) and "next_step" not in out
     # another machine's curve does not count: the conservative CPU curve sizes it instead

@@ -347,6 +347,53 @@ def test_prompt_lookup_drafts_are_verified_with_the_pool():
     assert alone.accepted_per_step[0] == 0 and alone.steps > result.steps
 
 
+FLAT_COSTS = [1.0] * 40  # every pass costs one token's: the branch is verified whole
+
+
+@pytest.fixture
+def untimed_gates(monkeypatch):
+    """Tiny models' steps are left to the cost model (on a loaded machine one may take over TIMED_STEP_S)."""
+    monkeypatch.setattr("tools.engine.gate.TIMED_STEP_S", float("inf"))
+
+
+def test_with_pass_costs_the_prompt_lookup_draft_is_one_branch_cut_to_what_pays(untimed_gates):
+    model = bigram_model()
+    cycle = _baseline(model, [5], 40).output_ids[-12:]
+    prompt = cycle * 3
+    expected = _baseline(model, prompt, 40).output_ids
+    result = _lookahead(model, prompt, 40, window=2, ngram=4, guess=2, prompt_lookup=1, pass_costs=FLAT_COSTS)
+    assert result.output_ids == expected
+    assert result.extra["lookup_steps"] > 0 and result.extra["looked_up"] > 0
+    assert result.mean_accepted_per_step > 4.0
+    _check_counters(result, 40, 4)
+    # a pass over more than the window's 13 tokens costs far more: the branch joins only steps with room under that
+    # (warm-up steps, steps with few pool n-grams), cut to the room
+    steep = [1.0] * 13 + [40.0] * 30
+    backend, passes = as_backend(model), []
+    forward = backend.forward
+    backend.forward = lambda ids, *args, **kw: passes.append(ids.shape[1]) or forward(ids, *args, **kw)
+    params = LookaheadParams(window=2, ngram=4, guess=2, prompt_lookup=1, pass_costs=steep)
+    cut = lookahead.generate(backend, prompt, GenerationSettings(max_new_tokens=40), params)
+    assert cut.output_ids == expected and cut.extra["declined_steps"] == 0 and cut.extra["lookup_steps"] > 0
+    assert passes[0] == len(prompt) and max(passes[1:]) <= 13  # the prefill, then no step past 13 tokens
+
+
+def test_a_declined_step_verifies_the_lookup_branch_alone(untimed_gates):
+    """The window does not pay (a pass over it costs 20 one-token passes), the branch does: declined steps verify
+    the branch and keep its tokens, the output stays the baseline's."""
+    model = bigram_model()
+    cycle = _baseline(model, [5], 40).output_ids[-12:]
+    prompt = cycle * 3
+    expected = _baseline(model, prompt, 40).output_ids
+    costs = [1.0] * 6 + [20.0] * 30
+    result = _lookahead(model, prompt, 40, window=3, ngram=3, guess=1, prompt_lookup=1, pass_costs=costs)
+    assert result.output_ids == expected
+    assert result.extra["declined_steps"] > 0 and result.extra["lookup_steps"] > 0
+    assert result.tokens_accepted > 0
+    alone = _lookahead(model, prompt, 40, window=3, ngram=3, guess=1, prompt_lookup=0, pass_costs=costs)
+    assert alone.output_ids == expected and alone.tokens_accepted == 0 and result.steps < alone.steps
+
+
 def test_warmup_steps_verify_nothing():
     model = bigram_model()
     prompt = _baseline(model, [5], 40).output_ids * 2  # the pool has candidates from the start
@@ -392,13 +439,15 @@ def test_eos_as_first_token():
 # ---------------------------------------------------------------- sampling end to end
 
 
-def test_sampling_matches_the_models_distribution():
+@pytest.mark.parametrize("costs", [None, FLAT_COSTS], ids=["drafts", "branch"])
+def test_sampling_matches_the_models_distribution(costs, untimed_gates):
     """The first three tokens, over many seeds, follow the target's own sampling distribution,
-    while candidates are verified (accepted and rejected) along the way."""
+    while candidates are verified (accepted and rejected) along the way (prompt-lookup drafts as they are, or,
+    with pass costs, one branch cut by its run's record)."""
     vocab, total = 8, 1500
     model = make_tiny_model("qwen2", layers=1, seed=3, vocab=vocab)
     prompt = [1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 7, 0, 1, 5, 6]
-    params = LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True, prompt_lookup=2)
+    params = LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True, prompt_lookup=2, pass_costs=costs)
     base = dict(max_new_tokens=3, temperature=1.3, top_p=0.95)
     with torch.inference_mode():
         seqs = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])

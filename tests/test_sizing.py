@@ -38,7 +38,8 @@ def test_every_method_is_sized_from_the_curve_with_a_reason_per_parameter():
             assert s.source == "sized" and "a synthetic curve" in s.machine
             assert any(line.startswith("sized from") for line in s.lines())
     look = LookaheadParams(**size_params("lookahead", CPU).params)
-    assert look.tokens_per_step <= tokens and look.prompt_lookup == 0
+    # the window fits the flat part; one prompt-lookup draft beside it, cut each step to what pays
+    assert look.tokens_per_step - look.lookup_tokens <= tokens and look.prompt_lookup == 1
     ngram = PromptLookupParams(**size_params("ngram", CPU).params)
     assert (ngram.max_draft_tokens, ngram.num_candidate_tokens, ngram.max_candidate_tokens, ngram.num_candidates) \
         == (tokens - 1, tokens - 1, tokens - 1, 1)
@@ -53,7 +54,7 @@ def test_every_method_is_sized_from_the_curve_with_a_reason_per_parameter():
 
 def test_a_flat_gpu_curve_keeps_the_large_sizes():
     look = LookaheadParams(**size_params("lookahead", GPU).params)
-    assert look.prompt_lookup == 2 and look.tokens_per_step > 50
+    assert look.prompt_lookup == 1 and look.tokens_per_step > 50
     assert size_params("medusa", GPU, num_heads=4).params["tree"] == "mc_sim_7b_63"
     cheap = MachineCost("gpu", "gpu", FLAT, "curve", draft_ratio=0.02)  # a cheap draft on a flat curve: draft long
     assert size_params("draft", cheap).params["k_max"] == 16
@@ -205,7 +206,7 @@ def test_a_single_run_keeps_the_given_fields_and_sizes_the_rest(tiny_model_dir, 
 def test_a_curve_that_rises_at_once_gets_the_smallest_sizes_and_a_note():
     steep = MachineCost("cpu", "cpu", {1: 0.1, 2: 0.3, 4: 0.6}, "a busy machine's curve")
     s = size_params("lookahead", steep)
-    assert (s.params["window"], s.params["ngram"], s.params["prompt_lookup"]) == (1, 2, 0)
+    assert (s.params["window"], s.params["ngram"], s.params["prompt_lookup"]) == (1, 2, 1)
     assert any("measure it again" in n for n in s.notes) and any("measure it again" in line for line in s.lines())
     assert size_params("draft", steep).params["k_max"] == 1
     assert not any("--backend" in n for n in s.notes)

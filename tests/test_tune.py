@@ -122,7 +122,7 @@ def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
     from tools.agent_tools.advice import COST_CURVE_KEY, detect_hardware
     from tools.bench.tune import sized_lookahead_params
 
-    # flat to 32 tokens, a step past it: the suggestion reserves one prompt-lookup draft (not the default 2)
+    # flat to 32 tokens, a step past it: one prompt-lookup draft beside the window (cut each step to what pays)
     curve = {1: 0.184, 8: 0.203, 16: 0.205, 32: 0.236, 36: 0.302, 48: 0.309}
     store = Store()
     hw = detect_hardware("cpu")["name"]
@@ -133,5 +133,5 @@ def test_the_demos_lookahead_setting_is_the_whole_suggestion_with_its_drafts():
     suggested = size_params("lookahead", MachineCost("cpu", hw, curve, "stored")).params  # as run sizes it
     assert params == {k: suggested[k] for k in ("window", "ngram", "guess", "prompt_lookup")}
     assert params["prompt_lookup"] == 1
-    assert "prompt_lookup=1 (sized): one 10-token prompt-lookup draft" in reasoning
+    assert "prompt_lookup=1 (sized): one prompt-lookup draft of up to 10 tokens, cut each step" in reasoning
     assert "stored on 2026-01-01" in reasoning

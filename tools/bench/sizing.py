@@ -134,24 +134,28 @@ def pass_costs(curve: dict[int, float], tokens: int) -> list[float]:
 
 # ---------------------------------------------------------------------------- per method
 def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
-    """W, N, G and the prompt-lookup drafts from the curve (cost_curve.suggest_lookahead_params)."""
+    """W, N, G from the curve (cost_curve.suggest_lookahead_params, which leaves room for prompt-lookup drafts
+    where 21 tokens fit) and one prompt-lookup draft, cut each step to what pays (the sized pass costs price it)."""
     best, _ = suggest_lookahead_params(step_curve(machine.curve))
-    sized = {"window": best.window, "ngram": best.ngram, "guess": best.guess, "prompt_lookup": best.prompt_lookup}
+    sized = {"window": best.window, "ngram": best.ngram, "guess": best.guess, "prompt_lookup": 1}
     if "window" in fixed and "guess" not in fixed:
         sized["guess"] = max(1, int(fixed["window"]) // 2)
     merged = LookaheadParams(**{**sized, **{k: v for k, v in fixed.items() if k in LookaheadParams.model_fields}})
     tokens, flat = _flat(machine.curve)
+    window = merged.tokens_per_step - merged.lookup_tokens
+    why = f"{flat}; this step holds {window} tokens (about {relative_cost(machine.curve, window):.2f}x a one-token pass)"
+    lookup = ("one prompt-lookup draft of up to 10 tokens, cut each step to the length whose expected tokens pay for "
+              f"the longer pass ({tokens} tokens fit here)")
     step = merged.tokens_per_step
-    why = f"{flat}; this step holds {step} tokens (about {relative_cost(machine.curve, step):.2f}x a one-token pass)"
     return {
         "window": (sized["window"], f"the widest window W that fits: {why}"),
         "ngram": (sized["ngram"], f"the longest n-gram N (at most 5, the paper's) whose window fits: {why}"),
         "guess": (sized["guess"], "G = W // 2 pool n-grams verified per step (at least 1)"),
-        "prompt_lookup": (sized["prompt_lookup"], f"one 10-token prompt-lookup draft per 21 tokens of room, two per "
-                                                  f"61 ({tokens} fit here)"),
+        "prompt_lookup": (sized["prompt_lookup"], lookup),
         "pass_costs": (pass_costs(machine.curve, step),
                        f"this machine's pass costs over 1..{step} tokens: a step is plain while the recent full steps "
-                       "gave fewer tokens than their passes cost (a full step again after 16, waits doubling to 64)"),
+                       "gave fewer tokens than their passes cost (a full step again after 16, waits doubling to 64); "
+                       "a plain step verifies the prompt-lookup draft alone where it pays"),
     }
 
 

@@ -24,7 +24,11 @@ Why prompt-lookup drafts in the verification branch: the Jacobi pool guesses wel
 output, prompt lookup on output that copies its input (summaries, RAG answers); both are
 deterministic guesses verified by the same pass, so a step is worth the better of the two at the
 cost of a few more tokens in the pass (nearly free on hardware whose cost curve is flat there).
-``prompt_lookup=0`` is lookahead decoding as published.
+``prompt_lookup=0`` is lookahead decoding as published. With a priced pass (``pass_costs``, set by the
+sizing) those tokens are not free: the draft is then one branch (tools.engine.lookup_branch) cut each
+step to the length whose expected tokens (this run's acceptance of such drafts by match length, from
+prompt lookup's prior fitted on the fit half) pay for the longer pass, and a step the cost gate declines
+verifies that branch alone (where it pays against a plain step) instead of being plain.
 
 Acceptance keeps the output exact (tools.engine.draft_tree):
 
@@ -55,15 +59,13 @@ import torch
 
 from tools.engine.backend import Backend, as_backend
 from tools.engine.loop import DecodeStep, decode, next_token, prefill
-from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, build_draft_tree
+from tools.engine.draft_tree import DraftTree, accept_greedy_tree, accept_sampling_tree, add_draft, build_draft_tree
 from tools.engine.gate import StepGate
+from tools.engine.lookup_branch import LookupBranch, shared_prefix
 from tools.engine.prompt_lookup import find_candidate_set
 from tools.engine.sampling import greedy_tokens, make_generator, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
 from tools.engine.params import MAX_STEP_TOKENS, LookaheadParams  # noqa: F401  (re-exported: part of this module's API)
-
-
-
 
 
 # ---------------------------------------------------------------------------------------- n-gram pool
@@ -193,8 +195,13 @@ class LookaheadStep(DecodeStep):
         self.cache = self.text = self.window = None
         self.filled = 1  # levels holding real Jacobi tokens
         longest = max(self.N - 1, self.lookup.num_candidate_tokens if self.lookup is not None else 0)
-        self.gate = (StepGate(params.pass_costs, 1 + longest, params.tokens_per_step, prior_tokens=params.step_prior)
+        # with a priced pass the prompt-lookup draft is one branch cut to what pays (tools.engine.lookup_branch)
+        self.branch = (LookupBranch(self.lookup.num_candidate_tokens, params.pass_costs)
+                       if self.lookup is not None and params.pass_costs else None)
+        window_tokens = params.tokens_per_step - (params.lookup_tokens if self.branch is not None else 0)
+        self.gate = (StepGate(params.pass_costs, 1 + longest, window_tokens, prior_tokens=params.step_prior)
                      if params.pass_costs else None)
+        self.expected = params.step_prior or 1.0  # tokens the window and pool are expected to give a full step
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         self.prompt = input_ids[0].tolist()
@@ -216,9 +223,10 @@ class LookaheadStep(DecodeStep):
         return torch.tensor([self.rng.choice(self.prompt) for _ in range(count)], dtype=torch.long, device=self.device)
 
     def _drafts(self, current: int, remaining: int, text: torch.Tensor) -> list[list[int]]:
-        """Prompt-lookup drafts, then the pool's n-grams for ``current`` once the window is full."""
+        """Prompt-lookup drafts (uncut: without a branch), then the pool's n-grams for ``current`` once the window is
+        full."""
         drafts: list[list[int]] = []
-        if self.lookup is not None:
+        if self.lookup is not None and self.branch is None:
             drafts += find_candidate_set(text, self.lookup, limit=remaining - 1)
         if self.filled == self.N - 1:
             drafts += [list(c[: remaining - 1]) for c in self.pool.candidates(current)]
@@ -230,10 +238,8 @@ class LookaheadStep(DecodeStep):
             self.pool.add_sequence(self.seq, start=self.pooled)
             self.pooled = len(self.seq)
         length = len(self.seq) - 1  # the cache length: the position of ``current``
-        if self.gate is not None and self.filled == self.N - 1 and remaining > 1 and not self.gate.take_full():
-            new, m, depths = self._plain(self.seq[-1], length), 0, []
-        else:
-            new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining)
+        full = self.gate is None or self.filled < self.N - 1 or remaining <= 1 or self.gate.take_full()
+        new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining, full)
         self.verify_steps += bool(depths)
         self.text[length + 1: length + 1 + len(new)] = torch.tensor(new, dtype=torch.long, device=self.device)
         self.seq.extend(new)
@@ -245,13 +251,31 @@ class LookaheadStep(DecodeStep):
         logits = self.backend.forward(ids, self.cache, torch.tensor([[length]], device=self.device))
         return [next_token(logits[-1], self.settings, self.generator)]
 
-    def _forward_and_accept(self, current: int, length: int, remaining: int) -> tuple[list[int], int, list[int]]:
+    def _graft(self, tree: DraftTree, pass_tokens: int, room: int, full: bool) -> tuple[int, list[int], int] | None:
+        """Merge the lookup branch into ``tree``, cut to what pays against a pass over ``pass_tokens`` (a declined step:
+        against a plain step); return (the match length, the tokens merged, how many the tree held), None without one."""
+        n, draft = self.branch.draft(self.seq, room)
+        if not draft:
+            return None
+        shared = shared_prefix(tree.children.__getitem__, tree.tokens.__getitem__, draft)
+        draft = draft[: self.branch.length(draft, n, shared, self.expected if full else 1.0, pass_tokens, 0.0)]
+        if not draft:
+            return None
+        add_draft(tree, draft)
+        return n, draft, shared
+
+    def _forward_and_accept(self, current: int, length: int, remaining: int, full: bool = True
+                            ) -> tuple[list[int], int, list[int]]:
         """Verify the drafts and advance the window in one pass; afterwards the cache holds ``current``
-        and the accepted tokens."""
+        and the accepted tokens. A declined step (``full`` False) verifies the lookup branch alone, or is plain."""
         W, device = self.W, self.device
-        use_window = remaining > 1  # the last token needs no lookahead and no drafts
+        use_window = full and remaining > 1  # the last token needs no lookahead and no drafts
         tree = build_draft_tree(current, self._drafts(current, remaining, self.text[: length + 1]) if use_window else [])
         n_look = 1 + self.filled * W if use_window else 1
+        branch = (self._graft(tree, n_look + tree.size - 1, remaining - 1, use_window)
+                  if self.branch is not None and remaining > 1 else None)
+        if not use_window and branch is None:
+            return self._plain(current, length), 0, []
         n = n_look + tree.size - 1
         ids = torch.empty(1, n, dtype=torch.long, device=device)
         ids[0, 0] = current
@@ -273,18 +297,27 @@ class LookaheadStep(DecodeStep):
             node, nxt = accept_sampling_tree(
                 tree, lambda i: warp_probs(logits[node_row[i]], self.settings), self.generator)
         path = tree.path_to(node)
-        m = len(path) - 1
-        if m:
+        accepted = [tree.tokens[i] for i in path[1:]]
+        if accepted:
             keep = torch.tensor([0, *(n_look + i - 1 for i in path[1:])], dtype=torch.long, device=device)
             self.backend.keep_positions(self.cache, length, keep)
-            self._touch(current, tuple(tree.tokens[i] for i in path[1:]))
+            self._touch(current, tuple(accepted))
         else:
             self.backend.crop(self.cache, length + 1)
         if use_window:
             self._advance_window(choice[1: 1 + W])
-        if self.gate is not None and use_window:
-            self.gate.record(m + 1, n)
-        return [*(tree.tokens[i] for i in path[1:]), nxt], m, tree.depths[1:]
+        self._record(branch, accepted, n, use_window)
+        return [*accepted, nxt], len(accepted), tree.depths[1:]
+
+    def _record(self, branch: tuple[int, list[int], int] | None, accepted: list[int], pass_tokens: int,
+                full: bool) -> None:
+        """What a verified step tells the branch's record and the gate's."""
+        if branch is not None:
+            self.branch.record(*branch, accepted)
+        if self.gate is not None and full:
+            self.gate.record(len(accepted) + 1, pass_tokens)
+        elif self.gate is not None and branch is not None:
+            self.gate.untimed()  # a declined step that verified the branch: neither a plain step nor a full one
 
     def _touch(self, current: int, accepted: tuple[int, ...]) -> None:
         """Mark the pool n-gram that the accepted tokens came from as just used."""
@@ -327,6 +360,8 @@ class LookaheadStep(DecodeStep):
             "tokens_per_decode_step": (len(out) - 1) / steps if steps else 0.0,
             "pass_costs": p.pass_costs,
             "declined_steps": self.gate.declined if self.gate is not None else 0,
+            "lookup_steps": self.branch.steps if self.branch is not None else 0,
+            "looked_up": self.branch.looked_up if self.branch is not None else 0,
         }
 
 

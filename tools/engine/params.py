@@ -215,7 +215,8 @@ class LookaheadParams(BaseModel):
     guess: int = Field(5, description="G: n-grams kept per first token and verified per step at most")
     pool_from_prompt: bool = Field(False, description="also seed the n-gram pool from the prompt and the output")
     prompt_lookup: int = Field(2, description="prompt-lookup drafts (3-gram match, up to 10 tokens) verified "
-                                              "with the pool's n-grams each step; 0 for lookahead alone")
+                                              "with the pool's n-grams each step; with pass_costs one draft, cut each "
+                                              "step to the length that pays; 0 for lookahead alone")
     pass_costs: PassCosts = pass_costs_field(
         "a step is plain (one token, no window, no drafts) while the method's recent full steps gave fewer "
         "tokens than their passes cost, a full step again after 16 (waits doubling to 64 while those do not pay); "
@@ -226,17 +227,23 @@ class LookaheadParams(BaseModel):
         """Tokens a full step is expected to give (LOOKAHEAD_STEP_PRIOR), None where these settings were not fitted."""
         if self.pool_from_prompt:
             return None
-        return LOOKAHEAD_STEP_PRIOR.get((self.window, self.ngram, self.guess, self.prompt_lookup))
+        # with pass costs the prompt-lookup draft is cut to what pays: the window's own figure stands for the step
+        drafts = 0 if self.pass_costs else self.prompt_lookup
+        return LOOKAHEAD_STEP_PRIOR.get((self.window, self.ngram, self.guess, drafts))
 
     def lookup_params(self) -> PromptLookupParams | None:
         """The prompt-lookup matcher used for the extra drafts (None when ``prompt_lookup`` is 0)."""
         return PromptLookupParams(num_candidates=self.prompt_lookup) if self.prompt_lookup else None
 
     @property
+    def lookup_tokens(self) -> int:
+        """The prompt-lookup drafts' tokens in a step at most."""
+        return self.prompt_lookup * PromptLookupParams().num_candidate_tokens
+
+    @property
     def tokens_per_step(self) -> int:
         """Tokens in one step's forward pass at most: 1 + (N-1)*W + G*(N-1) + the prompt-lookup drafts."""
-        extra = self.prompt_lookup * PromptLookupParams().num_candidate_tokens
-        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1) + extra
+        return 1 + (self.ngram - 1) * self.window + self.guess * (self.ngram - 1) + self.lookup_tokens
 
     def check(self) -> LookaheadParams:
         """Return self, or raise ParameterError naming the parameter to change."""
