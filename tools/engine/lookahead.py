@@ -194,10 +194,12 @@ class LookaheadStep(DecodeStep):
         self.pooled = 0  # tokens of ``seq`` whose n-grams are in the pool (pool_from_prompt)
         self.cache = self.text = self.window = None
         self.filled = 1  # levels holding real Jacobi tokens
-        longest = max(self.N - 1, self.lookup.num_candidate_tokens if self.lookup is not None else 0)
-        # with a priced pass the prompt-lookup draft is one branch cut to what pays (tools.engine.lookup_branch)
+        # with a priced pass the prompt-lookup draft is one branch cut to what pays (tools.engine.lookup_branch), also
+        # on the steps the gate declines: the gate prices the window and the pool's n-grams alone
         self.branch = (LookupBranch(self.lookup.num_candidate_tokens, params.pass_costs)
                        if self.lookup is not None and params.pass_costs else None)
+        drafts = self.lookup is not None and self.branch is None
+        longest = max(self.N - 1, self.lookup.num_candidate_tokens if drafts else 0)
         window_tokens = params.tokens_per_step - (params.lookup_tokens if self.branch is not None else 0)
         self.gate = (StepGate(params.pass_costs, 1 + longest, window_tokens, prior_tokens=params.step_prior)
                      if params.pass_costs else None)
