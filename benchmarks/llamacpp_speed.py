@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 
 METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "ngram-sized", "draft", "draft-sized", "lookahead",
-           "lookahead-sized")
+           "lookahead-sized", "lookahead-sized-alone")
 SIZED = ("ngram-sized", "draft-sized", "lookahead-sized")  # sized as run and compare size them on this backend
 # prompt lookup sized for llama.cpp on a CPU, where a verification pass over n tokens costs far more than
 # one token (measured: ~2x at 4 tokens, ~5-6x at 16): one draft of up to 4 tokens, growing to 8
@@ -119,7 +119,10 @@ def runners(args, target, draft, reference, eos):
                 "draft": lambda b, ids, s: draft_generate(b, draft, ids, s, draft_params),
                 "draft-sized": lambda b, ids, s: draft_generate(b, draft, ids, s, sized_params["draft-sized"]),
                 "lookahead": lambda b, ids, s: lookahead.generate(b, ids, s, LookaheadParams()),
-                "lookahead-sized": lambda b, ids, s: lookahead.generate(b, ids, s, sized_params["lookahead-sized"])}
+                "lookahead-sized": lambda b, ids, s: lookahead.generate(b, ids, s, sized_params["lookahead-sized"]),
+                # the sized window without its prompt-lookup draft: what the draft adds, side by side
+                "lookahead-sized-alone": lambda b, ids, s: lookahead.generate(
+                    b, ids, s, sized_params["lookahead-sized"].model_copy(update={"prompt_lookup": 0}))}
 
     def ours(fn):
         def run(ids, n):
