@@ -107,13 +107,14 @@ COPYING = ("Here is a function:\n```python\ndef area(width, height):\n    return
            "Rewrite it with type hints and a docstring.")
 
 
-@pytest.mark.parametrize("method", ["medusa", "eagle"])
+@pytest.mark.parametrize("method", ["medusa", "eagle", "lookahead"])
 def test_the_lookup_branch_keeps_greedy_output_the_target_s_in_float32(pair, method):
-    """An answer that copies its prompt: prompt lookup's branch joins Medusa's and EAGLE's trees and the output is
-    still the target's."""
+    """An answer that copies its prompt: prompt lookup's branch joins Medusa's and EAGLE's trees (and lookahead's
+    step, priced: a pass costing one token's whatever it holds verifies the branch whole) and the output is still the
+    target's."""
     from tools.bench.run import eos_ids_for, prompt_ids_for
-    from tools.engine import eagle, medusa
-    from tools.engine.params import EagleParams
+    from tools.engine import eagle, lookahead, medusa
+    from tools.engine.params import EagleParams, LookaheadParams
     from tools.medusa.checkpoint import load_medusa_heads
     from tools.medusa.eagle_train import load_eagle_for
 
@@ -123,6 +124,9 @@ def test_the_lookup_branch_keeps_greedy_output_the_target_s_in_float32(pair, met
     expected = autoregressive.generate(target.model, ids, settings).output_ids
     if method == "medusa":
         result = medusa.generate(target.model, load_medusa_heads(target, None), ids, settings, medusa.MedusaParams())
+    elif method == "lookahead":
+        params = LookaheadParams(window=3, ngram=3, guess=1, prompt_lookup=1, pass_costs=[1.0] * 40)
+        result = lookahead.generate(target.model, ids, settings, params)
     else:
         result = eagle.generate(target, load_eagle_for(target, None), ids, settings, EagleParams(pass_costs=None))
     assert result.output_ids == expected
