@@ -253,7 +253,8 @@ def test_lookahead_sized_for_a_steep_curve_takes_no_full_step(tiny_qwen, drafts)
     got = lookahead.generate(tiny_qwen, PROMPT, settings, params)
     assert got.output_ids == autoregressive.generate(tiny_qwen, PROMPT, settings).output_ids
     assert got.extra["declined_steps"] == got.steps - 1  # the last step is plain anyway
-    assert got.tokens_drafted == 0 or drafts
+    if not drafts:
+        assert got.tokens_drafted == 0
 
 
 def test_lookahead_with_a_fitted_prior_that_cannot_pay_only_probes(tiny_qwen, monkeypatch):

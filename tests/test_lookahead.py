@@ -394,6 +394,24 @@ def test_a_declined_step_verifies_the_lookup_branch_alone(untimed_gates):
     assert alone.output_ids == expected and alone.tokens_accepted == 0 and result.steps < alone.steps
 
 
+def test_the_plain_step_the_gate_times_verifies_no_branch(monkeypatch):
+    """Every step is slow enough to time: the step the gate declines to time a plain one is plain (no branch in it),
+    so the gate gets its plain step's time although the branch would pay on every declined step."""
+    from tools.engine.loop import decode
+
+    monkeypatch.setattr("tools.engine.gate.TIMED_STEP_S", 0.0)
+    model = bigram_model()
+    cycle = _baseline(model, [5], 40).output_ids[-12:]
+    prompt = cycle * 3
+    settings = GenerationSettings(max_new_tokens=40)
+    params = LookaheadParams(window=2, ngram=3, guess=1, prompt_lookup=1, pass_costs=FLAT_COSTS)
+    backend = as_backend(model)
+    step = lookahead.LookaheadStep(backend, params, settings)
+    result = decode(backend, prompt, settings, step, "lookahead")
+    assert result.output_ids == _baseline(model, prompt, 40).output_ids
+    assert step.gate.plain_s is not None and step.gate.declined > 0
+
+
 def test_warmup_steps_verify_nothing():
     model = bigram_model()
     prompt = _baseline(model, [5], 40).output_ids * 2  # the pool has candidates from the start
@@ -439,15 +457,21 @@ def test_eos_as_first_token():
 # ---------------------------------------------------------------- sampling end to end
 
 
-@pytest.mark.parametrize("costs", [None, FLAT_COSTS], ids=["drafts", "branch"])
-def test_sampling_matches_the_models_distribution(costs, untimed_gates):
+SAMPLED = {  # prompt-lookup drafts beside a seeded pool; with pass costs and no pool, the branch alone proposes
+    "drafts": LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True, prompt_lookup=2),
+    "branch": LookaheadParams(window=2, ngram=2, guess=0, prompt_lookup=1, pass_costs=FLAT_COSTS),
+}
+
+
+@pytest.mark.parametrize("kind", list(SAMPLED))
+def test_sampling_matches_the_models_distribution(kind, untimed_gates):
     """The first three tokens, over many seeds, follow the target's own sampling distribution,
     while candidates are verified (accepted and rejected) along the way (prompt-lookup drafts as they are, or,
     with pass costs, one branch cut by its run's record)."""
     vocab, total = 8, 1500
     model = make_tiny_model("qwen2", layers=1, seed=3, vocab=vocab)
     prompt = [1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 6, 7, 0, 1, 5, 6]
-    params = LookaheadParams(window=2, ngram=2, guess=4, pool_from_prompt=True, prompt_lookup=2, pass_costs=costs)
+    params = SAMPLED[kind]
     base = dict(max_new_tokens=3, temperature=1.3, top_p=0.95)
     with torch.inference_mode():
         seqs = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])
@@ -456,13 +480,16 @@ def test_sampling_matches_the_models_distribution(costs, untimed_gates):
     for i, (a, b) in enumerate((a, b) for a in range(vocab) for b in range(vocab)):
         for c in range(vocab):
             exact[(a, b, c)] = float(probs[i, 0, a] * probs[i, 1, b] * probs[i, 2, c])
-    counts, accepted, rejected = Counter(), 0, 0
+    counts, accepted, rejected, looked_up = Counter(), 0, 0, 0
     for seed in range(total):
         result = lookahead.generate(model, prompt, GenerationSettings(**base, seed=seed), params)
         counts[tuple(result.output_ids)] += 1
         accepted += result.tokens_accepted
         rejected += result.tokens_drafted - result.tokens_accepted
+        looked_up += result.extra["looked_up"]
     assert accepted > 50 and rejected > 50
+    if kind == "branch":
+        assert looked_up == accepted  # every kept draft token was the branch's
     assert _chi_square_pvalue(counts, exact, total) > 1e-3
 
 

@@ -78,3 +78,26 @@ def test_a_branch_merges_into_the_tree_buffers_as_one_more_path():
     same = graft_paths(tree.visible, tree.position_ids.tolist(), tree.retrieve_indices, tokens, children, [10, 20],
                        "cpu")
     assert same[3] == [] and same[2] is tree.retrieve_indices
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_the_plain_step_the_gate_times_verifies_no_branch(kind, monkeypatch):
+    """Every step is slow enough to time and the output repeats its prompt: the step the gate declines to time a plain
+    one holds no branch, so the gate gets its plain step's time although the branch would pay on every step."""
+    from test_lookahead import bigram_model
+    from tools.engine.backend import as_backend
+    from tools.engine.loop import decode
+    from tools.engine.medusa import MedusaStep
+
+    monkeypatch.setattr("tools.engine.gate.TIMED_STEP_S", 0.0)
+    settings = GenerationSettings(max_new_tokens=40)
+    target = bigram_model(kind)
+    prompt = autoregressive.generate(target, [5], settings).output_ids[-12:] * 3
+    backend = as_backend(target)
+    heads = random_heads()
+    if heads.shared_projection:
+        heads.attach(backend.model)
+    step = MedusaStep(backend, heads, settings, MedusaParams(tree="cpu8", pass_costs=[1.0] * 40))
+    got = decode(backend, prompt, settings, step, "medusa")
+    assert got.output_ids == autoregressive.generate(target, prompt, settings).output_ids
+    assert step.gate.plain_s is not None

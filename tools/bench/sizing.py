@@ -10,8 +10,8 @@ speculative step verifies at least 2 tokens, so the "near-flat part" is measured
 (``step_curve``): on an AVX2-only CPU in float32 the one-token pass has a fast path and 2 tokens
 already cost about 2x, after which more tokens are cheap again.
 
-- lookahead: W, N, G and the prompt-lookup drafts whose step fits the near-flat part
-  (``suggest_lookahead_params``);
+- lookahead: W, N, G whose step fits the near-flat part (``suggest_lookahead_params``) and one prompt-lookup
+  draft beside it, cut each step to the length that pays;
 - medusa: the tree cut to the tokens that fit there (the heads' fitted tree, else upstream's tree,
   whose choices are ordered by usefulness, so every prefix is a tree of the most useful nodes);
 - draft: K_max and the starting K that maximise the expected tokens per unit of target time
@@ -134,7 +134,7 @@ def pass_costs(curve: dict[int, float], tokens: int) -> list[float]:
 
 # ---------------------------------------------------------------------------- per method
 def size_lookahead(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:
-    """W, N, G from the curve (cost_curve.suggest_lookahead_params, which leaves room for prompt-lookup drafts
+    """W, N, G from the curve (cost_curve.suggest_lookahead_params, which leaves room for a prompt-lookup draft
     where 21 tokens fit) and one prompt-lookup draft, cut each step to what pays (the sized pass costs price it)."""
     best, _ = suggest_lookahead_params(step_curve(machine.curve))
     sized = {"window": best.window, "ngram": best.ngram, "guess": best.guess, "prompt_lookup": 1}

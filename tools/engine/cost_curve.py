@@ -141,7 +141,7 @@ def _widest_window(room: int, ngram: int) -> int:
 def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGET) -> tuple[LookaheadParams, str]:
     """Pick W/N/G and the prompt-lookup drafts whose tokens per step fit the near-flat part of ``curve``.
 
-    Rule: reserve one 10-token prompt-lookup draft when at least 21 tokens fit (two when 61 do);
+    Rule: reserve one 10-token prompt-lookup draft when at least 21 tokens fit;
     then the largest N (up to 5, the paper's choice) whose window W >= N-1 fits with a pool guess
     set G = W // 2 (at least 1: on most steps few pool n-grams start with the current token, the
     window is what finds new ones); failing that N=2 with the widest W. Returns the parameters and
@@ -151,7 +151,7 @@ def suggest_lookahead_params(curve: dict[int, float], budget: float = FLAT_BUDGE
     measured_t1 = float(curve[min(curve)])
     curve = monotone(curve)
     t1 = curve[min(curve)]
-    lookup = 2 if tokens >= 61 else 1 if tokens >= 21 else 0
+    lookup = 1 if tokens >= 21 else 0
     room = tokens - lookup * PromptLookupParams().num_candidate_tokens
     for ngram in range(MAX_SUGGESTED_NGRAM, 1, -1):
         width = _widest_window(room, ngram)

@@ -180,6 +180,7 @@ class StepGate:
         self.full_s = 0.0  # measured seconds of the timed full steps (decayed like ``cost``)
         self.full_model = 0.0  # what the cost model gave those same steps
         self.since_plain = 0  # full steps since the last timed plain one
+        self.timing = False  # the step just declined is the plain one that prices the full ones (nothing else in it)
 
     def record(self, tokens: int, pass_tokens: int) -> None:
         """A full step gave ``tokens`` new tokens from one pass over ``pass_tokens`` tokens."""
@@ -221,6 +222,7 @@ class StepGate:
         self._last = None
 
     def take_full(self) -> bool:
+        self.timing = False
         full = self._decide(self._clocked())
         self._last, self._step_cost = (self.clock(), full), 0.0
         return full
@@ -231,6 +233,7 @@ class StepGate:
             return False
         if time_plain and self.full >= 2:  # one plain step to price the full ones against
             self.declined += 1
+            self.timing = True  # a plain step proper: the caller verifies no other draft in it
             return False
         if self.full < TRIAL_STEPS or self.tokens >= self.cost * self.scale():
             self.idle, self.wait = 0, PROBE_EVERY

@@ -274,8 +274,9 @@ class LookaheadStep(DecodeStep):
         use_window = full and remaining > 1  # the last token needs no lookahead and no drafts
         tree = build_draft_tree(current, self._drafts(current, remaining, self.text[: length + 1]) if use_window else [])
         n_look = 1 + self.filled * W if use_window else 1
+        timing = self.gate is not None and self.gate.timing  # the plain step the gate times: nothing else in it
         branch = (self._graft(tree, n_look + tree.size - 1, remaining - 1, use_window)
-                  if self.branch is not None and remaining > 1 else None)
+                  if self.branch is not None and remaining > 1 and not timing else None)
         if not use_window and branch is None:
             return self._plain(current, length), 0, []
         n = n_look + tree.size - 1

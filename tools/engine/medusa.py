@@ -386,6 +386,8 @@ class MedusaStep(DecodeStep):
                grafted: list) -> tuple[TreeBuffers, torch.Tensor]:
         """The tree with the lookup branch merged in, cut to what pays (``grafted`` gets (match length, the tokens
         merged, how many of them the tree held, the tree's new size)); the tree as it was without a branch."""
+        if self.gate is not None and self.gate.timing:  # the plain step the gate times: nothing else in it
+            return tree, tree_tokens
         n_match, draft = self.branch.draft(self.text, room)
         if not draft:
             return tree, tree_tokens

@@ -237,8 +237,9 @@ class LookaheadParams(BaseModel):
 
     @property
     def lookup_tokens(self) -> int:
-        """The prompt-lookup drafts' tokens in a step at most."""
-        return self.prompt_lookup * PromptLookupParams().num_candidate_tokens
+        """The prompt-lookup drafts' tokens in a step at most (with pass costs one draft, cut to what pays)."""
+        drafts = min(self.prompt_lookup, 1) if self.pass_costs else self.prompt_lookup
+        return drafts * PromptLookupParams().num_candidate_tokens
 
     @property
     def tokens_per_step(self) -> int:
