@@ -41,8 +41,8 @@ def test_curve_flat_to_32_tokens_gets_one_prompt_lookup_draft():
 
 def test_flat_gpu_like_curve_gets_the_papers_shape():
     params, reasoning = suggest_lookahead_params(FLAT_CURVE)
-    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (7, 5, 3, 2)
-    assert params.tokens_per_step == 1 + 4 * 7 + 4 * 3 + 20 == 61 <= 64
+    assert (params.window, params.ngram, params.guess, params.prompt_lookup) == (9, 5, 4, 1)
+    assert params.tokens_per_step == 1 + 4 * 9 + 4 * 4 + 10 == 63 <= 64  # room for one prompt-lookup draft
     assert "unlikely to pay off" not in reasoning
 
 
