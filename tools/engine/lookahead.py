@@ -217,18 +217,20 @@ class LookaheadStep(DecodeStep):
             self.pool.add_sequence(self.seq)
             self.pooled = len(self.seq)
         # the whole text in one buffer for the prompt-lookup matcher
-        self.text = torch.empty(len(self.seq) + self.settings.max_new_tokens + 1, dtype=torch.long, device=self.device)
-        self.text[: len(self.seq)] = torch.tensor(self.seq, dtype=torch.long, device=self.device)
+        if self.lookup is not None and self.branch is None:  # uncut drafts; a branch keeps its own searched text
+            self.text = torch.empty(len(self.seq) + self.settings.max_new_tokens + 1, dtype=torch.long,
+                                    device=self.device)
+            self.text[: len(self.seq)] = torch.tensor(self.seq, dtype=torch.long, device=self.device)
         return first
 
     def _filler(self, count: int) -> torch.Tensor:
         return torch.tensor([self.rng.choice(self.prompt) for _ in range(count)], dtype=torch.long, device=self.device)
 
-    def _drafts(self, current: int, remaining: int, text: torch.Tensor) -> list[list[int]]:
+    def _drafts(self, current: int, remaining: int, text: torch.Tensor | None) -> list[list[int]]:
         """Prompt-lookup drafts (uncut: without a branch), then the pool's n-grams for ``current`` once the window is
         full."""
         drafts: list[list[int]] = []
-        if self.lookup is not None and self.branch is None:
+        if text is not None:
             drafts += find_candidate_set(text, self.lookup, limit=remaining - 1)
         if self.filled == self.N - 1:
             drafts += [list(c[: remaining - 1]) for c in self.pool.candidates(current)]
@@ -243,7 +245,8 @@ class LookaheadStep(DecodeStep):
         full = self.gate is None or self.filled < self.N - 1 or remaining <= 1 or self.gate.take_full()
         new, m, depths = self._forward_and_accept(self.seq[-1], length, remaining, full)
         self.verify_steps += bool(depths)
-        self.text[length + 1: length + 1 + len(new)] = torch.tensor(new, dtype=torch.long, device=self.device)
+        if self.text is not None:
+            self.text[length + 1: length + 1 + len(new)] = torch.tensor(new, dtype=torch.long, device=self.device)
         self.seq.extend(new)
         return new, m, depths
 
@@ -272,7 +275,8 @@ class LookaheadStep(DecodeStep):
         and the accepted tokens. A declined step (``full`` False) verifies the lookup branch alone, or is plain."""
         W, device = self.W, self.device
         use_window = full and remaining > 1  # the last token needs no lookahead and no drafts
-        tree = build_draft_tree(current, self._drafts(current, remaining, self.text[: length + 1]) if use_window else [])
+        text = self.text[: length + 1] if self.text is not None else None
+        tree = build_draft_tree(current, self._drafts(current, remaining, text) if use_window else [])
         n_look = 1 + self.filled * W if use_window else 1
         timing = self.gate is not None and self.gate.timing  # the plain step the gate times: nothing else in it
         branch = (self._graft(tree, n_look + tree.size - 1, remaining - 1, use_window)
