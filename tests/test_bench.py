@@ -63,6 +63,16 @@ def test_bench_summarises_per_category_and_a_rerun_measures_nothing_new(tiny_mod
     assert changed["measured"] == 3  # other settings: measured again, not reused
 
 
+def test_fresh_measures_again_and_a_later_rerun_reuses_the_fresh_runs(tiny_model_dir, prompt_file):
+    store = Store()
+    first = bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram"], peers=False), store=store)
+    fresh = bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram"], peers=False, fresh=True), store=store)
+    assert fresh["measured"] == 3 and fresh["reused"] == 0  # identical settings, stored before: measured again
+    assert not set(fresh["run_ids"]) & set(first["run_ids"])
+    again = bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram"], peers=False), store=store)
+    assert again["measured"] == 0 and sorted(again["run_ids"]) == sorted(fresh["run_ids"])  # the newest runs
+
+
 def test_a_method_added_later_does_not_time_the_peers_again(tiny_model_dir, prompt_file):
     store = Store()
     bench(tiny_bench(tiny_model_dir, prompt_file, methods=["ngram"]), store=store)

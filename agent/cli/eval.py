@@ -302,7 +302,8 @@ def cmd_bench(args) -> int:
     methods = _methods(args.methods, suite.BENCH_METHODS)
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
-                     backend=args.backend, **_generation(args))
+                     backend=args.backend, fresh=args.fresh, **_generation(args))
+
     def details(result: dict) -> None:
         for line in [drift_line(result["summary"]), *recommended_lines(result["summary"])]:
             if line:
@@ -463,6 +464,8 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram)")
     p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
+    p.add_argument("--fresh", action="store_true", help="measure everything again, reusing no run stored before "
+                   "(after a change to a method's code); rerun without it to resume an interrupted fresh bench")
     add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)

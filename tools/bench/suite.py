@@ -65,6 +65,9 @@ class BenchInput(MeasureOptions):
     methods: list[MethodName] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1)
     params: dict[str, dict] = Field(default_factory=dict, description="each method's own parameters")
     peers: bool = Field(False, description=PEERS_DESCRIPTION)
+    fresh: bool = Field(False, description="measure every prompt and method again, reusing no run stored before this "
+                                           "call (after a change to a method's code, say); a later call without it "
+                                           "resumes from the runs this one stored")
 
 
 def prompt_set_path(path: str | Path | None) -> Path:
@@ -137,6 +140,7 @@ class _BenchRun:
     prepared: Prepared | None = None
     sizings: dict[str, Sizing] = field(default_factory=dict)  # method -> its parameters' sources and reasons
     waiting: set[str] = field(default_factory=set)  # methods whose parameters wait for this machine's cost curve
+    fresh_tasks: set[int] = field(default_factory=set)  # with inp.fresh: the tasks whose runs count (this call's)
 
     def settle(self) -> None:
         """Fix now the parameters of each method that needs no machine to know them (every field the
@@ -171,7 +175,7 @@ class _BenchRun:
                 todo.append(cand)
                 continue
             found = self.store.find_run_by_key(run_key(cand.method, cand.params.model_dump(), row["prompt"], self.common))
-            if found is not None:
+            if found is not None and not (self.inp.fresh and found.get("task_id") not in self.fresh_tasks):
                 self.records.append({**found, "category": found.get("category") or row["category"],
                                      "question_id": found.get("question_id", row["question_id"])})
                 self.reused += 1
@@ -281,7 +285,7 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     for method, reason in not_run.items():
         store.update_task(task_id, note=f"{method}: not run: {reason}")
     state = _BenchRun(inp, store, task_id, methods, common_settings(inp, heads_path), heads_path, Path(source).name,
-                      not_run, candidates)
+                      not_run, candidates, fresh_tasks={task_id})
     try:
         state.settle()
         for i, row in enumerate(prompts, 1):
