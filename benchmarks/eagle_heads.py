@@ -38,6 +38,11 @@ TARGET = "qwen2.5-coder-1.5b-instruct"
 FIXED_TREE = EagleParams(pass_costs=None, depth=5, topk=4, tree_nodes=10)
 
 
+def fused_layers(heads) -> tuple[int, ...]:
+    """The inner layers any of ``heads`` fuses (their states are cached with the features)."""
+    return tuple(sorted({i for head in heads for i in head.config.fuse_layers}))
+
+
 def on_answers(target, heads: dict, categories: int) -> dict:
     """{category: {head: {"top1_by_depth", "tokens_per_pass"}}} on the target's answers to eval-half prompts."""
     model = target.model
@@ -51,7 +56,7 @@ def on_answers(target, heads: dict, categories: int) -> dict:
         ids = prompt_ids_for(target.tokenizer, row["prompt"], True)
         with torch.no_grad():
             answer = model.generate(torch.tensor([ids]), max_new_tokens=96, do_sample=False)[0].tolist()
-        shard = {k: v[len(ids) - 1:] for k, v in chunk_features(model, answer).items()}
+        shard = {k: v[len(ids) - 1:] for k, v in chunk_features(model, answer, fused_layers(heads.values())).items()}
         out[category] = {}
         for name, head in heads.items():
             top1 = eagle_train.top1_by_depth(head.float(), [shard], embed, lm_head)
@@ -84,12 +89,13 @@ def main() -> None:
     files = args.data or eagle_train.default_data_files(args.target)
     chunks = tokenize_files(target.tokenizer, files, 512, args.max_tokens, 8)
     held = chunks[-args.held_out:]
-    shards = load_chunk_features(cache_chunk_features(model, held, eagle_train.features_folder(model)))
+    heads = {n: eagle_train.load_eagle_for(target, None if n == "shipped" else n) for n in args.heads}
+    shards = load_chunk_features(cache_chunk_features(model, held, eagle_train.features_folder(model),
+                                                      layers=fused_layers(heads.values())))
     embed = model.get_input_embeddings().weight.detach().float()
     lm_head = model.get_output_embeddings().weight.detach().float()
     out = {}
-    for name in args.heads:
-        head = eagle_train.load_eagle_for(target, None if name == "shipped" else name)
+    for name, head in heads.items():
         out[name] = eagle_train.top1_by_depth(head, shards, embed, lm_head)
         print(f"{name}: top-1 by depth {' '.join(f'{x:.3f}' for x in out[name])}", flush=True)
     print(json.dumps({"held_out_chunks": len(held), "tokens": sum(map(len, held)), "top1_by_depth": out}))

@@ -431,3 +431,15 @@ def test_eagle_train_asks_on_the_terminal_before_anything_loads(store, monkeypat
     rows = store.list_approvals()
     assert sorted(r["status"] for r in rows) == ["consumed", "denied"]
     assert all(r["arguments"]["tool"] == "specpilot eagle train" for r in rows)
+
+
+def test_eagle_train_refuses_bad_fused_layers_or_start_before_asking(store, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(approval, "open_terminal", typed("train tiny-target"))
+    base = ["eagle", "train", "--target", "tiny-target", "--out", str(tmp_path / "head"), "--data", __file__]
+    assert specpilot_main([*base, "--fuse-layers", "2,middle"]) == 2
+    assert "not a list of layer numbers" in capsys.readouterr().err
+    assert specpilot_main([*base, "--start", str(tmp_path / "nothing")]) == 2
+    assert "holds no EAGLE head" in capsys.readouterr().err
+    assert specpilot_main([*base, "--start", "shipped"]) == 2
+    assert "no EAGLE head is shipped for tiny-target" in capsys.readouterr().err
+    assert store.list_approvals() == []  # nothing was asked

@@ -322,3 +322,58 @@ def test_sampling_is_lossless_with_the_lookup_branch():
     extras = _second_token_test([4, 7, 1, 9, 3, 0, 11, 2, 5, 8, 6, 10, 4],
                                 EagleParams(depth=1, topk=1, tree_nodes=1, eagle_lookup=4))
     assert all(extra["lookup_steps"] == 1 for extra in extras)
+
+
+# ---------------------------------------------------------------------------------------- fused inner layers
+def fused_head(model, layers=(0, 1), seed=5) -> EagleHead:
+    torch.manual_seed(seed)
+    head = EagleHead(config_for(model.config, VOCAB, 48, layers), torch.arange(VOCAB))
+    head.init_identity()
+    with torch.no_grad():  # not the identity start: the inner layers change every draft
+        head.fuse.weight.normal_(0, 0.2)
+    return head.eval()
+
+
+def test_a_head_fusing_inner_layers_reads_them_and_greedy_output_stays_the_baseline(target):
+    head = fused_head(target)
+    plain = EagleHead(config_for(target.config, VOCAB, 48), torch.arange(VOCAB))
+    plain.load_state_dict(head.state_dict(), strict=False)
+    settings = GenerationSettings(max_new_tokens=30)
+    drafts = []
+    for h in (head, plain.eval()):
+        step = eagle.EagleStep(eagle.as_backend(target), h, settings, EagleParams(depth=4, topk=3, tree_nodes=8))
+        got = eagle.decode(step.backend, PROMPTS[1], settings, step, "eagle")
+        assert got.output_ids == autoregressive.generate(target, PROMPTS[1], settings).output_ids
+        drafts.append(step.dk[:, :, : len(PROMPTS[1])].clone())  # the head's cache rows of the prompt
+    assert step.inner is None and not torch.allclose(drafts[0], drafts[1])  # the inner layers changed them
+    for params in (EagleParams(depth=5, topk=4, tree_nodes=10, pass_costs=[1.0] * 11), EagleParams(depth=2, topk=1)):
+        for prompt in PROMPTS:
+            base = autoregressive.generate(target, prompt, settings).output_ids
+            assert eagle.generate(target, head, prompt, settings, params).output_ids == base
+
+
+def test_a_head_starts_as_the_one_it_continues_and_fusing_starts_as_the_feature_alone(tmp_path):
+    from tools.medusa.eagle_train import EagleTrainConfig, load_head, top1_by_depth, train_head
+
+    model = make_tiny_model("qwen2", layers=2, seed=0)
+    from tools.medusa.features import cache_chunk_features, load_chunk_features
+
+    chunks, _ = _tiny_shards(model, tmp_path)
+    shards = load_chunk_features(cache_chunk_features(model, chunks, tmp_path / "fused", layers=(0, 1)))
+    assert shards[0]["layer1"].shape == shards[0]["hidden"].shape
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    config = EagleTrainConfig(intermediate_size=32, draft_vocab=40, epochs=1, held_out_chunks=2, learning_rate=3e-3)
+    train_head(shards, embed, lm_head, model.config, tmp_path / "a", config, "key", chunks, {})
+    first = load_head(tmp_path / "a")
+    fused = EagleTrainConfig(**{**config.model_dump(), "fuse_layers": [0, 1], "learning_rate": 1e-12})
+    train_head(shards, embed, lm_head, model.config, tmp_path / "b", fused, "key", chunks, {}, start=first)
+    second = load_head(tmp_path / "b")
+    assert second.config.fuse_layers == (0, 1) and torch.equal(second.draft_ids, first.draft_ids)
+    held = shards[-2:]  # no step to speak of: the fused head guesses what the head it continues did
+    assert top1_by_depth(second, held, embed, lm_head) == top1_by_depth(first, held, embed, lm_head)
+    wider = EagleTrainConfig(**{**config.model_dump(), "intermediate_size": 64})
+    with pytest.raises(ParameterError, match="another shape"):
+        train_head(shards, embed, lm_head, model.config, tmp_path / "c", wider, "key", chunks, {}, start=first)
+    settings = GenerationSettings(max_new_tokens=20)
+    assert eagle.generate(model, second, chunks[1][:4], settings).output_ids == \
+        autoregressive.generate(model, chunks[1][:4], settings).output_ids

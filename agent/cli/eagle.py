@@ -17,14 +17,19 @@ from agent.approval import approve_command
 from agent.cli.medusa import _medusa, training_command
 from memory import Store
 from tools import models
+from tools.errors import ParameterError
 
 TRAIN_ACTION = "train"
 TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
-                 "learning_rate", "cls_weight", "dtype")
+                 "learning_rate", "cls_weight", "fuse_layers", "start", "dtype")
 
 
 def cmd_eagle_train(args) -> int:
     eagle_train = _medusa().eagle  # loads torch: when the command runs, not for --help
+    fuse = _layers(args.fuse_layers)  # bad input fails before anything is asked or loaded
+    start = None
+    if args.start:
+        start = eagle_train.load_head(args.start if args.start != "shipped" else _shipped(eagle_train, args.target))
     arguments = {"tool": "specpilot eagle train", "input": {n: getattr(args, n) for n in TRAIN_OPTIONS}}
     command = training_command(args, ("specpilot", "eagle", "train"), TRAIN_OPTIONS)
     what = (f"{command}  (loads {args.target}, caches its hidden states over the training text, trains the head "
@@ -39,14 +44,32 @@ def cmd_eagle_train(args) -> int:
         return 2
     overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
                  "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
-                 "cls_weight": args.cls_weight}
+                 "cls_weight": args.cls_weight, "fuse_layers": fuse}
     config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype)
     summary = eagle_train.train_eagle(target, files, Path(args.out).expanduser(), config, max_tokens=args.max_tokens,
                                       log=lambda line: print(line, file=sys.stderr, flush=True),
-                                      command=command)
+                                      command=command, start=start)
     print(json.dumps(summary, default=str, indent=None if args.json else 1))
     return 0
+
+
+def _layers(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ParameterError(f"--fuse-layers {text!r} is not a list of layer numbers",
+                             hint="give them comma-separated, e.g. --fuse-layers 2,14") from None
+
+
+def _shipped(eagle_train, target: str) -> Path:
+    folder = eagle_train.default_head_path(target)
+    if folder is None:
+        raise ParameterError(f"no EAGLE head is shipped for {target} to continue from",
+                             hint="give the folder of a head with --start DIR")
+    return folder
 
 
 def add_eagle_commands(sub) -> None:
@@ -68,6 +91,10 @@ def add_eagle_commands(sub) -> None:
     t.add_argument("--learning-rate", type=float, default=None)
     t.add_argument("--cls-weight", type=float, default=None,
                    help="weight of the token loss against the feature regression (EAGLE-1's 0.1 is the default)")
+    t.add_argument("--fuse-layers", default=None, help="inner layers whose hidden states the head fuses with the "
+                   "final feature (EAGLE-3's idea), comma-separated, e.g. 2,14 (default: none)")
+    t.add_argument("--start", default=None, help="continue from this head (a folder, or 'shipped'): its draft "
+                   "vocabulary and weights; fused layers it lacks start as the final feature alone")
     t.add_argument("--dtype", default="auto", help="the dtype EAGLE will run the target in (auto: as `run` does)")
     t.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this command")

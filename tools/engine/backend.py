@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tools.engine import kv
+from tools.errors import ParameterError
 
 
 class Backend(ABC):
@@ -58,6 +59,13 @@ class Backend(ABC):
     def hidden(self, ids: torch.Tensor, cache, positions: torch.Tensor,
                visible: torch.Tensor | None = None) -> torch.Tensor:
         """Like ``forward`` but return the final hidden states [n, hidden] (after the final norm)."""
+
+    def hidden_layers(self, ids: torch.Tensor, cache, positions: torch.Tensor, visible: torch.Tensor | None,
+                      layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like ``hidden``, and also the states entering decoder ``layers`` (0: the embeddings) side by side
+        [n, len(layers) * hidden], for a head that fuses them."""
+        raise ParameterError("this backend does not give its inner layers' hidden states",
+                             hint="run a head that fuses inner layers on --backend transformers")
 
     @abstractmethod
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -120,6 +128,10 @@ class TransformersBackend(Backend):
     def hidden(self, ids, cache, positions, visible=None) -> torch.Tensor:
         return kv.hidden_forward(self.model, ids, cache, position_ids=positions,
                                  attention_mask=self._mask(cache, visible))
+
+    def hidden_layers(self, ids, cache, positions, visible, layers) -> tuple[torch.Tensor, torch.Tensor]:
+        return kv.hidden_forward(self.model, ids, cache, position_ids=positions,
+                                 attention_mask=self._mask(cache, visible), layers=layers)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.get_output_embeddings()(hidden)

@@ -7,7 +7,9 @@ turns that into draft tokens. EAGLE-2 (arXiv 2406.16858) grows the draft tree by
 confidence: at each depth the ``topk`` most likely frontier nodes are expanded by one batched head
 pass, and the ``tree_nodes`` nodes with the highest path probability are verified. EAGLE-3 (arXiv
 2503.01840) trains the head on its own predictions (training-time test); tools.medusa.eagle_train
-does that for the first depths.
+does that for the first depths. A head may also fuse the states entering some inner layers of the
+target with the final feature at real positions (EAGLE-3's low and middle layers, ``fuse_layers``);
+the backend then returns them with each verification pass (``Backend.hidden_layers``).
 
 Exactness does not depend on the head: the target verifies the tree in one forward pass under a
 tree mask and only tokens the target itself picks are kept (greedy: the argmax path; sampling: the
@@ -57,9 +59,14 @@ class EagleConfig:
     rope_theta: float
     rms_eps: float
     draft_vocab: int
+    fuse_layers: tuple[int, ...] = ()  # inner layers fused with the final feature at the root (EAGLE-3's idea)
+
+    def __post_init__(self):
+        object.__setattr__(self, "fuse_layers", tuple(int(i) for i in self.fuse_layers))
 
 
-def config_for(target_config, draft_vocab: int, intermediate_size: int | None = None) -> EagleConfig:
+def config_for(target_config, draft_vocab: int, intermediate_size: int | None = None,
+               fuse_layers: tuple[int, ...] = ()) -> EagleConfig:
     """A head shaped like one decoder layer of the target (``intermediate_size`` may be narrower)."""
     c = target_config
     heads = c.num_attention_heads
@@ -68,7 +75,8 @@ def config_for(target_config, draft_vocab: int, intermediate_size: int | None = 
                        num_kv_heads=getattr(c, "num_key_value_heads", None) or heads,
                        head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
                        intermediate_size=intermediate_size or c.intermediate_size, rope_theta=float(rope),
-                       rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)), draft_vocab=draft_vocab)
+                       rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)), draft_vocab=draft_vocab,
+                       fuse_layers=tuple(fuse_layers))
 
 
 class RMSNorm(nn.Module):
@@ -98,7 +106,9 @@ class EagleHead(nn.Module):
     """fc([embedding, feature]) -> one decoder layer -> the predicted next feature.
 
     ``draft_ids`` [draft_vocab] are the target token ids the head may propose (a reduced vocabulary:
-    the draft logits are feature @ lm_head[draft_ids].T)."""
+    the draft logits are feature @ lm_head[draft_ids].T). With ``fuse_layers`` the feature of a real
+    position (not the head's own prediction) is first fused with the hidden states entering those inner
+    layers of the target: fuse([norm(inner)..., feature]), which starts as the feature alone."""
 
     def __init__(self, config: EagleConfig, draft_ids: torch.Tensor):
         super().__init__()
@@ -116,6 +126,18 @@ class EagleHead(nn.Module):
         if draft_ids.numel() != c.draft_vocab:
             raise ParameterError(f"the draft vocabulary has {draft_ids.numel()} ids, the config says {c.draft_vocab}")
         self.register_buffer("draft_ids", draft_ids.to(torch.long), persistent=True)
+        if c.fuse_layers:
+            self.fuse_norms = nn.ModuleList(RMSNorm(h, c.rms_eps) for _ in c.fuse_layers)
+            self.fuse = nn.Linear((len(c.fuse_layers) + 1) * h, h, bias=False)
+            with torch.no_grad():
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, -h:] = torch.eye(h)
+
+    def fused(self, feats: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
+        """Real positions' features [.., n, h] fused with the inner layers' states [.., n, layers * h]."""
+        h = self.config.hidden_size
+        parts = [norm(inner[..., i * h: (i + 1) * h].to(feats.dtype)) for i, norm in enumerate(self.fuse_norms)]
+        return self.fuse(torch.cat([*parts, feats], dim=-1))
 
     def init_identity(self) -> None:
         """Start from 'the next feature is this feature': fc passes the feature half through."""
@@ -126,10 +148,15 @@ class EagleHead(nn.Module):
             self.fc.bias.zero_()
 
     def forward(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor,
-                past_v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                past_v: torch.Tensor, mask: torch.Tensor, inner: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """feats, embeds [B, n, h] at positions [n] or [B, n]; past_k/v [B, kv_heads, L, d]; mask bool
-        [n, L + n] or [B, n, L + n] (True: may attend). Returns (next features [B, n, h], k, v of the rows)."""
+        [n, L + n] or [B, n, L + n] (True: may attend); ``inner`` [B, n, layers * h] the fused layers' states
+        of real positions (None: the rows are the head's own predictions). Returns (next features [B, n, h],
+        k, v of the rows)."""
         c = self.config
+        if inner is not None and c.fuse_layers:
+            feats = self.fused(feats, inner)
         b, n, _ = feats.shape
         x = self.fc(torch.cat([embeds, feats], dim=-1))
         q = rope(self.q_proj(x).view(b, n, c.num_heads, c.head_dim).transpose(1, 2), positions, c.rope_theta)
@@ -279,12 +306,31 @@ class EagleStep(DecodeStep):
         b = self.backend
         self.cache = b.new_cache()
         n = input_ids.shape[1]
-        feats = b.hidden(input_ids, self.cache, torch.arange(n, device=input_ids.device)[None])
+        self.feats = self.inner = None
+        feats, inner = self._target(input_ids, torch.arange(n, device=input_ids.device)[None])
+        self._keep(feats, inner)
         first = next_token(b.lm_head(feats[-1:])[0], self.settings, self.generator)
         self.tokens = input_ids[0].tolist() + [first]
-        self.feats, self.read = feats.to(torch.float32), 0
+        self.read = 0
         self.dk, self.dv = self.head.empty_kv(b.device, torch.float32)
         return first
+
+    def _target(self, ids: torch.Tensor, positions: torch.Tensor,
+                visible: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's pass over ``ids``: its final hidden states, and the fused inner layers' states where the
+        head has them (else None)."""
+        layers = self.head.config.fuse_layers
+        if layers:
+            return self.backend.hidden_layers(ids, self.cache, positions, visible, layers)
+        return self.backend.hidden(ids, self.cache, positions, visible), None
+
+    def _keep(self, hidden: torch.Tensor, inner: torch.Tensor | None, rows: torch.Tensor | None = None) -> None:
+        """Rows of a target pass (all when ``rows`` is None) whose features the head reads at its next catch-up."""
+        feats = (hidden if rows is None else hidden[rows]).to(torch.float32)
+        self.feats = feats if self.feats is None else torch.cat([self.feats, feats])
+        if inner is not None:
+            inner = inner if rows is None else inner[rows]
+            self.inner = inner if self.inner is None else torch.cat([self.inner, inner])
 
     def _catch_up(self) -> torch.Tensor:
         """Feed the head the target features of positions read..m-1 (with the tokens that followed);
@@ -295,9 +341,10 @@ class EagleStep(DecodeStep):
         mask = torch.ones(n, past + n, dtype=torch.bool, device=device)
         mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
         out, k, v = self.head(self.feats[None], self._embed(self.tokens[self.read + 1: m + 1]), positions,
-                              self.dk, self.dv, mask)
+                              self.dk, self.dv, mask, None if self.inner is None else self.inner[None])
         self.dk, self.dv, self.read = torch.cat([self.dk, k], 2), torch.cat([self.dv, v], 2), m
         self.feats = self.feats[:0]
+        self.inner = None if self.inner is None else self.inner[:0]
         return out[0, -1]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
@@ -370,7 +417,7 @@ class EagleStep(DecodeStep):
         device = b.device
         ids = torch.tensor([tree.tokens], device=device)
         positions = (torch.tensor(tree.depths, device=device) + m)[None]
-        hidden = b.hidden(ids, self.cache, positions, tree.visible().to(device))
+        hidden, inner = self._target(ids, positions, tree.visible().to(device))
         logits = b.lm_head(hidden)
         if self.settings.greedy:
             node, following = accept_greedy_tree(tree, logits.argmax(-1).tolist())
@@ -383,7 +430,7 @@ class EagleStep(DecodeStep):
             self.branch.record(*branch, [tree.tokens[i] for i in path[1:]])
         b.keep_positions(self.cache, m, torch.tensor(path, device=device))
         new = [tree.tokens[i] for i in path[1:]] + [following]
-        self.feats = torch.cat([self.feats, hidden[torch.tensor(path, device=device)].to(torch.float32)])
+        self._keep(hidden, inner, torch.tensor(path, device=device))
         self.tokens.extend(new)
         if self.gate is not None:
             self.gate.record(len(new), len(tree.tokens))
@@ -417,9 +464,9 @@ class EagleStep(DecodeStep):
         for the head's next catch-up (one batched head pass over every position it has not read)."""
         b, m = self.backend, len(self.tokens) - 1
         ids = torch.tensor([[self.tokens[-1]]], device=b.device)
-        hidden = b.hidden(ids, self.cache, torch.tensor([[m]], device=b.device))
+        hidden, inner = self._target(ids, torch.tensor([[m]], device=b.device))
         following = next_token(b.lm_head(hidden[-1:])[0], self.settings, self.generator)
-        self.feats = torch.cat([self.feats, hidden.to(torch.float32)])
+        self._keep(hidden, inner)
         self.tokens.append(following)
         return [following]
 

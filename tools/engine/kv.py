@@ -88,12 +88,17 @@ def hidden_forward(
     cache: DynamicCache,
     position_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Run the model's base (no LM head) and return the final hidden states [n, hidden]."""
+    layers: tuple[int, ...] = (),
+):
+    """Run the model's base (no LM head) and return the final hidden states [n, hidden]; with ``layers``,
+    (those, the states entering those decoder layers side by side [n, len(layers) * hidden])."""
     base = model.base_model
     kwargs = {_cache_kwarg_for(type(base)): cache}
-    out = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
-    return out.last_hidden_state[0]
+    out = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+               output_hidden_states=bool(layers), **kwargs)
+    if not layers:
+        return out.last_hidden_state[0]
+    return out.last_hidden_state[0], torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
 
 
 def tree_mask(prefix_len: int, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -78,6 +78,9 @@ class RecordingBackend(Backend):
     def hidden(self, ids, cache, positions, visible=None) -> torch.Tensor:
         return self.inner.hidden(ids, cache, positions, visible)
 
+    def hidden_layers(self, ids, cache, positions, visible, layers):
+        return self.inner.hidden_layers(ids, cache, positions, visible, layers)
+
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.inner.lm_head(hidden)
 

@@ -11,6 +11,8 @@
    with the attention pattern drafting has: the real rows up to i, then the row's own earlier
    predictions. Loss per pass: smooth-L1 on the feature plus ``cls_weight`` x cross-entropy,
    weighted ``pass_decay ** (p-1)``.
+   With ``fuse_layers`` the features also hold those inner layers' states and pass 1 reads them fused
+   (EAGLE-3's idea; the fusion starts as the final feature alone). ``start`` continues a trained head.
 4. Checkpoints every ``checkpoint_every`` steps and on Ctrl-C; a later call with the same ``out``
    resumes. The held-out tail of the chunks gives top-1 accuracy per depth.
 """
@@ -55,6 +57,8 @@ class EagleTrainConfig(BaseModel):
     warmup_steps: int = 10
     cls_weight: float = Field(0.1, gt=0, description="token loss weight against the feature regression (EAGLE-1's)")
     pass_decay: float = 0.8
+    fuse_layers: list[int] = Field(default_factory=list, description="inner layers fused with the final feature "
+                                   "at real positions (EAGLE-3's low and middle layers; empty: the final feature only)")
     held_out_chunks: int = Field(4, ge=1)
     checkpoint_every: int = 25
     seed: int = 0
@@ -89,6 +93,8 @@ def chunk_loss(head: EagleHead, shard: dict, embed: torch.Tensor, rows: torch.Te
     passes = min(config.passes, n - 1)
     masks = _pass_masks(n, passes)
     feats = hidden[: n - 1]
+    layers = head.config.fuse_layers
+    inner = torch.cat([shard[f"layer{i}"][: n - 1] for i in layers], -1).float() if layers else None
     past_k = past_v = None
     total, hits = hidden.new_zeros(()), []
     for p in range(1, passes + 1):
@@ -97,7 +103,8 @@ def chunk_loss(head: EagleHead, shard: dict, embed: torch.Tensor, rows: torch.Te
         emb = embed[tokens[idx + p]]
         if past_k is None:
             past_k, past_v = head.empty_kv(hidden.device, hidden.dtype)
-        out, k, v = head(feats[:m][None], emb[None], idx + p, past_k, past_v, masks[p - 1])
+        out, k, v = head(feats[:m][None], emb[None], idx + p, past_k, past_v, masks[p - 1],
+                         inner[:m][None] if p == 1 and inner is not None else None)
         pred = out[0]
         labels = to_draft[greedy[idx + p]]
         logits = pred @ rows.T
@@ -135,12 +142,23 @@ def draft_rows(lm_head: torch.Tensor, draft_ids: torch.Tensor) -> tuple[torch.Te
 
 def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, target_config, out: Path,
                config: EagleTrainConfig, key: str, vocab_tokens, meta: dict,
-               progress: Callable[[int, int, float, list[float]], None] | None = None) -> dict:
-    """Train (or resume) a head on cached shards; save it in ``out``; return the training summary."""
+               progress: Callable[[int, int, float, list[float]], None] | None = None,
+               start: EagleHead | None = None) -> dict:
+    """Train (or resume) a head on cached shards; save it in ``out``; return the training summary. ``start``:
+    a trained head to continue from (its draft vocabulary and weights; fused layers it lacks start as
+    the identity), else a new head."""
     torch.manual_seed(config.seed)
-    draft_ids = draft_vocabulary(vocab_tokens, config.draft_vocab, lm_head.shape[0])
-    head = EagleHead(config_for(target_config, config.draft_vocab, config.intermediate_size), draft_ids)
+    draft_ids = (start.draft_ids if start is not None
+                 else draft_vocabulary(vocab_tokens, config.draft_vocab, lm_head.shape[0]))
+    head = EagleHead(config_for(target_config, draft_ids.numel(), config.intermediate_size,
+                                tuple(config.fuse_layers)), draft_ids)
     head.init_identity()
+    if start is not None:
+        own, theirs = head.state_dict(), start.state_dict()
+        if any(k not in own or own[k].shape != v.shape for k, v in theirs.items()):
+            raise ParameterError("the head to continue from has another shape than these settings",
+                                 hint="give the same --intermediate-size as the head was trained with")
+        head.load_state_dict(theirs, strict=False)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.learning_rate, weight_decay=0.0)
     train, held = shards[: -config.held_out_chunks], shards[-config.held_out_chunks:]
     if not train:
@@ -271,8 +289,19 @@ def head_fingerprint(given: str | None, target_ref: str | None) -> str | None:
     return None
 
 
+def check_layers(layers, target_config) -> None:
+    """Refuse inner layers the target does not have (0: the embeddings; the last one's output is the feature)."""
+    count = int(getattr(target_config, "num_hidden_layers", 0))
+    bad = [i for i in layers if not 0 <= int(i) < count]
+    if bad:
+        raise ParameterError(f"layer {bad[0]} is not an inner layer of this target (it has {count} decoder layers)",
+                             hint=f"give layers from 0 (the embeddings) to {count - 1}, e.g. EAGLE-3's low and middle "
+                                  f"ones: {min(2, count - 1)},{count // 2}")
+
+
 def check_head_fits(head: EagleHead, target_config, vocab_size: int) -> None:
     """Refuse a head made for another model shape."""
+    check_layers(head.config.fuse_layers, target_config)
     c = head.config
     if c.hidden_size != target_config.hidden_size or int(head.draft_ids.max()) >= vocab_size:
         raise ParameterError(f"this EAGLE head was trained for a model with hidden size {c.hidden_size}; the "
@@ -299,18 +328,20 @@ def features_folder(model, cache_root: Path | None = None) -> Path:
 
 def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, *, max_tokens: int,
                 chunk_tokens: int = 512, cache_root: Path | None = None, log: Callable[[str], None] = print,
-                command: str | None = None) -> dict:
+                command: str | None = None, start: EagleHead | None = None) -> dict:
     """Cache the target's features over ``files`` (resumable), train a head on them and save it in ``out``.
 
     ``target`` is a tools.models.LoadedModel. Returns the training summary (also in eagle_config.json)."""
     model, tokenizer = target.model, target.tokenizer
+    check_layers(config.fuse_layers, model.config)
     chunks = tokenize_files(tokenizer, files, chunk_tokens, max_tokens, 8)
     key = _fingerprint(model, chunks)
     folder = features_folder(model, cache_root)
     t0 = time.perf_counter()
     log(f"caching the target's features over {sum(map(len, chunks))} tokens in {len(chunks)} chunks ({folder})")
     paths = cache_chunk_features(model, chunks, folder,
-                                 lambda done, total: log(f"  features {done}/{total} ({elapsed(t0)})"))
+                                 lambda done, total: log(f"  features {done}/{total} ({elapsed(t0)})"),
+                                 layers=tuple(config.fuse_layers))
     shards = load_chunk_features(paths)
     vocab_tokens = [tokenizer.encode(Path(f).read_text(errors="replace"), add_special_tokens=False) for f in files]
     meta = {"command": command, "base_model": getattr(target, "ref", None), "data": describe_data(files), "tokens": sum(map(len, chunks)),
@@ -324,7 +355,7 @@ def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, 
 
     summary = train_head(shards, model.get_input_embeddings().weight.detach().float(),
                          model.get_output_embeddings().weight.detach().float(), model.config, out, config, key,
-                         vocab_tokens, meta, progress)
+                         vocab_tokens, meta, progress, start)
     summary["train_seconds"] = round(time.perf_counter() - t1)
     save_head(load_head(out), out, summary)
     return summary
