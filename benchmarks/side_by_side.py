@@ -1,0 +1,79 @@
+"""Two or more settings of one method timed side by side on the same prompts, in ABBA order.
+
+On a shared CPU whose speed drifts by 10% over minutes, a settings comparison run one after the
+other measures the drift. Here, per prompt (the first of each category asked, from the fit half by
+default: choices are made there), the baseline is timed first and last, and the variants in order
+and then in reverse (A B B A), each variant's time the mean of its two runs: a steady drift weighs on
+every variant alike. Parameters not given are sized as `run` sizes them.
+
+    .venv/bin/python benchmarks/side_by_side.py eagle '{"trim": {}, "full": {"trim": false}}' \\
+        --categories coding,math,writing,qa,summarization
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from memory import Store
+from prompts.spec_bench import half_path, read_jsonl
+from tools.bench.context import eos_ids_for, load_cached, prompt_ids_for, sized_params
+from tools.engine.methods import MethodContext, parse_params, run
+from tools.engine.types import GenerationSettings
+from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
+from tools.medusa.eagle_train import load_eagle_for
+
+TARGET = "qwen2.5-coder-1.5b-instruct"
+
+
+def first_of_each(half: str, categories: list[str]) -> list[dict]:
+    rows: dict[str, dict] = {}
+    for row in read_jsonl(half_path(half)):
+        if row["category"] in categories:
+            rows.setdefault(row["category"], row)
+    return [rows[c] for c in categories if c in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("method", choices=["eagle", "lookahead", "ngram", "medusa"])
+    parser.add_argument("variants", help='JSON: {"name": {parameters}, ...}')
+    parser.add_argument("--half", default="fit", choices=["fit", "eval"])
+    parser.add_argument("--categories", default="coding,math,writing,qa,summarization")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    target = load_cached(TARGET, args.dtype, None, 2)
+    ctx = MethodContext(target=target, eagle_head=load_eagle_for(target, None) if args.method == "eagle" else None)
+    if args.method == "medusa":
+        ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
+    sized = {name: parse_params(args.method, sized_params([args.method], {args.method: given}, Store(), ctx, False)
+                                [args.method].params) for name, given in json.loads(args.variants).items()}
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids_for(target))
+    names, total = list(sized), {name: [0.0, 0.0] for name in sized}
+    for row in first_of_each(args.half, args.categories.split(",")):
+        ids = prompt_ids_for(target.tokenizer, row["prompt"], chat=True)
+        run("baseline", ctx, ids, settings.model_copy(update={"max_new_tokens": 8}), None)  # warm-up
+        first = run("baseline", ctx, ids, settings, None)
+        times, per_step = {name: [] for name in names}, {}
+        for name in names + names[::-1]:
+            result = run(args.method, ctx, ids, settings, sized[name])
+            times[name].append(result.wall_time_s)
+            per_step[name] = round(result.mean_accepted_per_step, 2)
+        last = run("baseline", ctx, ids, settings, None)
+        base = (first.wall_time_s + last.wall_time_s) / 2
+        line = {"category": row["category"], "baseline_drift": round(abs(first.wall_time_s - last.wall_time_s) / base, 2)}
+        for name in names:
+            mean = sum(times[name]) / 2
+            line[name] = {"speedup": round(base / mean, 2), "tokens_per_step": per_step[name]}
+            total[name][0] += base
+            total[name][1] += mean
+        print(json.dumps(line), flush=True)
+    print(json.dumps({"total_speedup": {name: round(b / t, 3) for name, (b, t) in total.items()}}))
+
+
+if __name__ == "__main__":
+    main()
