@@ -377,3 +377,13 @@ def test_a_head_starts_as_the_one_it_continues_and_fusing_starts_as_the_feature_
     settings = GenerationSettings(max_new_tokens=20)
     assert eagle.generate(model, second, chunks[1][:4], settings).output_ids == \
         autoregressive.generate(model, chunks[1][:4], settings).output_ids
+
+
+def test_a_fused_head_s_cost_counts_the_fusion_once_a_step(target):
+    backend = eagle.as_backend(target)
+    fused, plain = fused_head(target), random_head(target)
+    fusion = sum(p.numel() for n, p in fused.named_parameters() if n.startswith("fuse"))
+    own = sum(p.numel() for p in target.parameters())
+    for depth in (1, 4):
+        assert eagle.head_overhead(fused, backend, depth) == pytest.approx(
+            eagle.head_overhead(plain, backend, depth) + fusion / own)

@@ -245,9 +245,11 @@ CALIBRATION_DECAY = 0.9  # each step's record weighs this much less at every lat
 
 def head_overhead(head: EagleHead, backend: Backend, depth: int) -> float:
     """What the head reads per step against a target pass: its layer and its rows of the LM head, once per
-    depth (the catch-up and one expansion per depth but the last)."""
-    extra = cpu_gemm.weights_numel(head) + head.config.draft_vocab * head.config.hidden_size
-    return weights_ratio(extra * depth, getattr(backend, "model", None))
+    depth (the catch-up and one expansion per depth but the last); a fusion of inner layers once (the catch-up)."""
+    c = head.config
+    fusion = (len(c.fuse_layers) + 1) * c.hidden_size ** 2 + len(c.fuse_layers) * c.hidden_size if c.fuse_layers else 0
+    extra = cpu_gemm.weights_numel(head) - fusion + c.draft_vocab * c.hidden_size
+    return weights_ratio(extra * depth + fusion, getattr(backend, "model", None))
 
 
 def expected_tokens(head: EagleHead, depth: int) -> float | None:
