@@ -66,3 +66,54 @@ def test_mixed_prompts_hold_the_fit_half_and_never_the_eval_half():
     assert fit <= set(prompts) and not held & set(prompts)
     assert any(p.startswith("Pretend you are") for p in prompts) and any(p.startswith("Translate into") for p in prompts)
     assert any(p.startswith("Write a short poem") for p in prompts) and any("?" in p for p in prompts)
+
+
+def test_chat_prompts_are_many_kinds_distinct_and_from_neither_half():
+    from tools.medusa.chat_prompts import CODE_LANGUAGES, LANGUAGES
+
+    spec_bench = {r["prompt"] for r in shipped_union()}
+    prompts = build_prompts(3000, seed=2, variety="chat")
+    assert prompts == build_prompts(3000, seed=2, variety="chat") != build_prompts(3000, seed=3, variety="chat")
+    assert len(prompts) == len(set(prompts)) == 3000 and not spec_bench & set(prompts)
+    assert all("{" not in p.split("\n\n")[0] for p in prompts)  # every placeholder filled (passages may hold braces)
+    kinds = {
+        "code": [p for p in prompts if any(f" {lang} " in p for lang in CODE_LANGUAGES) or "```python" in p],
+        "math": [p for p in prompts if "$" in p or "How many" in p],
+        "reading": [p for p in prompts if "\n\n" in p and "```" not in p],
+        "translation": [p for p in prompts if any(lang in p for lang in LANGUAGES) and "\"" in p],
+        "role play": [p for p in prompts if "Stay in character" in p or p.startswith(("Imagine you are", "Act as"))],
+    }
+    assert all(len(found) >= 90 for found in kinds.values()), {k: len(v) for k, v in kinds.items()}
+    assert len(build_prompts(20000, seed=2, variety="chat")) == 20000
+
+
+def test_distill_data_is_appended_batch_by_batch_and_resumed(tmp_path):
+    from conftest import make_tiny_model_folder
+
+    from tools import models
+
+    generator = models.load(str(make_tiny_model_folder(tmp_path / "model", eos=True)), dtype="float32")
+    generator.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    seen = []
+    real_generate = generator.model.generate
+
+    def interrupted(**kwargs):  # the second batch never finishes
+        seen.append(kwargs["input_ids"].shape[0])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return real_generate(**kwargs)
+
+    generator.model.generate = interrupted
+    out = tmp_path / "data.txt"
+    try:
+        write_distill_data(generator, out, n_prompts=5, max_new_tokens=4, batch_size=2, variety="chat")
+    except KeyboardInterrupt:
+        pass
+    prompts = build_prompts(5, variety="chat")
+    assert out.read_text().count("<eos>") == 2 and all(p in out.read_text() for p in prompts[:2])
+    generator.model.generate = real_generate
+    write_distill_data(generator, out, n_prompts=5, max_new_tokens=4, batch_size=2, variety="chat")
+    text = out.read_text()
+    assert text.count("<eos>") == 5 and all(text.count(p) == 1 for p in prompts)
+    write_distill_data(generator, out, n_prompts=3, max_new_tokens=4, batch_size=2, variety="chat", restart=True)
+    assert out.read_text().count("<eos>") == 3

@@ -93,7 +93,7 @@ def cmd_medusa_make_data(args) -> int:
     generator = models.load(args.generator, dtype=args.dtype)
     path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                               batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),
-                              variety=args.variety)
+                              variety=args.variety, restart=args.restart)
     print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "generator": args.generator,
                       "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                       "variety": args.variety}))
@@ -132,8 +132,12 @@ def add_medusa_commands(sub) -> None:
     d.add_argument("--max-new-tokens", type=int, default=192)
     d.add_argument("--batch-size", type=int, default=16)
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--variety", choices=["basic", "wide", "mixed"], default="basic",
+    d.add_argument("--variety", choices=["basic", "wide", "mixed", "chat"], default="basic",
                    help="basic: Python functions, topics, simple math; wide: several languages, more math, prose; "
-                        "mixed: the fit half of the Spec-Bench prompts and prose in many styles")
+                        "mixed: the fit half of the Spec-Bench prompts and prose in many styles; chat: requests of "
+                        "every kind a chat assistant gets (code, word problems, essays, reading, translation)")
+    d.add_argument("--restart", action="store_true",
+                   help="write --out again from the start (default: answers are appended batch by batch and a "
+                        "later call answers only the prompts --out does not hold yet)")
     d.add_argument("--dtype", default="bfloat16")
     d.set_defaults(func=cmd_medusa_make_data)

@@ -264,7 +264,15 @@ def _mixed_prompts(n: int, rng: random.Random) -> list[str]:
     return out
 
 
-VARIETIES = ("basic", "wide", "mixed")
+def _chat_prompts(n: int, rng: random.Random) -> list[str]:
+    from tools.medusa.chat_prompts import chat_prompt
+
+    out: list[str] = []
+    _fill_unique(out, set(), n, lambda: chat_prompt(rng))
+    return out
+
+
+VARIETIES = ("basic", "wide", "mixed", "chat")
 
 
 def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[str]:
@@ -273,7 +281,8 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
     ``wide``: code tasks in several languages from functions across the whole standard library,
     twelve kinds of templated math problems, and prose (summaries of module docs, emails, tips,
     comparisons). ``mixed``: the fit half of the shipped Spec-Bench prompts and prose in many styles (role
-    play, translation, general questions, stories, poems, extraction, puzzles)."""
+    play, translation, general questions, stories, poems, extraction, puzzles). ``chat``: requests of every kind
+    a chat assistant gets, combined from lists (tools.medusa.chat_prompts), tens of thousands distinct."""
     if variety not in VARIETIES:
         raise ParameterError(f"unknown prompt variety {variety!r}", hint=f"use one of {', '.join(VARIETIES)}")
     rng = random.Random(seed)
@@ -281,6 +290,8 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
         return _wide_prompts(n, rng)
     if variety == "mixed":
         return _mixed_prompts(n, rng)
+    if variety == "chat":
+        return _chat_prompts(n, rng)
     code, topics = _function_prompts(rng), _topic_prompts(rng)
     rng.shuffle(code)
     rng.shuffle(topics)
@@ -292,9 +303,10 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
 
 @torch.inference_mode()
 def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, batch_size: int = 16,
-                     progress=None) -> list[str]:
+                     progress=None, on_batch=None) -> list[str]:
     """Greedy chat answers to ``prompts`` from ``generator`` (a LoadedModel), batched with left padding;
-    returns each conversation rendered with the chat template (prompt and answer)."""
+    returns each conversation rendered with the chat template (prompt and answer). ``on_batch(texts)``
+    gets each batch's conversations as soon as they are written."""
     tok = generator.tokenizer
     model = generator.model
     tok.padding_side = "left"
@@ -306,19 +318,35 @@ def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, b
                  for p in batch]
         enc = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-        for chat, row in zip(chats, out[:, enc["input_ids"].shape[1]:]):
-            texts.append(chat + tok.decode(row, skip_special_tokens=True) + (tok.eos_token or "") + "\n")
+        done = [chat + tok.decode(row, skip_special_tokens=True) + (tok.eos_token or "") + "\n"
+                for chat, row in zip(chats, out[:, enc["input_ids"].shape[1]:])]
+        texts += done
+        if on_batch:
+            on_batch(done)
         if progress:
             progress(f"generated {min(start + batch_size, len(prompts))}/{len(prompts)} answers")
     return texts
 
 
 def write_distill_data(generator, out: str | Path, n_prompts: int = 240, max_new_tokens: int = 192,
-                       batch_size: int = 16, seed: int = 0, progress=None, variety: str = "basic") -> Path:
-    """Build prompts, generate answers and write them to ``out`` (one conversation after another)."""
+                       batch_size: int = 16, seed: int = 0, progress=None, variety: str = "basic",
+                       restart: bool = False) -> Path:
+    """Build prompts, generate answers and append them to ``out`` batch by batch (one conversation after
+    another), so an interrupted run keeps what it wrote; a later call with the same settings answers only
+    the prompts ``out`` does not hold yet (``restart``: start the file again)."""
     prompts = build_prompts(n_prompts, seed, variety)
-    texts = generate_answers(generator, prompts, max_new_tokens, batch_size, progress)
     path = Path(out).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(texts))
+    if restart or not path.is_file():
+        path.write_text("")
+    held = path.read_text()
+    todo = [p for p in prompts if p not in held]
+    if progress and len(todo) < len(prompts):
+        progress(f"resuming: {len(prompts) - len(todo)} of {len(prompts)} prompts already answered in {path.name}")
+
+    def append(texts: list[str]) -> None:
+        with path.open("a") as f:
+            f.write("".join(texts))
+
+    generate_answers(generator, todo, max_new_tokens, batch_size, progress, on_batch=append)
     return path
