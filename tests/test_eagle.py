@@ -246,6 +246,24 @@ def test_train_save_load_resume_and_run(tmp_path):
     assert eagle.generate(model, head, chunks[0][:4], settings).output_ids == base
 
 
+def test_training_in_bfloat16_autocast_follows_float32(tmp_path):
+    from tools.medusa.eagle_train import EagleTrainConfig, train_head
+
+    model = make_tiny_model("qwen2", layers=2, seed=0)
+    chunks, shards = _tiny_shards(model, tmp_path)
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    curves = {}
+    for autocast in (True, False):
+        config = EagleTrainConfig(intermediate_size=32, draft_vocab=40, epochs=1, held_out_chunks=2,
+                                  learning_rate=3e-3, autocast=autocast)
+        losses = []
+        train_head(shards, embed, lm_head, model.config, tmp_path / str(autocast), config, "key", chunks, {},
+                   progress=lambda step, total, loss, hits: losses.append(loss))
+        curves[autocast] = losses
+    assert len(curves[True]) == len(curves[False]) >= 4
+    assert all(abs(a - b) <= 0.05 * b for a, b in zip(curves[True], curves[False]))
+
+
 def test_loading_refuses_what_is_not_a_head(tmp_path):
     from tools.medusa.eagle_train import load_head
 

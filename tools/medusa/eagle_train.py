@@ -59,6 +59,8 @@ class EagleTrainConfig(BaseModel):
     pass_decay: float = 0.8
     fuse_layers: list[int] = Field(default_factory=list, description="inner layers fused with the final feature "
                                    "at real positions (EAGLE-3's low and middle layers; empty: the final feature only)")
+    autocast: bool = Field(True, description="bfloat16 autocast for the head's matrix products (about 1.5x faster "
+                           "on a CPU with bfloat16 units; weights, gradients and optimizer stay float32)")
     held_out_chunks: int = Field(4, ge=1)
     checkpoint_every: int = 25
     seed: int = 0
@@ -182,7 +184,8 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
         while step < total_steps:
             for group in optimizer.param_groups:
                 group["lr"] = _lr(step, total_steps, config)
-            loss, hits = chunk_loss(head, train[int(order[step])], embed, rows, to_draft, config)
+            with torch.autocast(embed.device.type, dtype=torch.bfloat16, enabled=config.autocast):
+                loss, hits = chunk_loss(head, train[int(order[step])], embed, rows, to_draft, config)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
