@@ -117,3 +117,17 @@ def test_distill_data_is_appended_batch_by_batch_and_resumed(tmp_path):
     assert text.count("<eos>") == 5 and all(text.count(p) == 1 for p in prompts)
     write_distill_data(generator, out, n_prompts=3, max_new_tokens=4, batch_size=2, variety="chat", restart=True)
     assert out.read_text().count("<eos>") == 3
+
+
+def test_an_interrupted_make_data_says_what_is_kept(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import tools.medusa.data as data
+    from agent.cli.main import main
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data, "write_distill_data", stopped)
+    code = main(["medusa", "make-data", "--generator", str(tiny_model_dir), "--out", str(tmp_path / "d.txt"),
+                 "--dtype", "float32"])
+    err = capsys.readouterr().err
+    assert code == 130 and "kept in --out" in err and "bench" not in err

@@ -99,4 +99,5 @@ def add_eagle_commands(sub) -> None:
     t.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this command")
     t.add_argument("--json", action="store_true")
-    t.set_defaults(func=cmd_eagle_train)
+    t.set_defaults(func=cmd_eagle_train, interrupted_hint="the cached features and the last checkpoint in --out are "
+                   "kept; the same command (a new approval) resumes from them")

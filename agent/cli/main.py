@@ -167,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
             print(f"stopped by {exc}: ", end="", file=sys.stderr)
-        print("interrupted: runs and methods that finished are stored (specpilot runs list); "
-              "`specpilot bench` resumes where it stopped", file=sys.stderr)
+        print("interrupted: " + (getattr(args, "interrupted_hint", None) or (
+            "runs and methods that finished are stored (specpilot runs list); `specpilot bench` resumes where it "
+            "stopped")), file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a last guard: the user sees a message, not a traceback
         return report_error(exc, args.verbose)

@@ -122,7 +122,8 @@ def add_medusa_commands(sub) -> None:
     t.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this command")
     t.add_argument("--json", action="store_true")
-    t.set_defaults(func=cmd_medusa_train)
+    t.set_defaults(func=cmd_medusa_train, interrupted_hint="the last checkpoint in --out is kept; the same command "
+                   "(a new approval) resumes from it")
     d = msub.add_parser("make-data", help="write self-distillation text: chat answers to prompts built from "
                                           "Python's own library and docs")
     d.add_argument("--out", required=True)
@@ -140,4 +141,5 @@ def add_medusa_commands(sub) -> None:
                    help="write --out again from the start (default: answers are appended batch by batch and a "
                         "later call answers only the prompts --out does not hold yet)")
     d.add_argument("--dtype", default="bfloat16")
-    d.set_defaults(func=cmd_medusa_make_data)
+    d.set_defaults(func=cmd_medusa_make_data, interrupted_hint="the answers written so far are kept in --out; the "
+                   "same command answers only the prompts it does not hold yet")
