@@ -443,3 +443,14 @@ def test_eagle_train_refuses_bad_fused_layers_or_start_before_asking(store, monk
     assert specpilot_main([*base, "--start", "shipped"]) == 2
     assert "no EAGLE head is shipped for tiny-target" in capsys.readouterr().err
     assert store.list_approvals() == []  # nothing was asked
+
+
+def test_eagle_train_asks_for_the_float32_training_it_will_run(store, monkeypatch, tmp_path):
+    import tools.models
+
+    monkeypatch.setattr(tools.models, "load", lambda ref, **k: (_ for _ in ()).throw(SpecpilotError("stop")))
+    monkeypatch.setattr(approval, "open_terminal", typed("train tiny-target"))
+    args = ["eagle", "train", "--target", "tiny-target", "--out", str(tmp_path / "head"), "--data", __file__]
+    assert specpilot_main([*args, "--no-autocast"]) == 2
+    (row,) = store.list_approvals()
+    assert row["arguments"]["input"]["no_autocast"] is True and "--no-autocast" in json.dumps(row)

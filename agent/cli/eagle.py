@@ -21,7 +21,7 @@ from tools.errors import ParameterError
 
 TRAIN_ACTION = "train"
 TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
-                 "learning_rate", "cls_weight", "fuse_layers", "start", "dtype")
+                 "learning_rate", "cls_weight", "fuse_layers", "start", "no_autocast", "dtype")
 
 
 def cmd_eagle_train(args) -> int:
@@ -44,7 +44,7 @@ def cmd_eagle_train(args) -> int:
         return 2
     overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
                  "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
-                 "cls_weight": args.cls_weight, "fuse_layers": fuse}
+                 "cls_weight": args.cls_weight, "fuse_layers": fuse, "autocast": False if args.no_autocast else None}
     config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype)
     summary = eagle_train.train_eagle(target, files, Path(args.out).expanduser(), config, max_tokens=args.max_tokens,
@@ -95,6 +95,8 @@ def add_eagle_commands(sub) -> None:
                    "final feature (EAGLE-3's idea), comma-separated, e.g. 2,14 (default: none)")
     t.add_argument("--start", default=None, help="continue from this head (a folder, or 'shipped'): its draft "
                    "vocabulary and weights; fused layers it lacks start as the final feature alone")
+    t.add_argument("--no-autocast", action="store_true", help="train the head's matrix products in float32 (default: "
+                   "bfloat16 autocast, about 1.5x faster on a CPU with bfloat16 units)")
     t.add_argument("--dtype", default="auto", help="the dtype EAGLE will run the target in (auto: as `run` does)")
     t.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this command")

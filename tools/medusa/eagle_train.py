@@ -318,9 +318,9 @@ def elapsed(t0: float) -> str:
 
 def default_data_files(target_ref: str) -> list[Path]:
     """The self-distillation answers shipped beside the Medusa heads of a built-in target (its own
-    answers first, the mixed-style ones included where shipped), else none."""
+    answers first, the mixed-style and chat-style ones included where shipped), else none."""
     folder = Path(__file__).resolve().parents[1] / "data" / "medusa" / Path(str(target_ref)).name.lower()
-    names = ("distill_target.txt", "distill_target2.txt", "distill_data.txt", "distill_mixed.txt")
+    names = ("distill_target.txt", "distill_target2.txt", "distill_data.txt", "distill_mixed.txt", "distill_chat.txt")
     return [folder / n for n in names if (folder / n).is_file()]
 
 
