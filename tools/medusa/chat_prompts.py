@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import random
+import sysconfig
 from functools import lru_cache
+from pathlib import Path
 
 CODE_TASKS = (
     "reverses the words in a sentence", "checks whether a string is a palindrome, ignoring case and spaces",
@@ -156,13 +158,15 @@ TRANSLATE_FRAMES = ("Translate into {language}: \"{s}\"", "How do you say \"{s}\
 LANGUAGES = ("French", "German", "Spanish", "Italian", "Portuguese", "Chinese", "Japanese", "Russian")
 
 
+def _stdlib_files() -> list[Path]:
+    return sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:200]
+
+
 @lru_cache(maxsize=1)
 def _short_functions() -> tuple[str, ...]:
     """Sources of short (4-20 line) top-level functions from the standard library's pure-Python modules."""
-    from tools.medusa.data import _stdlib
-
     out = []
-    for path in sorted(_stdlib().glob("*.py"))[:200]:
+    for path in _stdlib_files():
         try:
             text = path.read_text(errors="replace")
             tree = ast.parse(text)
@@ -184,14 +188,12 @@ def _prose(text: str) -> bool:
 def _passages() -> tuple[str, ...]:
     """Prose paragraphs (200-900 characters) of the language reference (pydoc's topics) and of standard-library
     docstrings: the passages the reading requests are about."""
-    from tools.medusa.data import _stdlib
-
     try:
         from pydoc_data.topics import topics
     except ImportError:
         topics = {}
     out = [p.strip() for text in topics.values() for p in text.split("\n\n") if _prose(p.strip())]
-    for path in sorted(_stdlib().glob("*.py"))[:200]:
+    for path in _stdlib_files():
         try:
             tree = ast.parse(path.read_text(errors="replace"))
         except (SyntaxError, ValueError):

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from tools.errors import ParameterError
+from tools.medusa.chat_prompts import chat_prompt
 
 STDLIB_MODULES = (
     "textwrap.py", "difflib.py", "heapq.py", "bisect.py", "statistics.py", "fractions.py", "calendar.py",
@@ -265,8 +266,6 @@ def _mixed_prompts(n: int, rng: random.Random) -> list[str]:
 
 
 def _chat_prompts(n: int, rng: random.Random) -> list[str]:
-    from tools.medusa.chat_prompts import chat_prompt
-
     out: list[str] = []
     _fill_unique(out, set(), n, lambda: chat_prompt(rng))
     return out
