@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from prompts.spec_bench import shipped_union
+from tools.errors import ParameterError
 from tools.medusa.data import build_prompts, write_distill_data
 
 
@@ -34,10 +37,6 @@ def test_answers_are_written_in_the_chat_template(tmp_path):
 
 
 def test_wide_prompts_mix_languages_math_and_prose(spec_bench_path):
-    import pytest
-
-    from tools.errors import ParameterError
-
     prompts = build_prompts(120, seed=1, variety="wide")
     assert prompts == build_prompts(120, seed=1, variety="wide") and len(set(prompts)) == len(prompts) >= 110
     assert sum(any(lang in p for lang in ("C++", "JavaScript", "Java ", "Go ", "Rust")) for p in prompts) >= 5
@@ -117,6 +116,13 @@ def test_distill_data_is_appended_batch_by_batch_and_resumed(tmp_path):
     assert text.count("<eos>") == 5 and all(text.count(p) == 1 for p in prompts)
     write_distill_data(generator, out, n_prompts=3, max_new_tokens=4, batch_size=2, variety="chat", restart=True)
     assert out.read_text().count("<eos>") == 3
+    # a second file continues the first's list: --prompts 5 --skip 3 answers prompts 4 and 5 only
+    more = tmp_path / "more.txt"
+    write_distill_data(generator, more, n_prompts=5, max_new_tokens=4, batch_size=2, variety="chat", skip=3)
+    text = more.read_text()
+    assert text.count("<eos>") == 2 and all(p in text for p in prompts[3:]) and not any(p in text for p in prompts[:3])
+    with pytest.raises(ParameterError, match="--skip"):
+        write_distill_data(generator, more, n_prompts=5, max_new_tokens=4, variety="chat", skip=5)
 
 
 def test_an_interrupted_make_data_says_what_is_kept(tiny_model_dir, tmp_path, monkeypatch, capsys):

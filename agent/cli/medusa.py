@@ -93,10 +93,10 @@ def cmd_medusa_make_data(args) -> int:
     generator = models.load(args.generator, dtype=args.dtype)
     path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                               batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),
-                              variety=args.variety, restart=args.restart)
+                              variety=args.variety, restart=args.restart, skip=args.skip)
     print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "generator": args.generator,
-                      "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-                      "variety": args.variety}))
+                      "prompts": args.prompts, "skip": args.skip, "max_new_tokens": args.max_new_tokens,
+                      "seed": args.seed, "variety": args.variety}))
     return 0
 
 
@@ -140,6 +140,9 @@ def add_medusa_commands(sub) -> None:
     d.add_argument("--restart", action="store_true",
                    help="write --out again from the start (default: answers are appended batch by batch and a "
                         "later call answers only the prompts --out does not hold yet)")
+    d.add_argument("--skip", type=int, default=0,
+                   help="leave out the first N prompts of the list (answered in another file): --prompts 1000 "
+                        "--skip 600 answers prompts 601-1000 of the list --prompts 600 began")
     d.add_argument("--dtype", default="bfloat16")
     d.set_defaults(func=cmd_medusa_make_data, interrupted_hint="the answers written so far are kept in --out; the "
                    "same command answers only the prompts it does not hold yet")

@@ -329,11 +329,15 @@ def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, b
 
 def write_distill_data(generator, out: str | Path, n_prompts: int = 240, max_new_tokens: int = 192,
                        batch_size: int = 16, seed: int = 0, progress=None, variety: str = "basic",
-                       restart: bool = False) -> Path:
+                       restart: bool = False, skip: int = 0) -> Path:
     """Build prompts, generate answers and append them to ``out`` batch by batch (one conversation after
     another), so an interrupted run keeps what it wrote; a later call with the same settings answers only
-    the prompts ``out`` does not hold yet (``restart``: start the file again)."""
-    prompts = build_prompts(n_prompts, seed, variety)
+    the prompts ``out`` does not hold yet (``restart``: start the file again). ``skip``: leave out the first
+    ``skip`` prompts of the list (answered in another file), so a second file continues the first's list."""
+    if not 0 <= skip < n_prompts:
+        raise ParameterError(f"--skip {skip} leaves no prompt of the {n_prompts} asked for",
+                             hint="ask for more prompts than you skip (--prompts N --skip M with M < N)")
+    prompts = build_prompts(n_prompts, seed, variety)[skip:]
     path = Path(out).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     if restart or not path.is_file():
