@@ -335,7 +335,7 @@ def write_distill_data(generator, out: str | Path, n_prompts: int = 240, max_new
     the prompts ``out`` does not hold yet (``restart``: start the file again). ``skip``: leave out the first
     ``skip`` prompts of the list (answered in another file), so a second file continues the first's list."""
     if not 0 <= skip < n_prompts:
-        raise ParameterError(f"--skip {skip} leaves no prompt of the {n_prompts} asked for",
+        raise ParameterError(f"--skip {skip} must be at least 0 and below --prompts ({n_prompts})",
                              hint="ask for more prompts than you skip (--prompts N --skip M with M < N)")
     prompts = build_prompts(n_prompts, seed, variety)[skip:]
     path = Path(out).expanduser()
