@@ -149,3 +149,14 @@ def test_medusa_with_its_fitted_tree_starts_from_what_that_tree_gave_on_the_fit_
     assert 0 < full_steps <= got.steps // PROBE_EVERY + 1  # the probes, no trial
     other = medusa.generate(target, heads, PROMPTS[1], settings, MedusaParams(pass_costs=MIXED, tree="cpu8"))
     assert other.steps - other.extra["declined_steps"] - 1 >= TRIAL_STEPS  # another tree: no prior, a trial
+    # the sizing's cut of the fitted tree (where passes cost more): a part of it, so its figure bounds the part's
+    part = medusa.generate(target, heads, PROMPTS[1], settings, MedusaParams(pass_costs=MIXED, tree=[[0], [0, 0]]))
+    assert part.output_ids == got.output_ids
+    assert 0 < part.steps - part.extra["declined_steps"] - 1 <= part.steps // PROBE_EVERY + 1  # no trial either
+
+
+def test_a_part_of_the_fitted_tree_takes_its_figure_as_a_bound_and_another_tree_none():
+    heads = type("H", (), {"tree_choices": [[0], [1], [0, 0]], "tree_tokens": 1.48})()
+    assert medusa.fitted_prior(heads, [[0], [1], [0, 0]]) == medusa.fitted_prior(heads, [[0], [0, 0]]) == 1.48
+    assert medusa.fitted_prior(heads, [[0], [0, 1]]) is None  # a node the fitted tree does not have
+    assert medusa.fitted_prior(type("H", (), {"tree_choices": None, "tree_tokens": None})(), [[0]]) is None

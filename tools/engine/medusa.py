@@ -332,6 +332,17 @@ def heads_overhead(heads: MedusaHeads, backend: Backend) -> float:
     return weights_ratio(extra, getattr(backend, "model", None))
 
 
+def fitted_prior(heads: MedusaHeads, choices: list[list[int]]) -> float | None:
+    """Tokens a step of the tree ``choices`` is expected to give, from the tree fitted to the heads: that tree's
+    own figure when ``choices`` is it, and the same figure as an upper bound when ``choices`` is part of it (the
+    sizing cuts it where multi-token passes cost more: a part accepts no more than the whole); else None."""
+    fitted, tokens = getattr(heads, "tree_choices", None), getattr(heads, "tree_tokens", None)
+    if not fitted or tokens is None:
+        return None
+    whole = {tuple(c) for c in fitted}
+    return tokens if all(tuple(c) in whole for c in choices) else None
+
+
 class MedusaStep(DecodeStep):
     """Medusa's state: the tree (cut to the budget near the end), the cache and the last hidden state."""
 
@@ -345,7 +356,7 @@ class MedusaStep(DecodeStep):
         self.positions = self.full.depth
         self.generator = make_generator(settings, device)
         self.cache = self.hidden = None
-        fitted = getattr(heads, "tree_tokens", None) if self.choices == getattr(heads, "tree_choices", None) else None
+        fitted = fitted_prior(heads, self.choices)
         self.overhead = heads_overhead(heads, backend) if params.pass_costs else 0.0
         self.gate = (StepGate(params.pass_costs, self.full.depth + 1, self.full.n, self.overhead,
                               prior_tokens=fitted) if params.pass_costs else None)
