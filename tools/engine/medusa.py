@@ -31,7 +31,9 @@ Acceptance:
 Cost gate (``MedusaParams.pass_costs``, set by the sizing from this machine's cost curve;
 tools.engine.gate.StepGate): a step is plain (the root alone, the heads not run) while the recent tree
 steps gave fewer tokens than their pass and the heads' reads cost, a tree step again every 16; none at
-all where even a fully accepted tree could not gain 25%. The output is the same either way.
+all where even a fully accepted tree could not gain 25%. Its record starts from the fitted tree's tokens
+per step where the tree is that one or a part of it (``fitted_prior``), else from a trial of full steps.
+The output is the same either way.
 
 Counters: per step the *proposed path length* is the tree depth used that step and the *accepted
 candidate tokens* are the accepted path's length without the root; ``tokens_drafted`` and
