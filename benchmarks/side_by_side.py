@@ -8,6 +8,8 @@ every variant alike. Parameters not given are sized as `run` sizes them.
 
     .venv/bin/python benchmarks/side_by_side.py eagle '{"trim": {}, "full": {"trim": false}}' \\
         --categories coding,math,writing,qa,summarization
+
+The draft method loads the target's built-in draft model (`{"sized": {}}` times the sized default).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tools.engine.methods import MethodContext, parse_params, run
 from tools.engine.types import GenerationSettings
 from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
 from tools.medusa.eagle_train import load_eagle_for
+from tools.models import builtin_draft_for
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 
@@ -38,7 +41,7 @@ def first_of_each(half: str, categories: list[str]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("method", choices=["eagle", "lookahead", "ngram", "medusa"])
+    parser.add_argument("method", choices=["eagle", "lookahead", "ngram", "medusa", "draft"])
     parser.add_argument("variants", help='JSON: {"name": {parameters}, ...}')
     parser.add_argument("--half", default="fit", choices=["fit", "eval"])
     parser.add_argument("--categories", default="coding,math,writing,qa,summarization")
@@ -48,6 +51,8 @@ def main() -> None:
     torch.set_num_threads(2)
     target = load_cached(TARGET, args.dtype, None, 2)
     ctx = MethodContext(target=target, eagle_head=load_eagle_for(target, None) if args.method == "eagle" else None)
+    if args.method == "draft":
+        ctx.draft = load_cached(builtin_draft_for(TARGET), args.dtype, None, 2)
     if args.method == "medusa":
         ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
     sized = {name: parse_params(args.method, sized_params([args.method], {args.method: given}, Store(), ctx, False)
