@@ -246,6 +246,25 @@ def test_train_save_load_resume_and_run(tmp_path):
     assert eagle.generate(model, head, chunks[0][:4], settings).output_ids == base
 
 
+def test_a_checkpoint_from_before_autocast_resumes_as_float32_training(tmp_path):
+    from tools.medusa.eagle_train import STATE_FILE, EagleTrainConfig, train_head
+
+    model = make_tiny_model("qwen2", layers=2, seed=0)
+    chunks, shards = _tiny_shards(model, tmp_path)
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    config = EagleTrainConfig(intermediate_size=32, draft_vocab=40, epochs=1, held_out_chunks=2, checkpoint_every=2,
+                              learning_rate=3e-3, autocast=False)
+    out = tmp_path / "head"
+    train_head(shards, embed, lm_head, model.config, out, config, "key", chunks, {})
+    state = torch.load(out / STATE_FILE, weights_only=True)
+    del state["config"]["autocast"]  # written before the setting existed: those runs trained in float32
+    torch.save(state, out / STATE_FILE)
+    assert train_head(shards, embed, lm_head, model.config, out, config, "key", chunks, {})["steps"] == state["step"]
+    with pytest.raises(ParameterError, match="other data or settings"):
+        train_head(shards, embed, lm_head, model.config, out, config.model_copy(update={"autocast": True}), "key",
+                   chunks, {})
+
+
 def test_training_in_bfloat16_autocast_follows_float32(tmp_path):
     from tools.medusa.eagle_train import EagleTrainConfig, train_head
 

@@ -137,3 +137,28 @@ def test_an_interrupted_make_data_says_what_is_kept(tiny_model_dir, tmp_path, mo
                  "--dtype", "float32"])
     err = capsys.readouterr().err
     assert code == 130 and "kept in --out" in err and "bench" not in err
+
+
+def test_resuming_answers_a_prompt_that_only_appears_inside_an_answer(tmp_path):
+    from conftest import make_tiny_model_folder
+
+    from tools import models
+
+    generator = models.load(str(make_tiny_model_folder(tmp_path / "model", eos=True)), dtype="float32")
+    generator.tokenizer.chat_template = "{% for m in messages %}[user] {{ m['content'] }} [answer] {% endfor %}"
+    prompts = build_prompts(2, variety="chat")
+    out = tmp_path / "data.txt"
+    out.write_text(f"[user] something else [answer] as the request said: {prompts[1]}<eos>\n")
+    write_distill_data(generator, out, n_prompts=2, max_new_tokens=4, batch_size=2, variety="chat")
+    text = out.read_text()
+    assert text.count("<eos>") == 3
+    assert f"[user] {prompts[0]} [answer]" in text and f"[user] {prompts[1]} [answer]" in text
+
+
+def test_make_data_refuses_a_bad_skip_before_loading_the_generator(tmp_path, capsys):
+    from agent.cli.main import main
+
+    code = main(["medusa", "make-data", "--generator", str(tmp_path / "no-such-model"), "--out", str(tmp_path / "d.txt"),
+                 "--prompts", "4", "--skip", "4"])
+    err = capsys.readouterr().err
+    assert code != 0 and "--skip 4" in err and "no-such-model" not in err

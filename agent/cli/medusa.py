@@ -89,7 +89,9 @@ def cmd_medusa_train(args) -> int:
 
 
 def cmd_medusa_make_data(args) -> int:
-    write_distill_data = _medusa().data.write_distill_data
+    data = _medusa().data
+    data.check_skip(args.prompts, args.skip)  # before the generator loads (minutes for a large one)
+    write_distill_data = data.write_distill_data
     generator = models.load(args.generator, dtype=args.dtype)
     path = write_distill_data(generator, args.out, n_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                               batch_size=args.batch_size, seed=args.seed, progress=lambda m: err.print(m),

@@ -300,6 +300,19 @@ def build_prompts(n: int = 240, seed: int = 0, variety: str = "basic") -> list[s
     return prompts
 
 
+def render_prompt(tokenizer, prompt: str) -> str:
+    """``prompt`` as one user turn in the chat template, up to where the answer starts."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         tokenize=False)
+
+
+def check_skip(n_prompts: int, skip: int) -> None:
+    """Refuse a ``skip`` that leaves no prompt of the ``n_prompts`` (before any model loads)."""
+    if not 0 <= skip < n_prompts:
+        raise ParameterError(f"--skip {skip} must be at least 0 and below --prompts ({n_prompts})",
+                             hint="ask for more prompts than you skip (--prompts N --skip M with M < N)")
+
+
 @torch.inference_mode()
 def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, batch_size: int = 16,
                      progress=None, on_batch=None) -> list[str]:
@@ -313,8 +326,7 @@ def generate_answers(generator, prompts: list[str], max_new_tokens: int = 192, b
     texts = []
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start: start + batch_size]
-        chats = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-                 for p in batch]
+        chats = [render_prompt(tok, p) for p in batch]
         enc = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
         done = [chat + tok.decode(row, skip_special_tokens=True) + (tok.eos_token or "") + "\n"
@@ -332,18 +344,18 @@ def write_distill_data(generator, out: str | Path, n_prompts: int = 240, max_new
                        restart: bool = False, skip: int = 0) -> Path:
     """Build prompts, generate answers and append them to ``out`` batch by batch (one conversation after
     another), so an interrupted run keeps what it wrote; a later call with the same settings answers only
-    the prompts ``out`` does not hold yet (``restart``: start the file again). ``skip``: leave out the first
-    ``skip`` prompts of the list (answered in another file), so a second file continues the first's list."""
-    if not 0 <= skip < n_prompts:
-        raise ParameterError(f"--skip {skip} must be at least 0 and below --prompts ({n_prompts})",
-                             hint="ask for more prompts than you skip (--prompts N --skip M with M < N)")
+    the prompts ``out`` does not hold yet, each as its whole rendered chat turn, so a prompt that only appears
+    inside another prompt or an answer is still answered (``restart``: start the file again). ``skip``: leave
+    out the first ``skip`` prompts of the list (answered in another file), so a second file continues the
+    first's list."""
+    check_skip(n_prompts, skip)
     prompts = build_prompts(n_prompts, seed, variety)[skip:]
     path = Path(out).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     if restart or not path.is_file():
         path.write_text("")
     held = path.read_text()
-    todo = [p for p in prompts if p not in held]
+    todo = [p for p in prompts if render_prompt(generator.tokenizer, p) not in held]  # the whole rendered turn
     if progress and len(todo) < len(prompts):
         progress(f"resuming: {len(prompts) - len(todo)} of {len(prompts)} prompts already answered in {path.name}")
 

@@ -170,7 +170,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
     state_path = out / STATE_FILE
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=True)
-        if state["key"] != key or state["config"] != config.model_dump():
+        if state["key"] != key or _saved_config(state["config"]) != config.model_dump():
             raise ParameterError(f"{out} holds a checkpoint for other data or settings",
                                  hint="choose another output folder, or delete its eagle_train_state.pt")
         head.load_state_dict(state["head"])
@@ -220,6 +220,12 @@ def top1_by_depth(head: EagleHead, shards: list[dict], embed: torch.Tensor, lm_h
     with torch.no_grad():
         per_chunk = [chunk_loss(head, s, embed, rows, to_draft, config)[1] for s in shards]
     return [round(sum(c[p] for c in per_chunk) / len(per_chunk), 4) for p in range(len(per_chunk[0]))]
+
+
+def _saved_config(saved: dict) -> dict:
+    """A checkpoint's settings with those added since it was written at the value they had then
+    (``autocast``: checkpoints from before it trained in float32)."""
+    return {"autocast": False, **saved}
 
 
 def _checkpoint(path: Path, head, optimizer, step, key, config, history) -> None:
