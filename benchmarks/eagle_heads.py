@@ -15,6 +15,8 @@ the target's features as in training, and the tokens per target pass of a run dr
 tree (depth 5, top-4, no cost gate) for 64 new tokens:
 
     .venv/bin/python benchmarks/eagle_heads.py OLD_HEAD_DIR shipped --answers 7
+
+(--half fit takes the prompts from the fit half instead, where a choice between heads is made.)
 """
 
 from __future__ import annotations
@@ -43,13 +45,13 @@ def fused_layers(heads) -> tuple[int, ...]:
     return tuple(sorted({i for head in heads for i in head.config.fuse_layers}))
 
 
-def on_answers(target, heads: dict, categories: int) -> dict:
-    """{category: {head: {"top1_by_depth", "tokens_per_pass"}}} on the target's answers to eval-half prompts."""
+def on_answers(target, heads: dict, categories: int, half: str = "eval") -> dict:
+    """{category: {head: {"top1_by_depth", "tokens_per_pass"}}} on the target's answers to prompts of ``half``."""
     model = target.model
     embed = model.get_input_embeddings().weight.detach().float()
     lm_head = model.get_output_embeddings().weight.detach().float()
     firsts: dict[str, dict] = {}
-    for row in load_prompt_set("eval"):
+    for row in load_prompt_set(half):
         firsts.setdefault(row["category"], row)
     out = {}
     for category, row in list(firsts.items())[:categories]:
@@ -77,14 +79,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=250000, help="the training text's length (as trained)")
     parser.add_argument("--held-out", type=int, default=4, help="chunks at the end of that text")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--answers", type=int, default=0, help="compare on answers to N eval-half categories")
+    parser.add_argument("--answers", type=int, default=0, help="compare on answers to N categories' prompts")
+    parser.add_argument("--half", default="eval", choices=["fit", "eval"],
+                        help="the Spec-Bench half those prompts come from (fit: to choose a head; eval: to report)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     target = models.load(args.target, dtype=args.dtype)
     model = target.model
     if args.answers:
         heads = {n: eagle_train.load_eagle_for(target, None if n == "shipped" else n) for n in args.heads}
-        print(json.dumps({"answers": on_answers(target, heads, args.answers)}))
+        print(json.dumps({"answers": on_answers(target, heads, args.answers, args.half)}))
         return
     files = args.data or eagle_train.default_data_files(args.target)
     chunks = tokenize_files(target.tokenizer, files, 512, args.max_tokens, 8)

@@ -10,6 +10,9 @@ every variant alike. Parameters not given are sized as `run` sizes them.
         --categories coding,math,writing,qa,summarization
 
 The draft method loads the target's built-in draft model (`{"sized": {}}` times the sized default).
+An EAGLE variant may name its head (`"head": FOLDER`; the shipped one otherwise), to time two heads:
+
+    .venv/bin/python benchmarks/side_by_side.py eagle '{"shipped": {}, "new": {"head": "HEAD_DIR"}}' --half eval
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ def first_of_each(half: str, categories: list[str]) -> list[dict]:
     return [rows[c] for c in categories if c in rows]
 
 
+def variant_context(ctx: MethodContext, target, head: str | None) -> MethodContext:
+    """``ctx``, or a copy of it drafting with the EAGLE head in folder ``head``."""
+    if head is None or head == "shipped":
+        return ctx
+    return MethodContext(**{**vars(ctx), "eagle_head": load_eagle_for(target, head)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("method", choices=["eagle", "lookahead", "ngram", "medusa", "draft"])
@@ -55,8 +65,11 @@ def main() -> None:
         ctx.draft = load_cached(builtin_draft_for(TARGET), args.dtype, None, 2)
     if args.method == "medusa":
         ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
-    sized = {name: parse_params(args.method, sized_params([args.method], {args.method: given}, Store(), ctx, False)
-                                [args.method].params) for name, given in json.loads(args.variants).items()}
+    variants = json.loads(args.variants)
+    contexts = {name: variant_context(ctx, target, given.pop("head", None)) for name, given in variants.items()}
+    sized = {name: parse_params(args.method, sized_params([args.method], {args.method: given}, Store(),
+                                                          contexts[name], False)[args.method].params)
+             for name, given in variants.items()}
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids_for(target))
     names, total = list(sized), {name: [0.0, 0.0] for name in sized}
     for row in first_of_each(args.half, args.categories.split(",")):
@@ -65,12 +78,13 @@ def main() -> None:
         first = run("baseline", ctx, ids, settings, None)
         times, per_step = {name: [] for name in names}, {}
         for name in names + names[::-1]:
-            result = run(args.method, ctx, ids, settings, sized[name])
+            result = run(args.method, contexts[name], ids, settings, sized[name])
             times[name].append(result.wall_time_s)
             per_step[name] = round(result.mean_accepted_per_step, 2)
         last = run("baseline", ctx, ids, settings, None)
         base = (first.wall_time_s + last.wall_time_s) / 2
-        line = {"category": row["category"], "baseline_drift": round(abs(first.wall_time_s - last.wall_time_s) / base, 2)}
+        drift = round(abs(first.wall_time_s - last.wall_time_s) / base, 2)
+        line = {"category": row["category"], "baseline_drift": drift}
         for name in names:
             mean = sum(times[name]) / 2
             line[name] = {"speedup": round(base / mean, 2), "tokens_per_step": per_step[name]}
