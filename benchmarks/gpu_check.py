@@ -8,8 +8,9 @@ runs on a bare GPU machine:
     python benchmarks/gpu_check.py --device cpu --skip-timing                 # the same checks on a CPU
     python benchmarks/gpu_check.py --shape-from FOLDER                        # timing model of FOLDER's shape
 
-1. Exactness: tiny random Qwen2 and Llama targets (peaked logits), a perturbed copy as draft and random
-   Medusa heads; every method's greedy output is compared with the target's own greedy output (ours and
+1. Exactness: tiny random Qwen2 and Llama targets (peaked logits), a perturbed copy as draft, random
+   Medusa heads and EAGLE heads (a random one, and one trained on the CPU on the target's own continuation
+   of the check prompt, so that its trees hold long accepted paths); every method's greedy output is compared with the target's own greedy output (ours and
    transformers' ``generate``); each method also runs once with sampling (temperature 0.8).
 2. ``device_map="auto"``: a tiny checkpoint with a tokenizer is saved and loaded through
    tools.models.load, then decoded with every method.
@@ -17,7 +18,9 @@ runs on a bare GPU machine:
    converted folder): a model of that shape with random weights in bfloat16, loaded with
    ``device_map="auto"``. Reported: the forward-cost curve (seconds per pass over n new tokens after 512
    cached), the lookahead sizing it implies, and our plain decoding against transformers' ``generate``.
-   Random weights make acceptance meaningless, so no speedups are reported from it.
+   Random weights make acceptance meaningless, so no speedups are reported from it. EAGLE's step there uses
+   the head shipped for the default target when its shape fits. FOLDER needs no tokenizer: without one, a
+   small word-level tokenizer stands in (the weights are random anyway).
 """
 
 from __future__ import annotations
@@ -32,13 +35,15 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/tiny_models.py: the tiny random models
 
 import torch  # noqa: E402
 
-from tools.engine import autoregressive, lookahead, medusa, prompt_lookup, speculative  # noqa: E402
+from tools.engine import autoregressive, eagle, lookahead, medusa, prompt_lookup, speculative  # noqa: E402
+from tools.engine.eagle import EagleHead, config_for  # noqa: E402
 from tools.engine.lookahead import LookaheadParams  # noqa: E402
 from tools.engine.medusa import MedusaHeads, MedusaParams  # noqa: E402
+from tools.engine.params import EagleParams  # noqa: E402
 from tools.engine.prompt_lookup import PromptLookupParams  # noqa: E402
 from tools.engine.types import GenerationSettings  # noqa: E402
 from tiny_models import make_tiny_model, perturbed_copy  # noqa: E402
@@ -62,6 +67,33 @@ def random_heads(model, seed: int = 2, num_heads: int = 4) -> MedusaHeads:
         for p in heads.parameters():
             p.normal_(0, 0.05)
     return heads.to(device=model.device, dtype=model.dtype).eval()
+
+
+def random_eagle_head(config, seed: int = 4) -> EagleHead:
+    torch.manual_seed(seed)
+    head = EagleHead(config_for(config, config.vocab_size, 2 * config.hidden_size), torch.arange(config.vocab_size))
+    head.init_identity()
+    return head.eval()
+
+
+def trained_eagle_head(kind: str, prompt: list[int], max_new: int) -> EagleHead:
+    """A head trained on the CPU in float32 on the tiny target's own greedy continuation of ``prompt``
+    (read from several starting points), so that the decoders' deep accepted paths get exercised."""
+    from tools.medusa.eagle_train import EagleTrainConfig, train_head
+    from tools.medusa.features import cache_chunk_features, load_chunk_features
+
+    model = tiny_model(kind)
+    seq = list(prompt) + autoregressive.generate(model, prompt, GenerationSettings(max_new_tokens=max_new + 8)).output_ids
+    chunks = [seq[i:] for i in range(0, 24, 3)]
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    config = EagleTrainConfig(intermediate_size=2 * model.config.hidden_size, draft_vocab=VOCAB, epochs=40,
+                              held_out_chunks=1, learning_rate=3e-3, checkpoint_every=10_000, autocast=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = load_chunk_features(cache_chunk_features(model, chunks, Path(tmp) / "features"))
+        train_head(shards, embed, lm_head, model.config, Path(tmp) / "head", config, "gpu-check", chunks, {})
+        from tools.medusa.eagle_train import load_head
+
+        return load_head(Path(tmp) / "head")
 
 
 class OracleHeads:
@@ -97,10 +129,17 @@ def prompt_ids(length: int = 48, seed: int = 3) -> list[int]:
     return base + base[: length // 4] + torch.randint(0, VOCAB, (length - len(base) - length // 4,), generator=g).tolist()
 
 
-def methods(target, draft, heads, oracle=None):
-    """name -> function(prompt, settings) returning a DecodeResult."""
+def methods(target, draft, heads, oracle=None, eagle_heads=None):
+    """name -> function(prompt, settings) returning a DecodeResult. ``eagle_heads``: (random, trained)."""
     extra = {"medusa (oracle heads, tree auto)": lambda p, s: medusa.generate(
         target, oracle, p, s, MedusaParams(tree="auto"))} if oracle is not None else {}
+    if eagle_heads is not None:
+        rand, trained = eagle_heads
+        extra |= {
+            "eagle (random head)": lambda p, s: eagle.generate(target, rand, p, s, EagleParams(eagle_lookup=0)),
+            "eagle (trained head)": lambda p, s: eagle.generate(target, trained, p, s, EagleParams(eagle_lookup=0)),
+            "eagle (trained head, lookup branch)": lambda p, s: eagle.generate(target, trained, p, s, EagleParams()),
+        }
     return {
         "draft model k=4": lambda p, s: speculative.generate(target, draft, p, s, k=4),
         **extra,
@@ -138,6 +177,7 @@ def check_exactness(device: str, dtypes: list[str], max_new: int) -> list[dict]:
             heads = random_heads(target)
             prompt = prompt_ids()
             oracle = OracleHeads(target, prompt, max_new)
+            eagle_heads = (random_eagle_head(target.config), trained_eagle_head(kind, prompt, max_new))
             greedy = GenerationSettings(max_new_tokens=max_new)
             sampled = GenerationSettings(max_new_tokens=max_new, temperature=0.8, top_p=0.95, seed=5)
             base = autoregressive.generate(target, prompt, greedy).output_ids
@@ -145,7 +185,7 @@ def check_exactness(device: str, dtypes: list[str], max_new: int) -> list[dict]:
             rows.append(dict(model=kind, dtype=dname, method="plain (ours) vs transformers generate",
                              identical=base == hf, first_difference=first_difference(base, hf),
                              tokens_per_step=1.0, sampling_ok=True))
-            for name, run in methods(target, draft, heads, oracle).items():
+            for name, run in methods(target, draft, heads, oracle, eagle_heads).items():
                 row = dict(model=kind, dtype=dname, method=name)
                 try:
                     r = run(prompt, greedy)
@@ -160,10 +200,41 @@ def check_exactness(device: str, dtypes: list[str], max_new: int) -> list[dict]:
     return rows
 
 
-def save_tiny_checkpoint(folder: Path, tokenizer_from: Path | None) -> None:
-    """A tiny Qwen2 checkpoint with a tokenizer (copied from ``tokenizer_from`` or a small word-level one)."""
+def word_tokenizer(size: int):
+    """A word-level tokenizer of ``size`` words ("w0" ... ): enough to save and load a checkpoint."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    raw = Tokenizer(models.WordLevel({f"w{i}": i for i in range(size)}, unk_token="w0"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="w0", eos_token="w1")
+
+
+def shaped_tokenizer(shape_from: Path, size: int):
+    """The folder's own tokenizer, or a word-level stand-in where it has none."""
+    from transformers import AutoTokenizer
+
+    if not any((shape_from / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        return word_tokenizer(size)
+    return AutoTokenizer.from_pretrained(str(shape_from))
+
+
+def shaped_eagle_head(config) -> tuple[EagleHead, str]:
+    """The EAGLE head shipped for the default target where it fits ``config``, else a random one of its shape."""
+    from tools.medusa.eagle_train import SHIPPED, load_head
+
+    folder = SHIPPED / "qwen2.5-coder-1.5b-instruct"
+    if folder.is_dir():
+        head = load_head(folder)
+        if head.config.hidden_size == config.hidden_size and int(head.draft_ids.max()) < config.vocab_size:
+            return head, "shipped head"
+    torch.manual_seed(0)
+    size = min(8192, config.vocab_size)
+    return EagleHead(config_for(config, size, 2048), torch.arange(size)).eval(), "random head"
+
+
+def save_tiny_checkpoint(folder: Path, tokenizer_from: Path | None) -> None:
+    """A tiny Qwen2 checkpoint with a tokenizer (copied from ``tokenizer_from`` or a small word-level one)."""
     model = tiny_model("qwen2")
     if tokenizer_from is not None:
         from transformers import AutoTokenizer
@@ -171,12 +242,7 @@ def save_tiny_checkpoint(folder: Path, tokenizer_from: Path | None) -> None:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_from))
         model.resize_token_embeddings(len(tok))
     else:
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        vocab = {f"w{i}": i for i in range(VOCAB)}
-        raw = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
-        raw.pre_tokenizer = pre_tokenizers.Whitespace()
-        tok = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="w0", eos_token="w1")
+        tok = word_tokenizer(VOCAB)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
 
@@ -200,7 +266,8 @@ def check_device_map_auto(device: str, max_new: int) -> list[dict]:
             base = autoregressive.generate(target, prompt, greedy).output_ids
             info = dict(loaded_device=loaded.device, dtype=loaded.dtype, dtype_reason=loaded.dtype_reason,
                         hf_device_map=getattr(target, "hf_device_map", None))
-            for name, run in methods(target, draft, heads, OracleHeads(target, prompt, max_new)).items():
+            eagle_heads = (random_eagle_head(target.config), trained_eagle_head("qwen2", prompt, max_new))
+            for name, run in methods(target, draft, heads, OracleHeads(target, prompt, max_new), eagle_heads).items():
                 row = dict(method=name, **info)
                 try:
                     r = run(prompt, greedy)
@@ -215,7 +282,7 @@ def check_device_map_auto(device: str, max_new: int) -> list[dict]:
 
 def timing(shape_from: Path, device: str, max_new: int) -> dict:
     """Forward-cost curve and plain decoding speed for a random model of ``shape_from``'s shape."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from tools import models
     from tools.engine.cost_curve import flat_tokens, forward_cost_curve, suggest_lookahead_params
@@ -227,7 +294,7 @@ def timing(shape_from: Path, device: str, max_new: int) -> dict:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.save_pretrained(folder)
-        AutoTokenizer.from_pretrained(str(shape_from)).save_pretrained(folder)
+        shaped_tokenizer(shape_from, config.vocab_size).save_pretrained(folder)
         del model
         t = time.perf_counter()
         loaded = models.load(str(folder), dtype="bfloat16", device_map="auto" if device != "cpu" else None)
@@ -248,7 +315,10 @@ def timing(shape_from: Path, device: str, max_new: int) -> dict:
              for k, v in runs.items()}
     steps = {}
     heads = random_heads(target, num_heads=4)
+    ehead, ehead_kind = shaped_eagle_head(config)
     step_methods = {
+        f"eagle ({ehead_kind}, depth 5, 10 nodes)": lambda: eagle.generate(target, ehead, prompt, settings,
+                                                                           EagleParams(eagle_lookup=0)),
         "medusa (random heads, tree auto)": lambda: medusa.generate(target, heads, prompt, settings,
                                                                    MedusaParams(tree="auto")),
         "lookahead W15 N5 G5 + 2 lookup drafts": lambda: lookahead.generate(target, prompt, settings,
