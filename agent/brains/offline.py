@@ -14,20 +14,20 @@ from typing import Any
 
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
-from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE,
-                                  DEFAULT_WORD, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING,
-                                  PARAM_DEFAULT, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, OTHER_ACTIONS, PARAM_WORDS, PAST, QUOTED,
-                                  RECALL_STRONG, RECALL_WEAK, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
-                                  RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION,
-                                  STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS,
-                                  URL_OR_PATH, WHICH, Message, compare_list, find_hardware, find_method, find_methods,
-                                  find_packages, find_params, find_prompt, find_target, find_topic, leading_methods,
-                                  method_of_params, unquote)
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE, DEFAULT_WORD,
+                                  DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING, GUIDE_WORDS,
+                                  HARMFUL, INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS,
+                                  PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPORT_JSON, REPORT_WORDS, RUNS_QUESTION,
+                                  RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
+                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
+                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
+                                  count_before, find_draft, find_hardware, find_method, find_methods, find_packages,
+                                  find_params, find_prompt, find_target, find_topic, known_packages, leading_methods,
+                                  method_of_params, method_of_words, run_input, unquote)
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
-from tools.agent_tools.saved_params import run_fields
-from tools.engine.params import ACCELERATED, METHODS, PARAM_MODELS
+from tools.engine.params import ACCELERATED, METHODS
 from tools.models import builtin_draft_for
 
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
@@ -54,8 +54,8 @@ GREETING_TEXT = ("Hello! I measure speculative decoding on this machine: run or 
                  "(/help lists everything)")
 CLOSING_TEXT = "You're welcome. Everything measured is stored; unfinished work will be listed next time."
 # rules for plain words, tried in this order (each returns a Reply, or None to pass)
-WORD_RULES = ("_social", "_other_hardware", "_save_words", "_compare_words", "_run_on_prompt", "_gated_words",
-              "_cost_curve_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",
+WORD_RULES = ("_social", "_refusals", "_other_hardware", "_save_words", "_cost_curve_words", "_compare_words",
+              "_run_on_prompt", "_gated_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",
               "_explain_words", "_lookup_words", "_run_words")
 
 
@@ -138,6 +138,17 @@ class OfflineBrain:
                 return Reply(CLOSING_TEXT)
         return None
 
+    def _refusals(self, session: Session, msg: Message) -> Reply | None:
+        """Prompts it will not generate text for, and deleting what is stored (no tool does that)."""
+        if HARMFUL.search(msg.text):
+            return Reply("I will not generate text for that prompt, not even to time it. Give me another prompt and "
+                         "I will measure it.", not_done="declined: the prompt asks for harmful content")
+        if DELETE_WORDS.search(msg.head) and not msg.methods:
+            return Reply(f"I do not delete stored runs or memory from the chat. Everything specpilot remembers is in "
+                         f"one SQLite file, {session.store.path}; move or delete it yourself to start afresh.",
+                         not_done="no tool deletes stored runs or memory; told where the file is")
+        return None
+
     def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
         named = find_hardware(msg.head)
         if named is None:
@@ -183,24 +194,31 @@ class OfflineBrain:
     def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
         if not msg.prompt:
             return None
-        asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION))
-                                              and not msg.has(PAST))
+        asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION)
+                                               or len(msg.methods) == 1) and not msg.has(PAST))
         if not asked:
             return None
         method = msg.methods[0] if msg.methods else None
+        draft = find_draft(msg.head)
         return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
-                         options=find_params(msg.head))
+                         options=find_params(msg.head) | ({"draft": draft} if draft else {}))
 
     def _gated_words(self, session: Session, msg: Message) -> Reply | None:
+        upgrade = msg.has(UPGRADE_WORDS)
+        if upgrade and known_packages(msg.head) and not msg.has(INSTALL_WORDS):  # "upgrade transformers"
+            return self._call(session, "install_packages", {"packages": known_packages(msg.head), "upgrade": True})
         if msg.has(INSTALL_WORDS):
-            return self._install(session, find_packages(msg.text))
+            return self._install(session, find_packages(msg.text), upgrade)
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
-            return self._train(session, msg.target)
+            sizes = {"num_heads": count_before(r"heads?", msg.head), "steps": count_before(r"steps?", msg.head)}
+            return self._train(session, msg.target, {k: v for k, v in sizes.items() if v})
+        report = {**({"format": "json"} if msg.has(REPORT_JSON) else {}),
+                  **({"limit": int(n.group(1))} if (n := NEWEST_N.search(msg.head)) else {})}
         if msg.has(SHARE_WORDS):
             found = URL_OR_PATH.search(msg.text)
-            return self._share(session, found.group(1) if found else None)
+            return self._share(session, found.group(1) if found else None, report)
         if msg.has(REPORT_WORDS):
-            return self._call(session, "write_report", {})
+            return self._call(session, "write_report", report)
         return None
 
     def _cost_curve_words(self, session: Session, msg: Message) -> Reply | None:
@@ -221,7 +239,7 @@ class OfflineBrain:
 
     def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
         advice = msg.has(GUIDE_WORDS) or (msg.has(PARAM_WORDS) and not msg.has(PAST) and (
-            msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES))))
+            msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
         if not advice:
             return None
         method = next((m for m in msg.methods if m in ACCELERATED), None) or method_of_words(msg.head)
@@ -303,7 +321,7 @@ class OfflineBrain:
             return self._run(session, tool_input.get("method"), prompt, again=tool_input.get("again", False),
                              target=tool_input.get("target"), options=tool_input.get("options"))
         if missing == "destination":
-            return self._share(session, answer.strip())
+            return self._share(session, answer.strip(), tool_input)
         if missing == "packages":
             return self._install(session, find_packages("install " + answer))
         return Reply(f"I was waiting for {missing}; let us start over.\n{HELP}")
@@ -374,7 +392,8 @@ class OfflineBrain:
 
     def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
         """Restate stored runs; ``one_method_only``: filter by method only when the message names one."""
-        tool_input: dict[str, Any] = {}
+        newest = NEWEST_N.search(text)
+        tool_input: dict[str, Any] = {"limit": min(int(newest.group(1)), 50)} if newest else {}
         run_id = RUN_ID.search(text.lower())
         if run_id:
             tool_input["run_id"] = run_id.group(0)
@@ -419,41 +438,22 @@ class OfflineBrain:
             return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, tradeoffs.")
         return self._call(session, "explain", {"topic": topic})
 
-    def _install(self, session: Session, packages: list[str]) -> Reply:
+    def _install(self, session: Session, packages: list[str], upgrade: bool = False) -> Reply:
         if not packages:
             return self._ask("install_packages", {}, "packages", "Which packages should I install (PyPI names)?")
-        return self._call(session, "install_packages", {"packages": packages})
+        return self._call(session, "install_packages", {"packages": packages, **({"upgrade": True} if upgrade else {})})
 
-    def _train(self, session: Session, target: str | None) -> Reply:
+    def _train(self, session: Session, target: str | None, sizes: dict | None = None) -> Reply:
         saved = session.store.get_params("medusa") or {}
         target = target or saved.get("target")
-        return self._call(session, "train_medusa", {"target": target} if target else {})
+        return self._call(session, "train_medusa", {**({"target": target} if target else {}), **(sizes or {})})
 
-    def _share(self, session: Session, destination: str | None) -> Reply:
+    def _share(self, session: Session, destination: str | None, report: dict | None = None) -> Reply:
         if not destination:
-            return self._ask("share_results", {}, "destination",
+            return self._ask("share_results", dict(report or {}), "destination",
                              "Where should the report go (an http(s) URL or a folder outside this machine)? "
                              "Sharing asks for your approval first. To keep it local, say 'write a report'.")
-        return self._call(session, "share_results", {"destination": destination})
-
-
-def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
-    """run_method's input: the method's own parameters under ``params``, run fields (target,
-    max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
-    own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
-    top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
-    if target:
-        top["target"] = target
-    return {"method": method, "prompt": prompt, **top, **({"params": own} if own else {})}
-
-
-PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r"\b(?:k|draft length)\b",
-               "medusa": r"\b(?:threshold|alpha|tree|heads?)\b"}
-
-
-def method_of_words(text: str) -> str | None:
-    """The method whose parameter a message names ("the window" -> lookahead), or None."""
-    return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
+        return self._call(session, "share_results", {"destination": destination, **(report or {})})
 
 
 SLASH = {

@@ -8,9 +8,11 @@ Everything here is plain text processing: no tools, no memory.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
+from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.install import check_package
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import ACCELERATED, METHOD_NAMES, PARAM_MODELS
@@ -24,6 +26,7 @@ I = re.IGNORECASE
 METHOD_SYNONYMS = {
     "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
     "lookahead": r"look[- ]?ahead|jacobi",
+    "eagle": r"eagle(?:-?[123])?",
     "ngram": r"n-?gram|prompt[- ]lookup",
     "baseline": r"baseline|plain(?: generation| decoding)?|autoregressive|normal generation|no speculation",
 }
@@ -31,22 +34,33 @@ METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
                 for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
 TOPIC_WORDS = {
     "tradeoffs": r"trade-?offs?|differ\w*|compare|comparison|versus|\bvs\.?\b|which (?:method|one) (?:is|should)|"
-                 r"pros and cons|(?:three|four|all the|the) methods",
+                 r"pros and cons|(?:three|four|five|all the|the) methods|(?:one|a) (?:method|approach) over|"
+                 r"when (?:would|should) (?:i|you|one|we) (?:use|pick|choose|prefer)",
+    "eagle": r"eagle",
     "medusa": r"medusa",
     "lookahead": r"look[- ]?ahead|jacobi",
     "draft": r"draft|speculative|assisted",
 }
 # "speculative decoding methods" names all of them, not the draft-model method
 GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", I)
+# "nothing speculative", "without speculation": plain decoding
+NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?speculat\w*", I)
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
 RUN_ID = re.compile(r"\b[0-9a-f]{8}\b")
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
 URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
 INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
-                  "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that"}
+                  "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
+                  # words that name no package ("install something so it goes faster": ask which)
+                  "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
+                  "needed", "necessary", "missing", "required", "what", "is", "are", "i", "we", "need", "make", "run",
+                  "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in"}
+# the packages check_deps knows, by pip or import name (an import name that is also a method's names no package)
+KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not in METHOD_NAMES},
+                  **{p.dist.lower(): p.dist for p in PACKAGES}}
 
 # ---- kinds of request (each a few meaning-bearing words) -------------------------------------
-COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against each other)", I)
+COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against|pit)\b", I)
 SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
 WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
 # a question about differences rather than a request to measure them
@@ -58,8 +72,9 @@ STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b",
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers)\b", I)
-RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest) (?:\w+ )?run\b", I)
-ASKING = re.compile(r"\b(?:what|which|show|how|tell|did|was|were|list|give|see|find|display)\b", I)
+RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any) (?:\w+ )?run\b", I)
+ASKING = re.compile(r"\b(?:what|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|bring up|get|"
+                    r"fetch|retrieve|look up|print)\b", I)
 SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
 RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute)\b", I)
 RUN_LOOSE = re.compile(r"\b(?:run|try|benchmark|measure|speed up|accelerate|generate|test|time)\b", I)
@@ -84,19 +99,30 @@ PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?g
                          r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
 ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recommended|pick|choose|which|what|how)\b", I)
 STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible)\b", I)
-EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce)\b", I)
-EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|what are|how does|how do|how is|tell me about|why|"
-                           r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work)\b", I)
+EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce|eli5)\b", I)
+EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
+                           r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
+                           r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words)|"
+                           r"when (?:would|should|do))\b", I)
+# a question about how or why a method works, not about which values to give it
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
-                        r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed))\b|"
+                        r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
+                        r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
+                        r"(?:env\w*|setup|installation) (?:is )?(?:ok|okay|fine|ready|good|working))\b|"
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
+UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*)\b", I)
-SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send)\b", I)
+SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
+REPORT_JSON = re.compile(r"\bjson\b", I)
+NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b", I)
 REPORT_WORDS = re.compile(r"\breport\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
-                        r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward)", I)
+                        r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
+                        r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
+                        r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared))", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
 THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
                     r"done for (?:today|now)|nothing else|all good)\b", I)
@@ -112,7 +138,8 @@ OTHER_HARDWARE = re.compile(
 FOLLOW_UP = re.compile(r"^\W*(?:and |but )?(?:on|what about|how about|with|for)\b", I)
 ESTIMATE = re.compile(r"\b(?:estimate\w*|predict\w*|expect\w*|would|will|could|might|guess|how (?:much )?fast\w*|"
                       r"speed-?ups?|faster|perform\w*|benefit|worth|tok(?:ens)?/s|run|measure|benchmark)\b", I)
-IN_SCOPE = re.compile(r"\b(?:decod\w*|speculat\w*|draft|medusa|lookahead|ngram|model\w*|tokens?|speed\w*|fast\w*|"
+IN_SCOPE = re.compile(r"\b(?:decod\w*|speculat\w*|draft|medusa|lookahead|ngram|eagle|jacobi|model\w*|tokens?|"
+                      r"speed\w*|fast\w*|"
                       r"runs?|method\w*|measur\w*|benchmark\w*|prompt\w*|gpu|cpu|latency|inference|llm)\b", I)
 # "a short prompt", "any prompt", "a prompt of your choice": the planner picks one
 SOME_PROMPT = re.compile(r"\b(?:a|any|some|one)\s+(?:\w+\s+)?(?:prompt|example|text|input)\b(?! (?:like|such as))|"
@@ -120,6 +147,15 @@ SOME_PROMPT = re.compile(r"\b(?:a|any|some|one)\s+(?:\w+\s+)?(?:prompt|example|t
 ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you (?:pick|choose)|default|"
                                r"a short one|short|pick one|your choice|doesn'?t matter|up to you)\W*$", I)
 SHORT_PROMPT = "Write a Python function that reverses a string."
+# a prompt specpilot will not generate text for, even to time it
+HARMFUL = re.compile(r"\b(?:key ?logger|ransomware|malware|spyware|botnet|trojan|rootkit|worm that|virus that|"
+                     r"zero[- ]day exploit|exploit (?:code )?(?:for|against)|phishing (?:e-?mail|page|site|kit)|"
+                     r"steal\w* (?:\w+ )?(?:passwords?|credentials|credit cards?|cookies)|"
+                     r"(?:make|build|synthes\w*) (?:a |an )?(?:bomb|explosive|nerve agent|bioweapon|chemical weapon)|"
+                     r"methamphetamine|hack into|ddos)\b", I)
+# deleting stored runs or memory: specpilot has no tool for it
+DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear out|forget|remove)\b.*\b(?:runs?|memory|history|data|"
+                          r"results|everything|settings|tasks?|database)\b", I)
 # built-in models by the words people use for them
 TARGET_WORDS = {
     SMALL_TARGET: r"smol\w*|small(?:est)?(?: built-?in)? model|tiny model|little model|135m",
@@ -170,6 +206,7 @@ class Message:
     def read(cls, text: str) -> Message:
         prompt = find_prompt(text)
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
+        head = fix_method_typos(head)
         return cls(text=text, prompt=prompt, head=head, methods=find_methods(without_values(head)),
                    target=find_target(head))
 
@@ -182,19 +219,39 @@ class Message:
         return len(self.head.split())
 
 
+TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline")
+NOT_TYPOS = {"eager", "media", "eagles", "baselines"}
+
+
+def fix_method_typos(text: str) -> str:
+    """Misspelt method names put right ("medsua" -> medusa); only words close to one name, never in the prompt."""
+    def fix(match: re.Match) -> str:
+        word = match.group(0)
+        if word.lower() in NOT_TYPOS:
+            return word
+        close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
+        return close[0] if close else word
+    return re.sub(r"\b[A-Za-z]{5,10}\b", fix, text)
+
+
 def field_of(alias: str) -> str | None:
     """The parameter field an alias names ("W" -> window, "top-p" -> top_p)."""
     return next((name for pattern, name in PARAM_NAMES.items() if re.fullmatch(pattern, alias, I)), None)
 
 
+BOOL_FIELDS = {f for model in PARAM_MODELS.values() for f, info in model.model_fields.items()
+               if info.annotation is bool} | {"chat"}
+
+
 def typed(name: str, raw: str):
-    """A parameter value as its type: int, float, bool, or text for model references and names."""
+    """A parameter value as its type: int, float, bool (for a yes/no field only: "64 new tokens on ..." sets no
+    flag), or text for model references and names."""
     low = raw.lower()
     if re.fullmatch(NUMBER, raw):
         return float(raw) if "." in raw or name in ("temperature", "top_p", "posterior_threshold",
                                                     "posterior_alpha", "draft_confidence") else int(raw)
     if low in BOOL_WORDS:
-        return BOOL_WORDS[low]
+        return BOOL_WORDS[low] if name in BOOL_FIELDS else None
     return raw if name in MODEL_FIELDS else None
 
 
@@ -219,11 +276,31 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:new |max(?:imum)? |output )?tokens\b(?!\s*/)", I)  # "64 new tokens"
 
 
+NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                            "thirteen fourteen fifteen sixteen".split())}
+NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(NUMBER_WORDS)})\b", I)
+
+
+def digits(text: str) -> str:
+    """Numbers written as words in digits ("k four" -> "k 4")."""
+    return NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(0).lower()]), text)
+
+
 def find_params(text: str) -> dict:
-    """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens")."""
+    """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
+    text = digits(text)
     found = TOKENS_FIRST.search(text)
     params = {"max_new_tokens": int(found.group(1))} if found else {}
-    return {**params, **{name: value for _, name, value in assignments(text)}}
+    params |= {name: value for _, name, value in assignments(text)}
+    if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
+        params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
+    return params
+
+
+def count_before(pattern: str, text: str) -> int | None:
+    """The number before ``pattern`` ("three medusa heads", "500 steps"), or None."""
+    found = re.search(rf"\b(\d+)\s+(?:\w+\s+)?(?:{pattern})\b", digits(text), I)
+    return int(found.group(1)) if found else None
 
 
 def without_values(text: str) -> str:
@@ -241,6 +318,7 @@ def method_of_params(params: dict) -> str | None:
 
 def find_method(text: str) -> str | None:
     """The decoding method a message names, or None."""
+    text = NOT_SPECULATIVE.sub(" baseline ", text)
     for method, words in METHOD_WORDS.items():
         if re.search(rf"\b(?:{words})\b", text, I):
             return method
@@ -250,7 +328,7 @@ def find_method(text: str) -> str | None:
 def find_methods(text: str) -> list[str]:
     """Every decoding method a message names (generic words such as "speculative decoding methods"
     name none), in the order of METHOD_WORDS."""
-    text = GENERIC_METHODS.sub(" ", text)
+    text = NOT_SPECULATIVE.sub(" baseline ", GENERIC_METHODS.sub(" ", text))
     return [m for m, words in METHOD_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)]
 
 
@@ -262,13 +340,31 @@ def find_topic(text: str) -> str | None:
     return None
 
 
-def find_target(text: str) -> str | None:
-    """The built-in target model a message names ("the small model" -> smollm2-135m-instruct), or None."""
+# a model named as the draft ("qwen2.5-coder-0.5b-instruct as the draft", "with a small model"), not the target
+AS_DRAFT = re.compile(r"^\s*as (?:the |my |a )?draft\b", I)
+WITH_BEFORE = re.compile(r"\b(?:decoding|sampling|speculat\w*|draft)\s+(?:with|w/|using|via)\s+(?:a |an |the )?$", I)
+
+
+def find_draft(text: str) -> str | None:
+    """The built-in model a message names as the draft, or None."""
     for name in BUILTIN_MODELS:
-        if name in text.lower():
+        at = text.lower().find(name)
+        if at >= 0 and AS_DRAFT.match(text[at + len(name):]):
+            return name
+    return None
+
+
+def find_target(text: str) -> str | None:
+    """The built-in target model a message names ("the small model" -> smollm2-135m-instruct), or None; a model
+    named as the draft, or a small model speculative decoding is done with ("decoding with a small model"), is not
+    the target."""
+    draft = find_draft(text)
+    for name in BUILTIN_MODELS:
+        if name in text.lower() and name != draft:
             return name
     for name, words in TARGET_WORDS.items():
-        if re.search(rf"\b(?:{words})(?![\w.])", text, I):
+        found = re.search(rf"\b(?:{words})(?![\w.])", text, I)
+        if found and name != draft and not WITH_BEFORE.search(text[:found.start()]):
             return name
     return None
 
@@ -308,10 +404,14 @@ def unquote(text: str) -> str:
 
 
 def find_prompt(text: str) -> str | None:
-    """The prompt inside a run request: quoted text, or everything after the first colon."""
+    """The prompt inside a run request: quoted text, everything after the first colon, or the lines after the
+    first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
     if quoted:
         return next(g for g in quoted.groups() if g)
+    first, _, rest = text.strip().partition("\n")
+    if rest.strip() and not re.search(r":(?!//)(?!\s*\d)", first):
+        return rest.strip()
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
     if colon:
         head, tail = text[:colon.start()], text[colon.end():]
@@ -320,8 +420,15 @@ def find_prompt(text: str) -> str | None:
     return None
 
 
+VAGUE_PACKAGES = re.compile(r"\binstall\b.*\b(?:something|anything|whatever|stuff|what(?:'s| is)? needed|"
+                            r"what (?:i|we) need|everything)\b", I | re.DOTALL)
+
+
 def find_packages(text: str) -> list[str]:
-    """Package names after the word 'install' (plain names only; filler words skipped)."""
+    """Package names after the word 'install' (plain names only; filler words skipped); none where the
+    message leaves them open ("install something so it goes faster": the planner asks which)."""
+    if VAGUE_PACKAGES.search(text):
+        return []
     match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I)
     if not match:
         return []
@@ -336,3 +443,28 @@ def is_package(word: str) -> bool:
     except ParameterError:
         return False
     return True
+
+
+def known_packages(text: str) -> list[str]:
+    """The packages check_deps knows that a message names ("upgrade transformers"), as pip names."""
+    names = [KNOWN_PACKAGES.get(w.lower()) for w in re.findall(r"[A-Za-z0-9_.-]+", text)]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
+    """run_method's input: the method's own parameters under ``params``, run fields (target,
+    max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
+    own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
+    top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
+    if target:
+        top["target"] = target
+    return {"method": method, "prompt": prompt, **top, **({"params": own} if own else {})}
+
+
+PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r"\b(?:k|draft length)\b",
+               "medusa": r"\b(?:threshold|alpha|tree|heads?)\b", "eagle": r"\b(?:depth|topk|tree_nodes)\b"}
+
+
+def method_of_words(text: str) -> str | None:
+    """The method whose parameter a message names ("the window" -> lookahead), or None."""
+    return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)

@@ -1,0 +1,66 @@
+"""The rule planner on requests that name no verb, spell numbers as words, put the prompt on the next line,
+misspell a method, or ask for what it must not do: each kind of request in words other than those it was
+written against (tool and key arguments, planned with ``ask --plan-only``; nothing runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.brains.phrases import digits, find_draft, find_params, find_target, fix_method_typos
+from test_offline_planner_phrases import key_args_match, planned_call, store  # noqa: F401  (the fixture)
+
+REQUESTS = [
+    # a method and a prompt: a run, with or without a verb
+    ("eagle on 'Name three rivers in Africa'", "run_method", {"method": "eagle", "prompt": "Name three rivers in Africa"}),
+    ("jacobi iteration for \"Write a haiku about snow\"", "run_method", {"method": "lookahead"}),
+    ("plain decoding, nothing speculative: 'List the days of the week'", "run_method", {"method": "baseline"}),
+    ("time draft on this one\nList three primary colours", "run_method",
+     {"method": "draft", "prompt": "List three primary colours"}),
+    ("run lookahed on 'hi there, friend'", "run_method", {"method": "lookahead"}),
+    ("draft with k five on 'Sort a dict by value'", "run_method", {"method": "draft", "params": {"k": 5}}),
+    ("draft decoding with qwen2.5-coder-0.5b-instruct as the draft on 'Reverse a list'", "run_method",
+     {"method": "draft", "draft": "qwen2.5-coder-0.5b-instruct"}),
+    ("medusa against lookahead for 'Explain DNS'", "compare_methods", {"methods": ["medusa", "lookahead"]}),
+    # numbers in words, and parameters that belong to one method
+    ("remember depth seven and topk six for eagle", "save_params", {"method": "eagle", "params": {"depth": 7, "topk": 6}}),
+    ("train two medusa heads for 300 steps", "train_medusa", {"num_heads": 2, "steps": 300}),
+    ("save a json report of the newest 3 runs", "write_report", {"format": "json", "limit": 3}),
+    ("show the latest 4 runs", "lookup_runs", {"limit": 4}),
+    ("pull up my eagle runs", "lookup_runs", {"method": "eagle"}),
+    # explanations, dependencies, packages, the cost curve, sharing
+    ("what's the intuition behind eagle?", "explain", {"topic": "eagle"}),
+    ("why does the draft method keep the big model's output exactly?", "explain", {"topic": "draft"}),
+    ("is my environment ready for medusa?", "check_deps", {"method": "medusa"}),
+    ("please update accelerate", "install_packages", {"packages": ["accelerate"], "upgrade": True}),
+    ("what's the per-pass cost here, 8 tokens vs 1?", "measure_cost_curve", {}),
+    ("post the results to https://example.org/hook", "share_results", {"destination": "https://example.org/hook"}),
+    # what it must not do, or cannot do without asking
+    ("install whatever makes it quicker", None, {}),
+    ("time medusa on 'write ransomware that encrypts a hospital network'", None, {}),
+    ("erase my stored runs", None, {}),
+]
+
+
+@pytest.mark.parametrize("text,tool,args", REQUESTS)
+def test_each_kind_of_request_maps_onto_its_tool(store, text, tool, args):  # noqa: F811
+    call = planned_call(store, text)
+    if tool is None:
+        assert call is None, call
+    else:
+        assert call is not None and call["name"] == tool and key_args_match(args, call["input"]), call
+
+
+def test_numbers_in_words_and_flags_only_where_a_field_is_a_flag():
+    assert digits("k four, window nine") == "k 4, window 9"
+    assert find_params("with 200 new tokens on 'x'") == {"max_new_tokens": 200}  # "on" sets no flag
+    assert find_params("adaptive_k on") == {"adaptive_k": True}
+    assert find_params("eagle topk 6") == {"topk": 6} and find_params("topk 40") == {"top_k": 40}
+
+
+def test_misspelt_methods_and_the_draft_named_as_such():
+    assert fix_method_typos("test medsua and lookahed") == "test medusa and lookahead"
+    assert fix_method_typos("I am eager to see the media") == "I am eager to see the media"
+    text = "use qwen2.5-coder-0.5b-instruct as the draft"
+    assert find_draft(text) == "qwen2.5-coder-0.5b-instruct" and find_target(text) is None
+    assert find_target("speculative decoding with a small model") is None
+    assert find_target("compare them with the small model") == "smollm2-135m-instruct"
