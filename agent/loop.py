@@ -20,6 +20,7 @@ from typing import Any, ContextManager
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
+from agent.brains.phrases import HARMFUL
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
 
@@ -127,6 +128,9 @@ class Session:
         try:
             if is_deploy_request(text) and not continuing:
                 reply = self._deploy(text)
+            elif HARMFUL.search(text) and not continuing:
+                reply = Reply("I will not generate text for that prompt, not even to time it. Give me another prompt "
+                              "and I will measure it.", not_done="declined: the prompt asks for harmful content")
             elif self._for_planner(text, continuing):
                 reply = self.planner().respond(self, text)
             else:

@@ -16,7 +16,7 @@ from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE, DEFAULT_WORD,
                                   DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING, GUIDE_WORDS,
-                                  HARMFUL, INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS,
+                                  INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS,
                                   PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPORT_JSON, REPORT_WORDS, RUNS_QUESTION,
                                   RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
                                   SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
@@ -139,10 +139,7 @@ class OfflineBrain:
         return None
 
     def _refusals(self, session: Session, msg: Message) -> Reply | None:
-        """Prompts it will not generate text for, and deleting what is stored (no tool does that)."""
-        if HARMFUL.search(msg.text):
-            return Reply("I will not generate text for that prompt, not even to time it. Give me another prompt and "
-                         "I will measure it.", not_done="declined: the prompt asks for harmful content")
+        """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain)."""
         if DELETE_WORDS.search(msg.head) and not msg.methods:
             return Reply(f"I do not delete stored runs or memory from the chat. Everything specpilot remembers is in "
                          f"one SQLite file, {session.store.path}; move or delete it yourself to start afresh.",
