@@ -72,7 +72,7 @@ class RecordingSession:
 def test_every_turn_is_text_or_a_valid_tool_call(chat_model_dirs):
     tools = registry.load_tools()
     for folder in chat_model_dirs:
-        brain = local.LocalBrain(str(folder), max_text_tokens=8)
+        brain = local.LocalBrain(str(folder), max_text_tokens=8, rules=False)
         for text in REQUESTS:
             session = RecordingSession()
             reply = brain.respond(session, text)
@@ -232,7 +232,7 @@ def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, ch
 
 
 def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     invented = local.Decision(name="lookup_runs", arguments={"method": "draft", "prompt_contains": "acceptance rates"})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
     session = RecordingSession()
@@ -250,7 +250,7 @@ def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_mod
 
 
 def test_run_settings_the_user_never_gave_are_dropped(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     invented = local.Decision(name="compare_methods", arguments={
         "methods": ["lookahead", "ngram"], "prompt": "def fib(n):", "temperature": 0.7, "max_new_tokens": 100})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
@@ -299,3 +299,28 @@ def test_the_real_local_model_picks_the_tool(real_engine, text, tool, arguments)
         assert reply.text
     for name, given in session.calls:
         assert {k: given.get(k) for k in arguments} == arguments
+
+
+def test_what_the_rule_planner_maps_is_called_without_the_model(monkeypatch, chat_model_dirs):
+    """A request the rule planner reads (a method, a quoted prompt, numbers in words) is called as it reads
+    it; one it cannot map goes to the model; an answer to the brain's own question is never re-read as a
+    new request."""
+    from agent.loop import Session
+    from memory import Store
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    decided = []
+    monkeypatch.setattr(brain, "decide", lambda text: decided.append(text) or local.Decision(text="ok"))
+    with Store() as store:
+        session = Session(store, brain)
+        assert local.rule_call(session, "draft with k four on 'Sort a list'") == (
+            "run_method", {"method": "draft", "prompt": "Sort a list", "params": {"k": 4}})
+        recording = RecordingSession()
+        recording.store = store
+        brain.respond(recording, "eagle on 'Name three rivers'")
+        assert recording.calls == [("run_method", {"method": "eagle", "prompt": "Name three rivers"})] and not decided
+        brain.respond(recording, "how are the clouds today")
+        assert decided == ["how are the clouds today"]
+        brain.pending = (local.Decision(name="run_method", arguments={"method": "draft"}), "prompt")
+        brain.respond(recording, "write a report on rivers")  # the prompt we asked for, not a report request
+        assert decided[-1] == "write a report on rivers" and len(recording.calls) == 1

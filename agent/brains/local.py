@@ -1,6 +1,9 @@
 """The local brain: a local instruct model with tool calling, no network and no key.
 
-Each turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
+A request the rule planner maps onto a tool call (agent.brains.offline: a method and a quoted prompt,
+parameter values, a named tool's words) is made as the planner reads it, without the model: the planner
+parses numbers, quoted prompts and parameter names exactly, where a small model may drop or invent
+them. Every other turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
 {...}}``: the name is one of the registry's tools or ``reply`` (an answer in words: a question, a
 refusal, a greeting), the arguments follow the tool's argument grammar (agent.brains.tool_grammar),
 and the call is validated with the tool's pydantic model; one that does not validate is decoded once
@@ -181,8 +184,9 @@ class LocalBrain:
 
     name = "local"
 
-    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS):
+    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, rules: bool = True):
         self.model = model or local_model_ref()
+        self.rules = rules  # False: the model decides every turn
         self.max_text_tokens = max_text_tokens
         self.history: list[str] = []  # past exchanges, as chat markup
         self.user_texts: list[str] = []  # what the user wrote (arguments are grounded in it)
@@ -196,7 +200,9 @@ class LocalBrain:
         start = time.perf_counter()
         lm = self.engine()
         passes, fed = lm.passes, lm.fed
-        decision = self._answered(text) or self.decide(text)
+        asked = self.pending is not None  # an answer to our question is read as one, not as a new request
+        ruled = None if asked or not self.rules else self._ruled(session, text)
+        decision = self._answered(text) or ruled or self.decide(text)
         reply = self._act(session, text, decision)
         self.last_turn = {"seconds": time.perf_counter() - start, "passes": lm.passes - passes,
                           "tokens": lm.fed - fed, "tool": decision.name, "arguments": decision.arguments}
@@ -214,6 +220,18 @@ class LocalBrain:
         decision, key = pending
         value = next(g for g in quoted.groups() if g)
         return Decision(name=decision.name, arguments={**decision.arguments, key: value})
+
+    def _ruled(self, session: Any, text: str) -> Decision | None:
+        """The tool call the rule planner makes for ``text`` (validated), or None (the model decides)."""
+        call = rule_call(session, text)
+        if call is None:
+            return None
+        name, arguments = call
+        try:
+            registry.parse_input(registry.load_tools()[name], arguments)
+        except (KeyError, ParameterError):
+            return None
+        return Decision(name=name, arguments=arguments)
 
     def decide(self, text: str) -> Decision:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
@@ -315,6 +333,37 @@ class LocalBrain:
                     and key not in required:
                 del decision.arguments[key]
         return None
+
+
+class _Planned(Exception):
+    """Stops the rule planner at its first tool call (rule_call)."""
+
+
+class _Probe:
+    """The session as the rule planner sees it, except that its first tool call is recorded, not made."""
+
+    def __init__(self, session: Any):
+        self._session, self.call = session, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def call_tool(self, name: str, tool_input: dict) -> Any:
+        self.call = (name, dict(tool_input))
+        raise _Planned
+
+
+def rule_call(session: Any, text: str) -> tuple[str, dict] | None:
+    """(tool, arguments) of the call the rule planner would make first for ``text``, or None where it would
+    answer, ask or decline instead. Nothing is run."""
+    from agent.brains.offline import OfflineBrain
+
+    probe = _Probe(session)
+    try:
+        OfflineBrain().respond(probe, text)
+    except _Planned:
+        return probe.call
+    return None
 
 
 def quoted_parts(text: str) -> list[str]:
