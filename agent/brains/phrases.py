@@ -148,11 +148,12 @@ ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you 
                                r"a short one|short|pick one|your choice|doesn'?t matter|up to you)\W*$", I)
 SHORT_PROMPT = "Write a Python function that reverses a string."
 # a prompt specpilot will not generate text for, even to time it
-HARMFUL = re.compile(r"\b(?:key ?logger|ransomware|malware|spyware|botnet|trojan|rootkit|worm that|virus that|"
-                     r"zero[- ]day exploit|exploit (?:code )?(?:for|against)|phishing (?:e-?mail|page|site|kit)|"
-                     r"steal\w* (?:\w+ )?(?:passwords?|credentials|credit cards?|cookies)|"
-                     r"(?:make|build|synthes\w*) (?:a |an )?(?:bomb|explosive|nerve agent|bioweapon|chemical weapon)|"
-                     r"methamphetamine|hack into|ddos)\b", I)
+HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
+    r"\b(?:write|create|build|make|code|develop|generate|design|program)(?:\s+[\w']+){0,3}?\s+(?:key ?loggers?|"
+    r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
+    r"(?![\w-])|\b(?:make|build|synthes\w*|produce)(?:\s+[\w']+){0,2}?\s+(?:bombs?|explosives?|nerve agents?|"
+    r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
+    r"credit cards?|cookies)\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
 DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear out|forget|remove)\b.*\b(?:runs?|memory|history|data|"
                           r"results|everything|settings|tasks?|database)\b", I)
