@@ -15,15 +15,16 @@ from typing import Any
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE, DEFAULT_WORD,
-                                  DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GREETING, GUIDE_WORDS,
-                                  INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS,
-                                  PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPORT_JSON, REPORT_WORDS, RUNS_QUESTION,
-                                  RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
-                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
-                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
-                                  count_before, find_draft, find_hardware, find_method, find_methods, find_packages,
-                                  find_params, find_prompt, find_target, find_topic, known_packages, leading_methods,
-                                  method_of_params, method_of_words, run_input, unquote)
+                                  DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING,
+                                  GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT,
+                                  PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS,
+                                  RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT,
+                                  SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS,
+                                  TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message,
+                                  compare_list, explained_topic, find_draft, find_hardware, find_method, find_methods,
+                                  find_packages, find_params, find_prompt, find_target, find_topic, guidance_fields,
+                                  known_packages, leading_methods, method_of_params, method_of_words, report_fields,
+                                  run_input, run_options, train_fields, unquote)
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -172,16 +173,14 @@ class OfflineBrain:
             return None
         method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
         make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
-        return self._save(session, method, params, make_default=make_default)
+        return self._save(session, method, params, make_default=make_default, replace=msg.has(REPLACE_REST))
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
         wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH)))
         if not wants or msg.has(OTHER_ACTIONS):
             return None
-        if msg.prompt:
-            return self._compare(session, msg.methods, msg.prompt, msg.target)
-        if msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
-            return self._compare(session, msg.methods, SHORT_PROMPT, msg.target)
+        if msg.prompt or msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
+            return self._compare(session, msg.methods, msg.prompt or SHORT_PROMPT, msg.target, run_options(msg.head))
         if msg.has(STORED):  # "compare the speedups of my medusa and lookahead runs"
             return self._lookup(session, msg.text, one_method_only=True)
         if msg.has(TRADEOFF_QUESTION):
@@ -202,15 +201,14 @@ class OfflineBrain:
 
     def _gated_words(self, session: Session, msg: Message) -> Reply | None:
         upgrade = msg.has(UPGRADE_WORDS)
-        if upgrade and known_packages(msg.head) and not msg.has(INSTALL_WORDS):  # "upgrade transformers"
-            return self._call(session, "install_packages", {"packages": known_packages(msg.head), "upgrade": True})
+        if (upgrade or msg.has(GET_VERBS)) and known_packages(msg.head) and not msg.has(INSTALL_WORDS):
+            return self._call(session, "install_packages",  # "upgrade transformers", "grab lade"
+                              {"packages": known_packages(msg.head), **({"upgrade": True} if upgrade else {})})
         if msg.has(INSTALL_WORDS):
             return self._install(session, find_packages(msg.text), upgrade)
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
-            sizes = {"num_heads": count_before(r"heads?", msg.head), "steps": count_before(r"steps?", msg.head)}
-            return self._train(session, msg.target, {k: v for k, v in sizes.items() if v})
-        report = {**({"format": "json"} if msg.has(REPORT_JSON) else {}),
-                  **({"limit": int(n.group(1))} if (n := NEWEST_N.search(msg.head)) else {})}
+            return self._train(session, msg.target, train_fields(msg.text))
+        report = report_fields(msg.head)
         if msg.has(SHARE_WORDS):
             found = URL_OR_PATH.search(msg.text)
             return self._share(session, found.group(1) if found else None, report)
@@ -221,7 +219,8 @@ class OfflineBrain:
     def _cost_curve_words(self, session: Session, msg: Message) -> Reply | None:
         if not msg.has(COST_CURVE):
             return None
-        return self._call(session, "measure_cost_curve", {"target": msg.target} if msg.target else {})
+        fields = {k: v for k, v in find_params(msg.head).items() if k in ("dtype", "repeats")}
+        return self._call(session, "measure_cost_curve", {**fields, **({"target": msg.target} if msg.target else {})})
 
     def _recall_words(self, session: Session, msg: Message) -> Reply | None:
         if msg.methods and msg.has(FIGURES):  # "what speedup did lookahead get last time?": stored runs
@@ -235,17 +234,18 @@ class OfflineBrain:
         return self._explain(session, topic) if topic else None
 
     def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
-        advice = msg.has(GUIDE_WORDS) or (msg.has(PARAM_WORDS) and not msg.has(PAST) and (
+        advice = msg.has(GUIDE_WORDS) or (msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION) and (
             msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
         if not advice:
             return None
         method = next((m for m in msg.methods if m in ACCELERATED), None) or method_of_words(msg.head)
-        return self._guidance(session, method, msg.target)
+        return self._guidance(session, method, msg.target, guidance_fields(msg.head))
 
     def _explain_words(self, session: Session, msg: Message) -> Reply | None:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
             return None
-        topic = "tradeoffs" if len([m for m in msg.methods if m != "baseline"]) >= 2 else find_topic(msg.head)
+        several = len([m for m in msg.methods if m != "baseline"]) >= 2 and not explained_topic(msg.head)
+        topic = "tradeoffs" if several or msg.has(TRADEOFF_QUESTION) else explained_topic(msg.head) or find_topic(msg.head)
         return self._explain(session, topic) if topic else None
 
     def _deps_words(self, session: Session, msg: Message) -> Reply | None:
@@ -359,7 +359,8 @@ class OfflineBrain:
                 "draft as large as the target measures nothing useful. Save one with '/save draft draft=REF "
                 f"target={target}', or use a method without a draft (lookahead, ngram).")
 
-    def _compare(self, session: Session, named: list[str], prompt: str | None, target: str | None = None) -> Reply:
+    def _compare(self, session: Session, named: list[str], prompt: str | None, target: str | None = None,
+                 options: dict | None = None) -> Reply:
         """Compare the named methods (all when none is) with the baseline on ``prompt``; each method's
         parameters are left to the tool, which takes those saved in memory."""
         methods = compare_list(named)
@@ -372,7 +373,7 @@ class OfflineBrain:
         if note:
             methods = [m for m in methods if not METHODS[m].needs_draft]
         session.last_prompt = prompt
-        tool_input = {"prompt": prompt, "methods": methods, **({"target": target} if target else {})}
+        tool_input = {"prompt": prompt, "methods": methods, **(options or {}), **({"target": target} if target else {})}
         reply = self._call(session, "compare_methods", tool_input)
         if prompt == SHORT_PROMPT:
             reply.text = f"(On a short prompt I picked: {prompt!r}.)\n{reply.text}"
@@ -399,7 +400,10 @@ class OfflineBrain:
             method = named[0] if named and (len(named) == 1 or not one_method_only) else None
             if method:
                 tool_input["method"] = method
-            if re.search(r"\b(that|the same|this|last|previous) prompt\b", text, re.IGNORECASE):
+            named_prompt = re.search(r"\b(?:the|my|that) (\w{4,}) prompt\b", text, re.IGNORECASE)
+            if named_prompt and named_prompt.group(1).lower() not in ("same", "last", "previous", "short", "this"):
+                tool_input["prompt_contains"] = named_prompt.group(1)  # "the runs with the palindrome prompt"
+            elif re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, re.IGNORECASE):
                 if session.last_prompt:
                     tool_input["prompt_contains"] = session.last_prompt
                 else:
@@ -409,26 +413,29 @@ class OfflineBrain:
                 tool_input["prompt_contains"] = next(g for g in quoted.groups() if g)
         return self._call(session, "lookup_runs", tool_input)
 
-    def _guidance(self, session: Session, method: str | None, target: str | None = None) -> Reply:
+    def _guidance(self, session: Session, method: str | None, target: str | None = None,
+                  fields: dict | None = None) -> Reply:
         method = method or self._default_method(session)
         if method is None or method == "baseline":
             return self._ask("guidance", {"target": target}, "method", "Guidance for which method: "
                              f"{', '.join(ACCELERATED[:-1])} or {ACCELERATED[-1]}?")
-        reply = self._call(session, "guidance", {"method": method, **({"target": target} if target else {})})
+        reply = self._call(session, "guidance", {"method": method, **(fields or {}), **({"target": target} if target else {})})
         result = reply.data[0] if reply.data else None
         if result is not None and not result.is_error and result.content.get("next_step"):
             reply.text += (f"\nTo size it to this machine, say /measure: it measures the cost curve of "
                            f"{result.content['target']} here (loads the model; about a minute) and stores it.")
         return reply
 
-    def _save(self, session: Session, method: str | None, params: dict, make_default: bool) -> Reply:
+    def _save(self, session: Session, method: str | None, params: dict, make_default: bool,
+              replace: bool = False) -> Reply:
         method = method or self._default_method(session)
         if method is None:
             shown = ", ".join(f"{k}={v}" for k, v in params.items())
             return self._ask("save_params", {"params": params, "make_default": make_default}, "method",
                              f"For which method should I save {shown}: {', '.join(ACCELERATED)} or baseline?")
         make_default = make_default or self._default_method(session) is None
-        return self._call(session, "save_params", {"method": method, "params": params, "make_default": make_default})
+        return self._call(session, "save_params", {"method": method, "params": params, "make_default": make_default,
+                                                   **({"replace": True} if replace else {})})
 
     def _explain(self, session: Session, topic: str | None) -> Reply:
         if topic is None:

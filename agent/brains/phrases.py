@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.install import check_package
 from tools.agent_tools.saved_params import run_fields
+from tools.engine.medusa_trees import TREES
 from tools.engine.params import ACCELERATED, METHOD_NAMES, PARAM_MODELS
 from tools.errors import ParameterError
 from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, SMALL_TARGET
@@ -24,10 +25,10 @@ I = re.IGNORECASE
 # the words that name a method besides its own name; the methods are read from the method table, the
 # accelerated ones first (so "draft versus the baseline" names draft)
 METHOD_SYNONYMS = {
-    "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|assisted",
+    "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|spec decoding|assisted",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
-    "ngram": r"n-?gram|prompt[- ]lookup",
+    "ngram": r"n-?gram|prompt[- ]lookup|pld",
     "baseline": r"baseline|plain(?: generation| decoding)?|autoregressive|normal generation|no speculation",
 }
 METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
@@ -46,7 +47,7 @@ GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|a
 # "nothing speculative", "without speculation": plain decoding
 NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?speculat\w*", I)
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
-RUN_ID = re.compile(r"\b[0-9a-f]{8}\b")
+RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b")  # a run id or its prefix: hex, digits and letters
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
 URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
 INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
@@ -60,7 +61,8 @@ KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not 
                   **{p.dist.lower(): p.dist for p in PACKAGES}}
 
 # ---- kinds of request (each a few meaning-bearing words) -------------------------------------
-COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against|pit)\b", I)
+COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against|pit|stacks? up|"
+                     r"shoot-?out|race)\b", I)
 SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
 WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
 # a question about differences rather than a request to measure them
@@ -86,10 +88,12 @@ RECALL_STRONG = re.compile(
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
     r"(?:did|have) (?:i|we) (?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|where (?:were|did) we|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
-    r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup)\b", I)
+    r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
+    r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:have )?(?:saved|stored|set)|"
+    r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
-SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|"
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
                         r"keep using|make|switch|persist|stick with)\b", I)
 DEFAULT_WORD = re.compile(r"\bdefault\b", I)
 # "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
@@ -107,6 +111,7 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
 # a question about how or why a method works, not about which values to give it
 WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
+                        r"on import|import error|fails? to import|no module named|what (?:it|they|this|that) needs?|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
@@ -114,7 +119,20 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
-TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*)\b", I)
+TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build) (?:\w+ )?(?:medusa )?"
+                         r"heads)\b", I)
+TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
+                         r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
+REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
+                          r"\b(?:only these|nothing else)\b", I)
+PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
+                   r"generate)|\bpeers?\b|\bupstream\b", I)
+RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw prompt\b|\bchat template off\b", I)
+DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
+GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
+MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?b\b(?! ?(?:ytes?|its?))", I)
+TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
+GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b", I)
@@ -122,7 +140,8 @@ REPORT_WORDS = re.compile(r"\breport\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
-                        r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared))", I)
+                        r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared)|"
+                        r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens)", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
 THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
                     r"done for (?:today|now)|nothing else|all good)\b", I)
@@ -149,9 +168,9 @@ ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you 
 SHORT_PROMPT = "Write a Python function that reverses a string."
 # a prompt specpilot will not generate text for, even to time it
 HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
-    r"\b(?:write|create|build|make|code|develop|generate|design|program)(?:\s+[\w']+){0,3}?\s+(?:key ?loggers?|"
+    r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+(?:key ?loggers?|"
     r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
-    r"(?![\w-])|\b(?:make|build|synthes\w*|produce)(?:\s+[\w']+){0,2}?\s+(?:bombs?|explosives?|nerve agents?|"
+    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+(?:bombs?|explosives?|nerve agents?|"
     r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
     r"credit cards?|cookies)\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
@@ -176,7 +195,8 @@ CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
 NUMBER = r"-?\d+(?:\.\d+)?"
 VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
 MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
-BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False, "enabled": True,
+              "disabled": False}
 
 
 def _param_names() -> dict[str, str]:
@@ -220,7 +240,7 @@ class Message:
         return len(self.head.split())
 
 
-TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline")
+TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline", "compare", "explain", "install", "benchmark")
 NOT_TYPOS = {"eager", "media", "eagles", "baselines"}
 
 
@@ -231,7 +251,8 @@ def fix_method_typos(text: str) -> str:
         if word.lower() in NOT_TYPOS:
             return word
         close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
-        return close[0] if close else word
+        inflected = close and word.lower().startswith(close[0])  # "installed", "compared": not typos
+        return close[0] if close and not inflected else word
     return re.sub(r"\b[A-Za-z]{5,10}\b", fix, text)
 
 
@@ -274,25 +295,35 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
     return found
 
 
-TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:new |max(?:imum)? |output )?tokens\b(?!\s*/)", I)  # "64 new tokens"
+TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/)", I)  # "64 new tokens"
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs)\b", I)
+SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
+TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
 
 
 NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
                                             "thirteen fourteen fifteen sixteen".split())}
 NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(NUMBER_WORDS)})\b", I)
+SCALED = re.compile(r"\b(\d+)\s+(hundred|thousand)\b", I)
 
 
 def digits(text: str) -> str:
-    """Numbers written as words in digits ("k four" -> "k 4")."""
-    return NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(0).lower()]), text)
+    """Numbers written as words in digits ("k four" -> "k 4", "three thousand" -> "3000")."""
+    text = NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(0).lower()]), text)
+    return SCALED.sub(lambda m: str(int(m.group(1)) * (100 if m.group(2).lower() == "hundred" else 1000)), text)
 
 
 def find_params(text: str) -> dict:
     """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
-    text = digits(text)
-    found = TOKENS_FIRST.search(text)
-    params = {"max_new_tokens": int(found.group(1))} if found else {}
-    params |= {name: value for _, name, value in assignments(text)}
+    text = SWITCHED.sub(r"\1", digits(text))  # "adaptive K turned off" -> "adaptive K off"
+    found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
+    params = {name: value for _, name, value in assignments(text)}
+    params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
+    params |= {"repeats": int(repeats.group(1))} if repeats else {}  # before its word wins over "repeats at 512"
+    params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {"chat": False} if RAW_PROMPT.search(text) else {}
+    params |= {"peers": True} if PEERS.search(text) else {}
+    params |= next(({"dtype": d} for d, words in DTYPE_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)), {})
     if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
         params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
     return params
@@ -342,7 +373,7 @@ def find_topic(text: str) -> str | None:
 
 
 # a model named as the draft ("qwen2.5-coder-0.5b-instruct as the draft", "with a small model"), not the target
-AS_DRAFT = re.compile(r"^\s*as (?:the |my |a )?draft\b", I)
+AS_DRAFT = re.compile(r"^\s*(?:as (?:the |my |a )?draft(?:er)?\b|drafting\b)", I)
 WITH_BEFORE = re.compile(r"\b(?:decoding|sampling|speculat\w*|draft)\s+(?:with|w/|using|via)\s+(?:a |an |the )?$", I)
 
 
@@ -469,3 +500,39 @@ PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r
 def method_of_words(text: str) -> str | None:
     """The method whose parameter a message names ("the window" -> lookahead), or None."""
     return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
+
+
+def run_options(text: str) -> dict:
+    """The run settings a message gives (repeats, new tokens, dtype, chat template off, peers beside)."""
+    return {k: v for k, v in find_params(text).items() if k in run_fields()}
+
+
+def guidance_fields(text: str) -> dict:
+    """guidance's hardware and model size from words ("on a gpu", "a 7B target")."""
+    size = MODEL_SIZE.search(text)
+    return {**({"hardware": "gpu"} if GPU_WORDS.search(text) else {}),
+            **({"target_size_b": float(size.group(1))} if size else {})}
+
+
+def train_fields(text: str) -> dict:
+    """train_medusa's sizes, data files and labels from words ("5 heads, 1000 steps", "on my file F")."""
+    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text), "steps": count_before(r"(?:training )?steps?", text),
+              "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
+                             if not m.group(1).startswith("http")] or None,
+              "labels": "text" if TEXT_LABELS.search(text) else None}
+    return {k: v for k, v in fields.items() if v}
+
+
+def report_fields(text: str) -> dict:
+    """write_report's and share_results' selection and format from words ("json", "last 5", "task 12", ids)."""
+    newest, task = NEWEST_N.search(text), TASK_ID.search(text)
+    ids = RUN_ID.findall(text.lower())
+    return {**({"format": "json"} if REPORT_JSON.search(text) else {}),
+            **({"limit": min(int(newest.group(1)), 100)} if newest else {}),
+            **({"task_id": int(task.group(1))} if task else {}), **({"run_ids": ids} if ids else {})}
+
+
+def explained_topic(text: str) -> str | None:
+    """The topic of "what is X ...", "explain X ..." where X is the first thing named after those words."""
+    asked = re.search(r"\b(?:what(?:'s| is| are)|whats|explain|describe|eli5)\b(.*)", text, I)
+    return find_topic(asked.group(1)) if asked and find_topic(asked.group(1)) != "tradeoffs" else None
