@@ -220,7 +220,7 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
 
 
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     made_up = local.Decision(name="compare_methods", arguments={"methods": ["draft", "medusa"], "prompt": "Write a quicksort"})
     monkeypatch.setattr(brain, "decide", lambda text: made_up)
     session = RecordingSession()
@@ -324,3 +324,7 @@ def test_what_the_rule_planner_maps_is_called_without_the_model(monkeypatch, cha
         brain.pending = (local.Decision(name="run_method", arguments={"method": "draft"}), "prompt")
         brain.respond(recording, "write a report on rivers")  # the prompt we asked for, not a report request
         assert decided[-1] == "write a report on rivers" and len(recording.calls) == 1
+        asked = brain.respond(recording, "compare draft and medusa")  # the planner asks for the prompt ...
+        assert asked.awaiting and len(recording.calls) == 1
+        brain.respond(recording, "'def fib(n):'")  # ... and the quoted answer completes its call
+        assert recording.calls[-1] == ("compare_methods", {"methods": ["baseline", "draft", "medusa"], "prompt": "def fib(n):"})

@@ -202,6 +202,14 @@ class LocalBrain:
         passes, fed = lm.passes, lm.fed
         asked = self.pending is not None  # an answer to our question is read as one, not as a new request
         ruled = None if asked or not self.rules else self._ruled(session, text)
+        if isinstance(ruled, Reply):  # the rule planner declines or asks: so does this brain
+            self.pending = getattr(ruled, "waiting_call", None)  # a quoted answer completes the call asked about
+            self.user_texts.append(text)
+            self.history.append(local_prompt.user_turn(text) + local_prompt.reply_call(ruled.text.splitlines()[0])
+                                + local_prompt.IM_END + "\n")
+            self.last_turn = {"seconds": time.perf_counter() - start, "passes": 0, "tokens": 0, "tool": None,
+                              "arguments": {}}
+            return ruled
         decision = self._answered(text) or ruled or self.decide(text)
         reply = self._act(session, text, decision)
         self.last_turn = {"seconds": time.perf_counter() - start, "passes": lm.passes - passes,
@@ -221,11 +229,12 @@ class LocalBrain:
         value = next(g for g in quoted.groups() if g)
         return Decision(name=decision.name, arguments={**decision.arguments, key: value})
 
-    def _ruled(self, session: Any, text: str) -> Decision | None:
-        """The tool call the rule planner makes for ``text`` (validated), or None (the model decides)."""
+    def _ruled(self, session: Any, text: str) -> Decision | Reply | None:
+        """The tool call the rule planner makes for ``text`` (validated), its answer where it declines or asks
+        for what is missing, or None (the model decides)."""
         call = rule_call(session, text)
-        if call is None:
-            return None
+        if call is None or isinstance(call, Reply):
+            return call
         name, arguments = call
         try:
             registry.parse_input(registry.load_tools()[name], arguments)
@@ -353,17 +362,27 @@ class _Probe:
         raise _Planned
 
 
-def rule_call(session: Any, text: str) -> tuple[str, dict] | None:
-    """(tool, arguments) of the call the rule planner would make first for ``text``, or None where it would
-    answer, ask or decline instead. Nothing is run."""
+UNREAD = ("the request was not understood by the rule planner", "outside specpilot's scope")
+
+
+def rule_call(session: Any, text: str) -> tuple[str, dict] | Reply | None:
+    """(tool, arguments) of the call the rule planner would make first for ``text``; its reply where it declines
+    (no estimates for other hardware, no deleting memory, a draft that cannot run) or asks for what is missing;
+    None where it did not read the request (or only greets). Nothing is run."""
     from agent.brains.offline import OfflineBrain
 
-    probe = _Probe(session)
+    probe, planner = _Probe(session), OfflineBrain()
     try:
-        OfflineBrain().respond(probe, text)
+        reply = planner.respond(probe, text)
     except _Planned:
         return probe.call
-    return None
+    declined = reply.not_done is not None and reply.not_done not in UNREAD and not reply.not_done.startswith("unknown")
+    asked = planner.pending
+    if asked and asked["missing"] in GROUNDED:  # the call it asks a prompt or destination for, as this brain's own
+        properties = registry.load_tools()[asked["tool"]].input_schema().get("properties", {})
+        arguments = {k: v for k, v in asked["input"].items() if k in properties and v is not None}
+        reply.waiting_call = (Decision(name=asked["tool"], arguments=arguments), asked["missing"])
+    return reply if declined or reply.awaiting else None
 
 
 def quoted_parts(text: str) -> list[str]:

@@ -14,17 +14,18 @@ from typing import Any
 
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import format_result
-from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COST_CURVE, DEFAULT_WORD,
-                                  DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING,
-                                  GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, NEWEST_N, OTHER_ACTIONS, PARAM_DEFAULT,
-                                  PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS,
-                                  RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT,
-                                  SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS,
-                                  TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message,
-                                  compare_list, explained_topic, find_draft, find_hardware, find_method, find_methods,
-                                  find_packages, find_params, find_prompt, find_target, find_topic, guidance_fields,
-                                  known_packages, leading_methods, method_of_params, method_of_words, report_fields,
-                                  run_input, run_options, train_fields, unquote)
+from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
+                                       report_fields, run_input, run_options, train_fields)
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
+                                  DEFAULT_WORD, DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES,
+                                  GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, MODEL_TUNING, NOT_DEFAULT,
+                                  OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK,
+                                  REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE,
+                                  SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED,
+                                  STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS,
+                                  URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware,
+                                  find_method, find_methods, find_packages, find_params, find_prompt, find_target,
+                                  find_topic, leading_methods, method_of_params, unquote)
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -173,6 +174,8 @@ class OfflineBrain:
             return None
         method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
         make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
+        if msg.has(NOT_DEFAULT):  # "... but don't make it the default method"
+            make_default = None
         return self._save(session, method, params, make_default=make_default, replace=msg.has(REPLACE_REST))
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
@@ -208,6 +211,12 @@ class OfflineBrain:
             return self._install(session, find_packages(msg.text), upgrade)
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
             return self._train(session, msg.target, train_fields(msg.text))
+        if msg.has(MODEL_TUNING):
+            return Reply("specpilot trains only draft heads (Medusa, EAGLE) on a frozen target; fine-tuning the model "
+                         "itself (LoRA, adapters, full fine-tuning) is outside what it does.",
+                         not_done="fine-tuning the model itself is outside specpilot")
+        if msg.has(COPY_TO) and URL_OR_PATH.search(msg.text):  # "copy a report of task 4 to /mnt/share"
+            return self._share(session, URL_OR_PATH.search(msg.text).group(1), report_fields(msg.head))
         report = report_fields(msg.head)
         if msg.has(SHARE_WORDS):
             found = URL_OR_PATH.search(msg.text)
@@ -390,8 +399,10 @@ class OfflineBrain:
 
     def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
         """Restate stored runs; ``one_method_only``: filter by method only when the message names one."""
-        newest = NEWEST_N.search(text)
-        tool_input: dict[str, Any] = {"limit": min(int(newest.group(1)), 50)} if newest else {}
+        newest, target = newest_n(text), find_target(text)
+        tool_input: dict[str, Any] = {"limit": min(newest, 50)} if newest else {}
+        if target:
+            tool_input["target"] = target
         run_id = RUN_ID.search(text.lower())
         if run_id:
             tool_input["run_id"] = run_id.group(0)
@@ -426,14 +437,15 @@ class OfflineBrain:
                            f"{result.content['target']} here (loads the model; about a minute) and stores it.")
         return reply
 
-    def _save(self, session: Session, method: str | None, params: dict, make_default: bool,
+    def _save(self, session: Session, method: str | None, params: dict, make_default: bool | None,
               replace: bool = False) -> Reply:
+        """``make_default`` None: the user said not to make it the default method."""
         method = method or self._default_method(session)
         if method is None:
             shown = ", ".join(f"{k}={v}" for k, v in params.items())
             return self._ask("save_params", {"params": params, "make_default": make_default}, "method",
                              f"For which method should I save {shown}: {', '.join(ACCELERATED)} or baseline?")
-        make_default = make_default or self._default_method(session) is None
+        make_default = make_default is not None and (make_default or self._default_method(session) is None)
         return self._call(session, "save_params", {"method": method, "params": params, "make_default": make_default,
                                                    **({"replace": True} if replace else {})})
 

@@ -73,9 +73,10 @@ OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|ma
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
-                     r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers)\b", I)
+                     r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
+                     I)
 RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any) (?:\w+ )?run\b", I)
-ASKING = re.compile(r"\b(?:what|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|bring up|get|"
+ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|bring up|get|"
                     r"fetch|retrieve|look up|print)\b", I)
 SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
 RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute)\b", I)
@@ -90,7 +91,8 @@ RECALL_STRONG = re.compile(
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:have )?(?:saved|stored|set)|"
-    r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks))\b", I)
+    r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks)|"
+    r"tasks? (?:i|we) (?:finished|completed|did)|open ones)\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
@@ -119,8 +121,8 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
-TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build) (?:\w+ )?(?:medusa )?"
-                         r"heads)\b", I)
+TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
+                         r"(?:medusa )?heads)\b", I)
 TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
                          r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
@@ -135,13 +137,24 @@ TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
-NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b", I)
-REPORT_WORDS = re.compile(r"\breport\b", I)
+NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
+REPORT_WORDS = re.compile(r"\b(?:report|summary)\b", I)
+NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) (?:it |this |them )?"
+                         r"(?:the |my |as (?:the |my )?)?default", I)
+COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
+BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
+CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|into)\s+"
+                        r"((?:~|\.{0,2})/\S+)", I)
+MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|\bfine-?tun\w* (?:the |my |a )?(?:model|"
+                          r"qwen|llama|smollm|mistral)", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
                         r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared)|"
-                        r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens)", I)
+                        r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens|"
+                        r"(?:verification|verify|pass|forward) (?:cost|latency)s? scales?|cost scales|"
+                        r"\d+\s*(?:\.\.|-|to)\s*\d+[ -]tokens? forward)", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
 THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
                     r"done for (?:today|now)|nothing else|all good)\b", I)
@@ -190,6 +203,8 @@ PARAM_ALIASES = {
     "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
     "max_new_tokens": r"max[_ ]new[_ ]tokens|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
     "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
+    "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
+    "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
 }
 CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
 NUMBER = r"-?\d+(?:\.\d+)?"
@@ -296,13 +311,15 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 
 
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/)", I)  # "64 new tokens"
-REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs)\b", I)
+NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tree nodes)\b", I)  # "15 candidate tokens"
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
 
 
-NUMBER_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
-                                            "thirteen fourteen fifteen sixteen".split())}
+NUMBER_WORDS = {**{w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                               "thirteen fourteen fifteen sixteen".split())},
+                **{w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty".split(), start=2)}}
 NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(NUMBER_WORDS)})\b", I)
 SCALED = re.compile(r"\b(\d+)\s+(hundred|thousand)\b", I)
 
@@ -321,8 +338,10 @@ def find_params(text: str) -> dict:
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
     params |= {"repeats": int(repeats.group(1))} if repeats else {}  # before its word wins over "repeats at 512"
     params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {field_of(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
     params |= {"chat": False} if RAW_PROMPT.search(text) else {}
     params |= {"peers": True} if PEERS.search(text) else {}
+    params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}
     params |= next(({"dtype": d} for d, words in DTYPE_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)), {})
     if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
         params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
@@ -439,6 +458,9 @@ def find_prompt(text: str) -> str | None:
     """The prompt inside a run request: quoted text, everything after the first colon, or the lines after the
     first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
+    colon = re.search(r"\bprompt(?: is)?\s*:(?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
+    if colon and quoted and colon.end() <= quoted.start() and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
+        return text[colon.end():].strip()
     if quoted:
         return next(g for g in quoted.groups() if g)
     first, _, rest = text.strip().partition("\n")
@@ -476,63 +498,3 @@ def is_package(word: str) -> bool:
         return False
     return True
 
-
-def known_packages(text: str) -> list[str]:
-    """The packages check_deps knows that a message names ("upgrade transformers"), as pip names."""
-    names = [KNOWN_PACKAGES.get(w.lower()) for w in re.findall(r"[A-Za-z0-9_.-]+", text)]
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
-    """run_method's input: the method's own parameters under ``params``, run fields (target,
-    max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
-    own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
-    top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
-    if target:
-        top["target"] = target
-    return {"method": method, "prompt": prompt, **top, **({"params": own} if own else {})}
-
-
-PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r"\b(?:k|draft length)\b",
-               "medusa": r"\b(?:threshold|alpha|tree|heads?)\b", "eagle": r"\b(?:depth|topk|tree_nodes)\b"}
-
-
-def method_of_words(text: str) -> str | None:
-    """The method whose parameter a message names ("the window" -> lookahead), or None."""
-    return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
-
-
-def run_options(text: str) -> dict:
-    """The run settings a message gives (repeats, new tokens, dtype, chat template off, peers beside)."""
-    return {k: v for k, v in find_params(text).items() if k in run_fields()}
-
-
-def guidance_fields(text: str) -> dict:
-    """guidance's hardware and model size from words ("on a gpu", "a 7B target")."""
-    size = MODEL_SIZE.search(text)
-    return {**({"hardware": "gpu"} if GPU_WORDS.search(text) else {}),
-            **({"target_size_b": float(size.group(1))} if size else {})}
-
-
-def train_fields(text: str) -> dict:
-    """train_medusa's sizes, data files and labels from words ("5 heads, 1000 steps", "on my file F")."""
-    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text), "steps": count_before(r"(?:training )?steps?", text),
-              "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
-                             if not m.group(1).startswith("http")] or None,
-              "labels": "text" if TEXT_LABELS.search(text) else None}
-    return {k: v for k, v in fields.items() if v}
-
-
-def report_fields(text: str) -> dict:
-    """write_report's and share_results' selection and format from words ("json", "last 5", "task 12", ids)."""
-    newest, task = NEWEST_N.search(text), TASK_ID.search(text)
-    ids = RUN_ID.findall(text.lower())
-    return {**({"format": "json"} if REPORT_JSON.search(text) else {}),
-            **({"limit": min(int(newest.group(1)), 100)} if newest else {}),
-            **({"task_id": int(task.group(1))} if task else {}), **({"run_ids": ids} if ids else {})}
-
-
-def explained_topic(text: str) -> str | None:
-    """The topic of "what is X ...", "explain X ..." where X is the first thing named after those words."""
-    asked = re.search(r"\b(?:what(?:'s| is| are)|whats|explain|describe|eli5)\b(.*)", text, I)
-    return find_topic(asked.group(1)) if asked and find_topic(asked.group(1)) != "tradeoffs" else None

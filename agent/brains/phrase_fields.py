@@ -1,0 +1,88 @@
+"""What the rule planner reads beyond the kind of request: the arguments of a tool call in words (run
+settings, guidance's hardware, training sizes and files, a report's selection, the topic of "what is X",
+packages named for an upgrade), and run_method's input built from them. Plain text processing, as in
+agent.brains.phrases.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.brains.phrases import (BACKEND_WORDS, CPU_WORDS, GPU_WORDS, KNOWN_PACKAGES, MODEL_SIZE, NEWEST_N,
+                                  OUT_FOLDER, REPORT_JSON, RUN_ID, TASK_ID, TEXT_LABELS, URL_OR_PATH, count_before,
+                                  digits, find_params, find_topic)
+from tools.agent_tools.saved_params import run_fields
+from tools.engine.params import PARAM_MODELS
+
+I = re.IGNORECASE
+
+
+
+def known_packages(text: str) -> list[str]:
+    """The packages check_deps knows that a message names ("upgrade transformers"), as pip names."""
+    names = [KNOWN_PACKAGES.get(w.lower()) for w in re.findall(r"[A-Za-z0-9_.-]+", text)]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
+    """run_method's input: the method's own parameters under ``params``, run fields (target,
+    max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
+    own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
+    top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
+    if target:
+        top["target"] = target
+    return {"method": method, "prompt": prompt, **top, **({"params": own} if own else {})}
+
+
+PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r"\b(?:k|draft length)\b",
+               "medusa": r"\b(?:threshold|alpha|tree|heads?)\b", "eagle": r"\b(?:depth|topk|tree_nodes)\b"}
+
+
+def method_of_words(text: str) -> str | None:
+    """The method whose parameter a message names ("the window" -> lookahead), or None."""
+    return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
+
+
+def run_options(text: str) -> dict:
+    """The run settings a message gives (repeats, new tokens, dtype, chat template off, peers beside)."""
+    return {k: v for k, v in find_params(text).items() if k in run_fields()}
+
+
+def guidance_fields(text: str) -> dict:
+    """guidance's hardware and model size from words ("on a gpu", "a 7B target")."""
+    size = MODEL_SIZE.search(text)
+    hardware = "gpu" if GPU_WORDS.search(text) else "cpu" if CPU_WORDS.search(text) else None
+    return {**({"hardware": hardware} if hardware else {}), **({"target_size_b": float(size.group(1))} if size else {}),
+            **({"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {})}
+
+
+def train_fields(text: str) -> dict:
+    """train_medusa's sizes, data files and labels from words ("5 heads, 1000 steps", "on my file F")."""
+    out = OUT_FOLDER.search(text)
+    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text), "steps": count_before(r"(?:training )?steps?", text),
+              "out": out.group(1).rstrip(".,;:!?)'\"") if out else None,
+              "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
+                             if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,
+              "labels": "text" if TEXT_LABELS.search(text) else None}
+    return {k: v for k, v in fields.items() if v}
+
+
+def newest_n(text: str) -> int | None:
+    """N of "the last N runs", "the N newest runs", or None."""
+    found = NEWEST_N.search(digits(text))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def report_fields(text: str) -> dict:
+    """write_report's and share_results' selection and format from words ("json", "last 5", "task 12", ids)."""
+    newest, task = newest_n(text), TASK_ID.search(text)
+    ids = RUN_ID.findall(text.lower())
+    return {**({"format": "json"} if REPORT_JSON.search(text) else {}),
+            **({"limit": min(newest_n(text), 100)} if newest else {}),
+            **({"task_id": int(task.group(1))} if task else {}), **({"run_ids": ids} if ids else {})}
+
+
+def explained_topic(text: str) -> str | None:
+    """The topic of "what is X ...", "explain X ..." where X is the first thing named after those words."""
+    asked = re.search(r"\b(?:what(?:'s| is| are)|whats|explain|describe|eli5)\b(.*)", text, I)
+    return find_topic(asked.group(1)) if asked and find_topic(asked.group(1)) != "tradeoffs" else None
