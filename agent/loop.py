@@ -20,7 +20,7 @@ from typing import Any, ContextManager
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
-from agent.brains.phrases import HARMFUL
+from agent.brains.phrases import HARMFUL, QUOTED
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
 
@@ -31,12 +31,11 @@ DEPLOY_REQUEST = re.compile(
     r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
     r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
 
-QUOTED_TEXT = re.compile(r"\"[^\"]*\"|“[^”]*”|'[^']{3,}'")  # single quotes: 3+ chars, so "don't" stays
 
 
 def instruction_part(text: str) -> str:
     """A message without the prompt it carries (quoted text, or what follows the colon of a run request)."""
-    text = QUOTED_TEXT.sub(" ", text)
+    text = QUOTED.sub(" ", text)
     if RUN_WORDS.match(text) and ":" in text:
         text = text.split(":", 1)[0]
     return text

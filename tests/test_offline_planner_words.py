@@ -92,3 +92,11 @@ def test_harmful_prompts_are_told_from_prompts_about_security():
     for text in ("explain what ransomware is", "write a python script that detects malware signatures",
                  "write a worm-free garden guide", "make a bomb-proof backup script"):
         assert not HARMFUL.search(text), text
+
+
+def test_apostrophes_are_no_quotes():
+    from agent.brains.phrases import find_prompt
+
+    assert find_prompt("so i'm writing a paper -- couldn't you run draft on 'def f(x):' please") == "def f(x):"
+    assert find_prompt("run ngram on 'don't stop me now'") == "don't stop me now"
+    assert find_prompt("it's fine, we're done") is None

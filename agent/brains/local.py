@@ -36,6 +36,7 @@ from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.format import format_result
+from agent.brains.phrases import QUOTED
 from memory.helpers import home_dir
 from tools import models
 from tools.agent_tools import registry
@@ -59,7 +60,6 @@ GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string argu
 NUMERIC_GROUNDED = ("temperature", "max_new_tokens", "top_p", "top_k", "seed", "repeats", "warmup")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")  # single quotes: 3+ characters, so "don't" is not
 _ENGINES: dict[str, ConstrainedLM] = {}
 _QUIET = None  # llama.cpp's log callback, kept alive while it is installed
 

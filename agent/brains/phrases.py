@@ -48,7 +48,9 @@ GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|a
 NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?speculat\w*", I)
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
 RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b")  # a run id or its prefix: hex, digits and letters
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{3,})'")
+# quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
+# nothing; 'don't stop' is quoted whole)
+QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
 URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
 INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
