@@ -47,6 +47,7 @@ class Reply:
     not_done: str | None = None  # why the request could not be served at all (out of scope, not understood)
     streamed: bool = False  # the text was already shown as it arrived (the chat does not print it again)
     data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
+    waiting_call: Any = None  # (call, argument) the question is about, where another brain completes it
 
 
 class Brain(Protocol):

@@ -203,7 +203,7 @@ class LocalBrain:
         asked = self.pending is not None  # an answer to our question is read as one, not as a new request
         ruled = None if asked or not self.rules else self._ruled(session, text)
         if isinstance(ruled, Reply):  # the rule planner declines or asks: so does this brain
-            self.pending = getattr(ruled, "waiting_call", None)  # a quoted answer completes the call asked about
+            self.pending = ruled.waiting_call  # a quoted answer completes the call asked about
             self.user_texts.append(text)
             self.history.append(local_prompt.user_turn(text) + local_prompt.reply_call(ruled.text.splitlines()[0])
                                 + local_prompt.IM_END + "\n")
