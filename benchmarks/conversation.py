@@ -4,6 +4,7 @@ a user types, and how long does a turn take?
     .venv/bin/python benchmarks/conversation.py                       # offline + local (+ anthropic with a key)
     .venv/bin/python benchmarks/conversation.py --brains local:qwen2.5-coder-0.5b-instruct,local --half A
     .venv/bin/python benchmarks/conversation.py --out results.json --verbose
+    .venv/bin/python benchmarks/conversation.py --data benchmarks/data/conversations_fresh_d.jsonl  # a set shipped here
 
 Each request of ../shared/data/conversations_dev.jsonl (fields: ``text``; ``tool``, the tool a good
 assistant calls, or null where it should ask a question or decline; ``args``, the key arguments of
@@ -13,6 +14,9 @@ home. Scoring: a request with a tool is right when the brain called that tool, a
 arguments when that call's arguments hold every key argument (lists as sets, where ``baseline`` may
 be added since every method is measured against it); a request without one is right when the brain
 called no tool. Median seconds per turn are taken after one untimed warm-up turn (model loading).
+
+benchmarks/data/conversations_fresh_a.jsonl ... _d.jsonl are four more sets in the same format, written apart
+from each other and from the planner (README: which were fixed against and which held out).
 
 Halves, so that prompts are not tuned on what they are judged on: half A is the even lines (0, 2,
 ...) and the only one looked at while writing the local brain's prompt; half B, the odd lines, is
