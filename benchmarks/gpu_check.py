@@ -10,8 +10,9 @@ runs on a bare GPU machine:
 
 1. Exactness: tiny random Qwen2 and Llama targets (peaked logits), a perturbed copy as draft, random
    Medusa heads and EAGLE heads (a random one, and one trained on the CPU on the target's own continuation
-   of the check prompt, so that its trees hold long accepted paths); every method's greedy output is compared with the target's own greedy output (ours and
-   transformers' ``generate``); each method also runs once with sampling (temperature 0.8).
+   of the check prompt, so that its trees hold long accepted paths); every method's greedy output is
+   compared with the target's own greedy output (ours and transformers' ``generate``); each method also
+   runs once with sampling (temperature 0.8).
 2. ``device_map="auto"``: a tiny checkpoint with a tokenizer is saved and loaded through
    tools.models.load, then decoded with every method.
 3. Timing (``--shape-from``: a folder with config.json and tokenizer files, e.g. the default target's
@@ -83,7 +84,8 @@ def trained_eagle_head(kind: str, prompt: list[int], max_new: int) -> EagleHead:
     from tools.medusa.features import cache_chunk_features, load_chunk_features
 
     model = tiny_model(kind)
-    seq = list(prompt) + autoregressive.generate(model, prompt, GenerationSettings(max_new_tokens=max_new + 8)).output_ids
+    greedy = GenerationSettings(max_new_tokens=max_new + 8)
+    seq = list(prompt) + autoregressive.generate(model, prompt, greedy).output_ids
     chunks = [seq[i:] for i in range(0, 24, 3)]
     embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
     config = EagleTrainConfig(intermediate_size=2 * model.config.hidden_size, draft_vocab=VOCAB, epochs=40,

@@ -243,7 +243,8 @@ class OfflineBrain:
         return self._explain(session, topic) if topic else None
 
     def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
-        advice = msg.has(GUIDE_WORDS) or (msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION) and (
+        about_values = msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION)
+        advice = msg.has(GUIDE_WORDS) or (about_values and (
             msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
         if not advice:
             return None
@@ -254,7 +255,8 @@ class OfflineBrain:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
             return None
         several = len([m for m in msg.methods if m != "baseline"]) >= 2 and not explained_topic(msg.head)
-        topic = "tradeoffs" if several or msg.has(TRADEOFF_QUESTION) else explained_topic(msg.head) or find_topic(msg.head)
+        topic = ("tradeoffs" if several or msg.has(TRADEOFF_QUESTION)
+                 else explained_topic(msg.head) or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
 
     def _deps_words(self, session: Session, msg: Message) -> Reply | None:
@@ -430,7 +432,8 @@ class OfflineBrain:
         if method is None or method == "baseline":
             return self._ask("guidance", {"target": target}, "method", "Guidance for which method: "
                              f"{', '.join(ACCELERATED[:-1])} or {ACCELERATED[-1]}?")
-        reply = self._call(session, "guidance", {"method": method, **(fields or {}), **({"target": target} if target else {})})
+        reply = self._call(session, "guidance",
+                           {"method": method, **(fields or {}), **({"target": target} if target else {})})
         result = reply.data[0] if reply.data else None
         if result is not None and not result.is_error and result.content.get("next_step"):
             reply.text += (f"\nTo size it to this machine, say /measure: it measures the cost curve of "

@@ -59,7 +59,8 @@ def guidance_fields(text: str) -> dict:
 def train_fields(text: str) -> dict:
     """train_medusa's sizes, data files and labels from words ("5 heads, 1000 steps", "on my file F")."""
     out = OUT_FOLDER.search(text)
-    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text), "steps": count_before(r"(?:training )?steps?", text),
+    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text),
+              "steps": count_before(r"(?:training )?steps?", text),
               "out": out.group(1).rstrip(".,;:!?)'\"") if out else None,
               "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
                              if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,

@@ -47,7 +47,8 @@ GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|a
 # "nothing speculative", "without speculation": plain decoding
 NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?speculat\w*", I)
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
-RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b")  # a run id or its prefix: hex, digits and letters
+# a run id or its prefix: hex, with digits and letters
+RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b")
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
@@ -75,10 +76,12 @@ OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|ma
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
-                     r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
+                     r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
+                     r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
                      I)
 RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any) (?:\w+ )?run\b", I)
-ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|bring up|get|"
+ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|"
+                    r"bring up|get|"
                     r"fetch|retrieve|look up|print)\b", I)
 SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
 RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute)\b", I)
@@ -139,16 +142,20 @@ TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
-NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
+NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
+                      r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
 REPORT_WORDS = re.compile(r"\b(?:report|summary)\b", I)
-NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) (?:it |this |them )?"
+NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
+                         r"(?:it |this |them )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|into)\s+"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|"
+                        r"into)\s+"
                         r"((?:~|\.{0,2})/\S+)", I)
-MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|\bfine-?tun\w* (?:the |my |a )?(?:model|"
+MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
+                          r"\bfine-?tun\w* (?:the |my |a )?(?:model|"
                           r"qwen|llama|smollm|mistral)", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
@@ -183,9 +190,11 @@ ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you 
 SHORT_PROMPT = "Write a Python function that reverses a string."
 # a prompt specpilot will not generate text for, even to time it
 HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
-    r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+(?:key ?loggers?|"
+    r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+"
+    r"(?:key ?loggers?|"
     r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
-    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+(?:bombs?|explosives?|nerve agents?|"
+    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+"
+    r"(?:bombs?|explosives?|nerve agents?|"
     r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
     r"credit cards?|cookies)\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
@@ -313,7 +322,8 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 
 
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/)", I)  # "64 new tokens"
-NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tree nodes)\b", I)  # "15 candidate tokens"
+# "15 candidate tokens": a parameter named after its number
+NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tree nodes)\b", I)
 REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
@@ -461,7 +471,8 @@ def find_prompt(text: str) -> str | None:
     first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
     colon = re.search(r"\bprompt(?: is)?\s*:(?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
-    if colon and quoted and colon.end() <= quoted.start() and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
+    inside = colon and quoted and colon.end() <= quoted.start()
+    if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
         return text[colon.end():].strip()
     if quoted:
         return next(g for g in quoted.groups() if g)
