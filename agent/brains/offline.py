@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
-from agent.brains.format import format_result
+from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
                                        report_fields, run_input, run_options, train_fields)
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
@@ -35,26 +35,6 @@ from tools.models import builtin_draft_for
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
            "find_topic", "find_params", "find_target", "find_hardware", "leading_methods", "unquote"]
 
-HELP = """I can, offline:
-  run a method on a prompt       run draft: <prompt>      (/run [method] [k=v ...] <prompt>)
-  compare methods on a prompt    compare draft and medusa on 'def fib(n):'   (/compare [methods...] <prompt>)
-  look up stored figures         what was the speedup for the medusa run on that prompt?   (/runs, /lookup ID)
-  remember what we did           what did we do last time?   (/params  /tasks)
-  save parameters                save k=6 as my default for draft   (/save METHOD k=v ...)
-  suggest parameters             suggest lookahead parameters   (/guide METHOD)
-  measure this machine's cost curve (sizes lookahead)   (/measure [target])
-  explain a method               explain medusa   (/explain draft|medusa|lookahead|tradeoffs)
-  check dependencies             check dependencies for medusa   (/deps [method])
-  install packages (asks first)  install gguf   (/install PKG ...)
-  train Medusa heads (asks first)  train medusa heads   (/train [target])
-  write a local report           write a report   (/report)
-  share a report (asks first)    share the results to https://...   (/share DEST)
-I measure only this machine; I do not estimate other hardware. Deploying or serving is outside
-specpilot (I ask before even planning it)."""
-GREETING_TEXT = ("Hello! I measure speculative decoding on this machine: run or compare methods on a prompt, look "
-                 "up stored runs, suggest and save parameters, explain the methods. What would you like to do? "
-                 "(/help lists everything)")
-CLOSING_TEXT = "You're welcome. Everything measured is stored; unfinished work will be listed next time."
 # rules for plain words, tried in this order (each returns a Reply, or None to pass)
 WORD_RULES = ("_social", "_refusals", "_other_hardware", "_save_words", "_cost_curve_words", "_compare_words",
               "_run_on_prompt", "_gated_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",
@@ -209,6 +189,10 @@ class OfflineBrain:
                               {"packages": known_packages(msg.head), **({"upgrade": True} if upgrade else {})})
         if msg.has(INSTALL_WORDS):
             return self._install(session, find_packages(msg.text), upgrade)
+        if msg.has(TRAIN_WORDS) and "eagle" in msg.methods:  # no chat tool trains an EAGLE head
+            return Reply("An EAGLE head is trained from the terminal, behind the same approval as Medusa: `specpilot "
+                         "eagle train --target TARGET --out FOLDER` (hours on a CPU; the default target ships with one).",
+                         not_done="EAGLE heads are trained with `specpilot eagle train`, not from the chat")
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
             return self._train(session, msg.target, train_fields(msg.text))
         if msg.has(MODEL_TUNING):
@@ -343,7 +327,8 @@ class OfflineBrain:
         keep = {"again": again, "target": target, "options": options or {}}
         if method is None:
             return self._ask("run_method", {"prompt": prompt, **keep}, "method",
-                             "Which method should I run: draft (a draft model), medusa or lookahead?")
+                             "Which method should I run: draft (a draft model), medusa, lookahead, eagle or ngram "
+                             "(prompt lookup)?")
         if not prompt:
             return self._ask("run_method", {"method": method, **keep}, "prompt",
                              f"Which prompt should I run with {method}? (say 'any' for a short one)")
@@ -454,7 +439,7 @@ class OfflineBrain:
 
     def _explain(self, session: Session, topic: str | None) -> Reply:
         if topic is None:
-            return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, tradeoffs.")
+            return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, eagle, tradeoffs.")
         return self._call(session, "explain", {"topic": topic})
 
     def _install(self, session: Session, packages: list[str], upgrade: bool = False) -> Reply:
