@@ -51,6 +51,17 @@ REQUESTS = [
     ("list the 3 newest runs on qwen2.5-coder-0.5b-instruct", "lookup_runs",
      {"limit": 3, "target": "qwen2.5-coder-0.5b-instruct"}),
     ("show me the tasks we completed", "recall", {"include_done_tasks": True}),
+    # third round: a tree named without "=", a colon before a quoted phrase, times, markdown, short run ids
+    ("keep medusa's tree cpu16 and threshold 0.05 from now on", "save_params",
+     {"method": "medusa", "params": {"tree": "cpu16", "posterior_threshold": 0.05}}),
+    ("ngram on: Explain what 'idempotent' means in REST", "run_method",
+     {"method": "ngram", "prompt": "Explain what 'idempotent' means in REST"}),
+    ("vanilla decoding for 'Name the planets' and measure it four times", "run_method",
+     {"method": "baseline", "repeats": 4}),
+    ("a markdown report for task nine please", "write_report", {"format": "markdown", "task_id": 9}),
+    ("how fast was run 9f3c?", "lookup_runs", {"run_id": "9f3c"}),
+    ("hello, where were we?", "recall", {}),
+    ("please remember my lookahead settings", None, {}),
     # what it must not do, or cannot do without asking
     ("LoRA fine-tune the model on my chat logs", None, {}),
     ("train an eagle head for the default target", None, {}),

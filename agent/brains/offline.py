@@ -17,15 +17,15 @@ from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
                                        report_fields, run_input, run_options, train_fields)
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
-                                  DEFAULT_WORD, DELETE_WORDS, DEPS_WORDS, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES,
-                                  GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, MODEL_TUNING, NOT_DEFAULT,
-                                  OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK,
-                                  REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE,
-                                  SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED,
-                                  STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS,
-                                  URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware,
-                                  find_method, find_methods, find_packages, find_params, find_prompt, find_target,
-                                  find_topic, leading_methods, method_of_params, unquote)
+                                  DEFAULT_WORD, DELETE_WORDS, DEPS_WORDS, DRAFT_SIZES, EXPLAIN_VERB, EXPLAIN_WORDS,
+                                  FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, MODEL_TUNING,
+                                  NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED,
+                                  RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE,
+                                  RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
+                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
+                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
+                                  find_draft, find_hardware, find_method, find_methods, find_packages, find_params,
+                                  find_prompt, find_target, find_topic, leading_methods, method_of_params, unquote)
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -113,7 +113,7 @@ class OfflineBrain:
         return self._not_understood(msg)
 
     def _social(self, session: Session, msg: Message) -> Reply | None:
-        if msg.words <= 8 and not IN_SCOPE.search(msg.head):
+        if msg.words <= 8 and not IN_SCOPE.search(msg.head) and not msg.has(RECALL_STRONG):  # "hi, where were we?"
             if GREETING.search(msg.head):
                 return Reply(GREETING_TEXT)
             if THANKS.search(msg.head):
@@ -150,13 +150,18 @@ class OfflineBrain:
         if not msg.has(SAVE_VERBS):  # "save", "set", "remember", "from now on", "as my default", ...
             return None
         params = find_params(msg.head) or find_params(msg.text)
-        if not params:
-            return None
+        if not params:  # "save my settings for lookahead": which values?
+            return self._ask_values(msg) if SAVE_ONLY.match(msg.head) and not msg.has(REPORT_WORDS) else None
         method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
         make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
         if msg.has(NOT_DEFAULT):  # "... but don't make it the default method"
             make_default = None
         return self._save(session, method, params, make_default=make_default, replace=msg.has(REPLACE_REST))
+
+    def _ask_values(self, msg: Message) -> Reply:
+        method = msg.methods[0] if msg.methods else "draft"
+        question = f"Which values should I save{' for ' + method if msg.methods else ''}? e.g. 'save k=6 for {method}'"
+        return Reply(question, awaiting="the parameter values to save")
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
         wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH)))
@@ -232,7 +237,8 @@ class OfflineBrain:
             msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
         if not advice:
             return None
-        method = next((m for m in msg.methods if m in ACCELERATED), None) or method_of_words(msg.head)
+        named = find_methods(DRAFT_SIZES.sub(" ", msg.head)) or msg.methods  # "draft sizes for prompt lookup": ngram
+        method = next((m for m in named if m in ACCELERATED), None) or method_of_words(msg.head)
         return self._guidance(session, method, msg.target, guidance_fields(msg.head))
 
     def _explain_words(self, session: Session, msg: Message) -> Reply | None:
@@ -398,8 +404,8 @@ class OfflineBrain:
             method = named[0] if named and (len(named) == 1 or not one_method_only) else None
             if method:
                 tool_input["method"] = method
-            named_prompt = re.search(r"\b(?:the|my|that) (\w{4,}) prompt\b", text, re.IGNORECASE)
-            if named_prompt and named_prompt.group(1).lower() not in ("same", "last", "previous", "short", "this"):
+            named_prompt = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, re.IGNORECASE)
+            if named_prompt and named_prompt.group(1).lower() not in NOT_A_PROMPT:
                 tool_input["prompt_contains"] = named_prompt.group(1)  # "the runs with the palindrome prompt"
             elif re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, re.IGNORECASE):
                 if session.last_prompt:

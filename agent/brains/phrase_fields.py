@@ -76,9 +76,10 @@ def newest_n(text: str) -> int | None:
 
 def report_fields(text: str) -> dict:
     """write_report's and share_results' selection and format from words ("json", "last 5", "task 12", ids)."""
-    newest, task = newest_n(text), TASK_ID.search(text)
+    newest, task = newest_n(text), TASK_ID.search(digits(text))
     ids = RUN_ID.findall(text.lower())
-    return {**({"format": "json"} if REPORT_JSON.search(text) else {}),
+    form = "json" if REPORT_JSON.search(text) else "markdown" if re.search(r"\bmarkdown\b|\bmd\b", text, I) else None
+    return {**({"format": form} if form else {}),
             **({"limit": min(newest_n(text), 100)} if newest else {}),
             **({"task_id": int(task.group(1))} if task else {}), **({"run_ids": ids} if ids else {})}
 

@@ -29,7 +29,8 @@ METHOD_SYNONYMS = {
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
     "ngram": r"n-?gram|prompt[- ]lookup|pld",
-    "baseline": r"baseline|plain(?: generation| decoding)?|autoregressive|normal generation|no speculation",
+    "baseline": r"baseline|plain(?: \w+)?(?: generation| decoding)|plain|vanilla|autoregressive|normal generation|"
+                r"no speculation",
 }
 METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
                 for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
@@ -47,8 +48,9 @@ GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|a
 # "nothing speculative", "without speculation": plain decoding
 NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?speculat\w*", I)
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
-# a run id or its prefix: hex, with digits and letters
-RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b")
+# a run id or its prefix: hex, with digits and letters (4 characters after the word "run")
+RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\brun )(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])"
+                    r"[0-9a-f]{4,5}\b")
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
@@ -148,6 +150,10 @@ REPORT_WORDS = re.compile(r"\b(?:report|summary)\b", I)
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
+SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
+DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
+NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other", "fast",
+                "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
@@ -163,6 +169,8 @@ COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost o
                         r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared)|"
                         r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens|"
                         r"(?:verification|verify|pass|forward) (?:cost|latency)s? scales?|cost scales|"
+                        r"how expensive (?:is |it is )?(?:it )?(?:to )?verif\w*|"
+                        r"verif\w* \d+\s*(?:\.\.|-|to)\s*\d+ tokens|"
                         r"\d+\s*(?:\.\.|-|to)\s*\d+[ -]tokens? forward)", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
 THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
@@ -313,7 +321,8 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         value = typed(name, raw) if name else None
         connector = text[match.end("name"):match.start("value")].strip().lower()
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
-                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is")):
+                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and
+                 not (name == "tree" and raw.lower() in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1
             continue
         found.append((match, name, value))
@@ -324,7 +333,8 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/)", I)  # "64 new tokens"
 # "15 candidate tokens": a parameter named after its number
 NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tree nodes)\b", I)
-REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b", I)
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b|"
+                           r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
 
@@ -348,7 +358,7 @@ def find_params(text: str) -> dict:
     found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
     params = {name: value for _, name, value in assignments(text)}
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
-    params |= {"repeats": int(repeats.group(1))} if repeats else {}  # before its word wins over "repeats at 512"
+    params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
     params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
     params |= {field_of(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
     params |= {"chat": False} if RAW_PROMPT.search(text) else {}
@@ -471,6 +481,9 @@ def find_prompt(text: str) -> str | None:
     first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
     colon = re.search(r"\bprompt(?: is)?\s*:(?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
+    if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
+        colon = re.search(r":(?!//)(?!\s*\d)", text)
+        colon = colon if colon and quoted and not re.search(r"\bprompt\b", text[colon.end():quoted.start()], I) else None
     inside = colon and quoted and colon.end() <= quoted.start()
     if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
         return text[colon.end():].strip()
