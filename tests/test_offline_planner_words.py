@@ -112,3 +112,12 @@ def test_apostrophes_are_no_quotes():
     assert find_prompt("so i'm writing a paper -- couldn't you run draft on 'def f(x):' please") == "def f(x):"
     assert find_prompt("run ngram on 'don't stop me now'") == "don't stop me now"
     assert find_prompt("it's fine, we're done") is None
+
+
+def test_paths_and_the_topic_asked_about_first():
+    from agent.brains.phrase_fields import explained_topic, train_fields
+    from agent.brains.phrases import URL_OR_PATH
+
+    assert train_fields("train medusa on data/a.txt and data/b.txt")["data_files"] == ["data/a.txt", "data/b.txt"]
+    assert URL_OR_PATH.search("compare draft/medusa") is None
+    assert explained_topic("what is EAGLE and how is it different from a draft model") == "eagle"

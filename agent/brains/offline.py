@@ -122,7 +122,7 @@ class OfflineBrain:
 
     def _refusals(self, session: Session, msg: Message) -> Reply | None:
         """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain)."""
-        if DELETE_WORDS.search(msg.head) and not msg.methods:
+        if DELETE_WORDS.search(msg.head):
             return Reply(f"I do not delete stored runs or memory from the chat. Everything specpilot remembers is in "
                          f"one SQLite file, {session.store.path}; move or delete it yourself to start afresh.",
                          not_done="no tool deletes stored runs or memory; told where the file is")

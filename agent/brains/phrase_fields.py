@@ -10,7 +10,7 @@ import re
 
 from agent.brains.phrases import (BACKEND_WORDS, CPU_WORDS, GPU_WORDS, KNOWN_PACKAGES, MODEL_SIZE, NEWEST_N,
                                   OUT_FOLDER, REPORT_JSON, RUN_ID, TASK_ID, TEXT_LABELS, URL_OR_PATH, count_before,
-                                  digits, find_params, find_topic)
+                                  TOPIC_WORDS, digits, find_params, find_topic)
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import PARAM_MODELS
 
@@ -87,4 +87,8 @@ def report_fields(text: str) -> dict:
 def explained_topic(text: str) -> str | None:
     """The topic of "what is X ...", "explain X ..." where X is the first thing named after those words."""
     asked = re.search(r"\b(?:what(?:'s| is| are)|whats|explain|describe|eli5)\b(.*)", text, I)
-    return find_topic(asked.group(1)) if asked and find_topic(asked.group(1)) != "tradeoffs" else None
+    if not asked:
+        return None
+    found = [(m.start(), topic) for topic, words in TOPIC_WORDS.items() if topic != "tradeoffs"
+             for m in [re.search(words, asked.group(1), I)] if m]
+    return min(found)[1] if found else None  # "what is EAGLE and how is it different from a draft model": eagle

@@ -54,7 +54,8 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
-URL_OR_PATH = re.compile(r"(https?://\S+|(?:~|\.{0,2})/\S+)")
+# a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
+URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
 INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
                   # words that name no package ("install something so it goes faster": ask which)
