@@ -124,13 +124,18 @@ def planned_call(store, text: str) -> dict | None:
     return calls[0] if calls else None
 
 
-@pytest.mark.parametrize("text,tool,args", PARAPHRASES)
-def test_requests_in_other_words_map_onto_the_right_tool_and_arguments(store, text, tool, args):
+def assert_planned(store, text: str, tool: str | None, args: dict) -> None:
+    """The rule planner's first call for ``text`` is ``tool`` with ``args`` among its arguments (none for None)."""
     call = planned_call(store, text)
     if tool is None:
         assert call is None, call
     else:
         assert call is not None and call["name"] == tool and key_args_match(args, call["input"]), call
+
+
+@pytest.mark.parametrize("text,tool,args", PARAPHRASES)
+def test_requests_in_other_words_map_onto_the_right_tool_and_arguments(store, text, tool, args):
+    assert_planned(store, text, tool, args)
 
 
 @pytest.mark.skipif(not DEV_SET.exists(), reason="the shared development conversations are not on this machine")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.brains.phrases import digits, find_draft, find_params, find_target, fix_method_typos
-from test_offline_planner_phrases import key_args_match, planned_call, store  # noqa: F401  (the fixture)
+from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (the fixture)
 
 REQUESTS = [
     # a method and a prompt: a run, with or without a verb
@@ -73,11 +73,7 @@ REQUESTS = [
 
 @pytest.mark.parametrize("text,tool,args", REQUESTS)
 def test_each_kind_of_request_maps_onto_its_tool(store, text, tool, args):  # noqa: F811
-    call = planned_call(store, text)
-    if tool is None:
-        assert call is None, call
-    else:
-        assert call is not None and call["name"] == tool and key_args_match(args, call["input"]), call
+    assert_planned(store, text, tool, args)
 
 
 def test_numbers_in_words_and_flags_only_where_a_field_is_a_flag():
