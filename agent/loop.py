@@ -20,7 +20,8 @@ from typing import Any, ContextManager
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
-from agent.brains.phrases import HARMFUL, QUOTED
+from agent.brains.phrases import QUOTED
+from agent.brains.refusals import HARMFUL
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
 

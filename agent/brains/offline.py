@@ -17,15 +17,16 @@ from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
                                        report_fields, run_input, run_options, train_fields)
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
-                                  DEFAULT_WORD, DELETE_WORDS, DEPS_WORDS, DRAFT_SIZES, EXPLAIN_VERB, EXPLAIN_WORDS,
-                                  FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, MODEL_TUNING,
-                                  NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED,
-                                  RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE,
-                                  RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
+                                  DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS,
+                                  FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, NOT_A_PROMPT,
+                                  NOT_DEFAULT, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG,
+                                  RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
+                                  RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
                                   SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
                                   TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
                                   find_draft, find_hardware, find_method, find_methods, find_packages, find_params,
                                   find_prompt, find_target, find_topic, leading_methods, method_of_params, unquote)
+from agent.brains.refusals import DELETE_WORDS, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -176,8 +177,10 @@ class OfflineBrain:
         return self._compare(session, msg.methods, None, msg.target)
 
     def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
-        if not msg.prompt:
+        if not msg.prompt or RUN_ID.search(msg.text.lower()):  # a run id: a stored run asked about
             return None
+        if len([m for m in msg.methods if m != "baseline"]) >= 2:  # "benchmark baseline, ngram and medusa on: ..."
+            return self._compare(session, msg.methods, msg.prompt, msg.target, run_options(msg.head))
         asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION)
                                                or len(msg.methods) == 1) and not msg.has(PAST))
         if not asked:
@@ -189,7 +192,8 @@ class OfflineBrain:
 
     def _gated_words(self, session: Session, msg: Message) -> Reply | None:
         upgrade = msg.has(UPGRADE_WORDS)
-        if (upgrade or msg.has(GET_VERBS)) and known_packages(msg.head) and not msg.has(INSTALL_WORDS):
+        getting = msg.has(GET_VERBS) and not msg.has(DEPS_WORDS)  # "grab lade", not "is lade set up?"
+        if (upgrade or getting) and known_packages(msg.head) and not msg.has(INSTALL_WORDS):
             return self._call(session, "install_packages",  # "upgrade transformers", "grab lade"
                               {"packages": known_packages(msg.head), **({"upgrade": True} if upgrade else {})})
         if msg.has(INSTALL_WORDS):
@@ -221,7 +225,7 @@ class OfflineBrain:
         return self._call(session, "measure_cost_curve", {**fields, **({"target": msg.target} if msg.target else {})})
 
     def _recall_words(self, session: Session, msg: Message) -> Reply | None:
-        if msg.methods and msg.has(FIGURES):  # "what speedup did lookahead get last time?": stored runs
+        if (msg.methods or msg.target) and (msg.has(FIGURES) or msg.has(RUNS_QUESTION)):  # stored runs, not memory
             return None
         if msg.has(RECALL_STRONG) or (msg.has(RECALL_WEAK) and not msg.methods and not msg.has(FIGURES)):
             return self._call(session, "recall", {"include_done_tasks": True})
@@ -245,8 +249,10 @@ class OfflineBrain:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
             return None
         several = len([m for m in msg.methods if m != "baseline"]) >= 2 and not explained_topic(msg.head)
-        topic = ("tradeoffs" if several or msg.has(TRADEOFF_QUESTION)
-                 else explained_topic(msg.head) or find_topic(msg.head))
+        led = EXPLAIN_LEAD.match(msg.head)  # "what is EAGLE and how is it ...", not "what's the difference between ..."
+        lead = explained_topic(msg.head) if led and explained_topic(" ".join(msg.head[led.end():].split()[:2])) else None
+        topic = lead or ("tradeoffs" if several or msg.has(TRADEOFF_QUESTION)
+                         else explained_topic(msg.head) or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
 
     def _deps_words(self, session: Session, msg: Message) -> Reply | None:
@@ -255,7 +261,8 @@ class OfflineBrain:
         return self._call(session, "check_deps", {"method": find_method(msg.head) or "all"})
 
     def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
-        if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and msg.has(ASKING)):
+        asking = msg.has(ASKING) or msg.head.rstrip().endswith("?")
+        if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and asking):
             return self._lookup(session, msg.text)
         return None
 

@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import re
 
-from agent.brains.phrases import (BACKEND_WORDS, CPU_WORDS, GPU_WORDS, KNOWN_PACKAGES, MODEL_SIZE, NEWEST_N,
-                                  OUT_FOLDER, REPORT_JSON, RUN_ID, TASK_ID, TEXT_LABELS, URL_OR_PATH, count_before,
-                                  TOPIC_WORDS, digits, find_params, find_topic)
+from agent.brains.phrases import (BACKEND_WORDS, RUN_ID, TOPIC_WORDS, URL_OR_PATH, count_before, digits, find_params,
+                                  find_topic)
+from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.saved_params import run_fields
-from tools.engine.params import PARAM_MODELS
+from tools.engine.params import METHOD_NAMES, PARAM_MODELS
 
 I = re.IGNORECASE
 
+# the packages check_deps knows, by pip or import name (an import name that is also a method's names no package)
+KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not in METHOD_NAMES},
+                  **{p.dist.lower(): p.dist for p in PACKAGES}}
+TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
+                         r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
+GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
+MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?b\b(?! ?(?:ytes?|its?))", I)
+TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
+REPORT_JSON = re.compile(r"\bjson\b", I)
+NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
+                      r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
+CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|"
+                        r"into)\s+((?:~|\.{0,2})/\S+)", I)
 
 
 def known_packages(text: str) -> list[str]:

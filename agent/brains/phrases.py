@@ -12,7 +12,6 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.install import check_package
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.medusa_trees import TREES
@@ -36,6 +35,7 @@ METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
                 for m in (*ACCELERATED, *(n for n in METHOD_NAMES if n not in ACCELERATED))}
 TOPIC_WORDS = {
     "tradeoffs": r"trade-?offs?|differ\w*|compare|comparison|versus|\bvs\.?\b|which (?:method|one) (?:is|should)|"
+                 r"pros ?(?:/|&) ?cons|the catch|downsides?|drawbacks?|"
                  r"pros and cons|(?:three|four|five|all the|the) methods|(?:one|a) (?:method|approach) over|"
                  r"when (?:would|should) (?:i|you|one|we) (?:use|pick|choose|prefer)",
     "eagle": r"eagle",
@@ -62,9 +62,6 @@ INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "
                   "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
                   "needed", "necessary", "missing", "required", "what", "is", "are", "i", "we", "need", "make", "run",
                   "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in"}
-# the packages check_deps knows, by pip or import name (an import name that is also a method's names no package)
-KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not in METHOD_NAMES},
-                  **{p.dist.lower(): p.dist for p in PACKAGES}}
 
 # ---- kinds of request (each a few meaning-bearing words) -------------------------------------
 COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against|pit|stacks? up|"
@@ -72,7 +69,8 @@ COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]
 SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
 WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
 # a question about differences rather than a request to measure them
-TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|how do .* compare|how does .* compare|"
+TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pros ?(?:/|&) ?cons|the catch|downsides?|"
+                               r"drawbacks?|how do .* compare|how does .* compare|"
                                r"what(?:'s| is| are) the (?:difference|trade))", I)
 # another request that mentions a comparison ("share the comparison", "write a report comparing ...")
 OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b", I)
@@ -100,7 +98,7 @@ RECALL_STRONG = re.compile(
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:have )?(?:saved|stored|set)|"
     r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks)|"
-    r"tasks? (?:i|we) (?:finished|completed|did)|open ones)\b", I)
+    r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me)\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
@@ -125,45 +123,33 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
+                        r"set up\?|check (?:all )?(?:the |my )?packages|"
                         r"(?:env\w*|setup|installation) (?:is )?(?:ok|okay|fine|ready|good|working))\b|"
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
                          r"(?:medusa )?heads)\b", I)
-TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
-                         r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
                           r"\b(?:only these|nothing else)\b", I)
 PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
-                   r"generate)|\bpeers?\b|\bupstream\b", I)
+                   r"generate)|\bpeers?\b|\bupstream\b|\b\w+'s own (?:modes?|implementations?|versions?|speculative)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw prompt\b|\bchat template off\b", I)
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
-GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
-MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?b\b(?! ?(?:ytes?|its?))", I)
-TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
-REPORT_JSON = re.compile(r"\bjson\b", I)
-NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
-                      r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
 REPORT_WORDS = re.compile(r"\b(?:report|summary)\b", I)
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
+EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is)|whats|explain|describe|eli5)\b", I)
+AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)\s+as (?:the |my |a )?target\b", I)
 SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
 DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
 NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other", "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
-CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|"
-                        r"into)\s+"
-                        r"((?:~|\.{0,2})/\S+)", I)
-MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
-                          r"\bfine-?tun\w* (?:the |my |a )?(?:model|"
-                          r"qwen|llama|smollm|mistral)", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
@@ -171,6 +157,7 @@ COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost o
                         r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens|"
                         r"(?:verification|verify|pass|forward) (?:cost|latency)s? scales?|cost scales|"
                         r"how expensive (?:is |it is )?(?:it )?(?:to )?verif\w*|"
+                        r"how expensive (?:a |one )?(?:forward )?pass(?:es)? (?:is|are)|\d+\s*\.\.\s*\d+ tokens|"
                         r"verif\w* \d+\s*(?:\.\.|-|to)\s*\d+ tokens|"
                         r"\d+\s*(?:\.\.|-|to)\s*\d+[ -]tokens? forward)", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
@@ -197,18 +184,6 @@ SOME_PROMPT = re.compile(r"\b(?:a|any|some|one)\s+(?:\w+\s+)?(?:prompt|example|t
 ANY_PROMPT_ANSWER = re.compile(r"^\W*(?:any(?:thing| prompt| one)?|whatever|you (?:pick|choose)|default|"
                                r"a short one|short|pick one|your choice|doesn'?t matter|up to you)\W*$", I)
 SHORT_PROMPT = "Write a Python function that reverses a string."
-# a prompt specpilot will not generate text for, even to time it
-HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
-    r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+"
-    r"(?:key ?loggers?|"
-    r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
-    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+"
-    r"(?:bombs?|explosives?|nerve agents?|"
-    r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
-    r"credit cards?|cookies)\b", I)
-# deleting stored runs or memory: specpilot has no tool for it
-DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear out|forget|remove)\b.*\b(?:runs?|memory|history|data|"
-                          r"results|everything|settings|tasks?|database)\b", I)
 # built-in models by the words people use for them
 TARGET_WORDS = {
     SMALL_TARGET: r"smol\w*|small(?:est)?(?: built-?in)? model|tiny model|little model|135m",
@@ -287,7 +262,8 @@ def fix_method_typos(text: str) -> str:
             return word
         close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
         inflected = close and word.lower().startswith(close[0])  # "installed", "compared": not typos
-        return close[0] if close and not inflected else word
+        other = close and word[0].lower() != close[0][0]  # a typo keeps the first letter ("plain" is no "explain")
+        return close[0] if close and not inflected and not other else word
     return re.sub(r"\b[A-Za-z]{5,10}\b", fix, text)
 
 
@@ -323,7 +299,7 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         connector = text[match.end("name"):match.start("value")].strip().lower()
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
                 (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and
-                 not (name == "tree" and raw.lower() in TREES)):  # "tree chain4" names a tree
+                 not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1
             continue
         found.append((match, name, value))
@@ -361,6 +337,7 @@ def find_params(text: str) -> dict:
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
     params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
     params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
     params |= {field_of(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
     params |= {"chat": False} if RAW_PROMPT.search(text) else {}
     params |= {"peers": True} if PEERS.search(text) else {}
@@ -481,17 +458,18 @@ def find_prompt(text: str) -> str | None:
     """The prompt inside a run request: quoted text, everything after the first colon, or the lines after the
     first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
-    colon = re.search(r"\bprompt(?: is)?\s*:(?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
+    colon = re.search(r"\bprompt(?: is)?\s*[:=](?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
     if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
         colon = re.search(r":(?!//)(?!\s*\d)", text)
         colon = colon if colon and quoted and not re.search(r"\bprompt\b", text[colon.end():quoted.start()], I) else None
-    inside = colon and quoted and colon.end() <= quoted.start()
-    if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
+    inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
+    if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):  # quotes inside, not around it
         return text[colon.end():].strip()
     if quoted:
         return next(g for g in quoted.groups() if g)
     first, _, rest = text.strip().partition("\n")
-    if rest.strip() and not re.search(r":(?!//)(?!\s*\d)", first):
+    cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)  # "..., prompt below\n<prompt>"
+    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)):
         return rest.strip()
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
     if colon:

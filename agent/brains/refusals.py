@@ -1,0 +1,24 @@
+"""Requests specpilot declines whatever brain reads them: prompts asking for harm, deleting what it stores,
+fine-tuning the model itself. Plain text patterns (agent.loop and the rule planner use them)."""
+
+from __future__ import annotations
+
+import re
+
+I = re.IGNORECASE
+
+# a prompt specpilot will not generate text for, even to time it
+HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
+    r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+"
+    r"(?:key ?loggers?|"
+    r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
+    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+"
+    r"(?:bombs?|explosives?|nerve agents?|"
+    r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
+    r"credit cards?|cookies)\b", I)
+# deleting stored runs or memory: specpilot has no tool for it
+DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)\b.*\b(?:runs?|memory|history|data|"
+                          r"results|everything|settings|tasks?|database)\b", I)
+MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
+                          r"\bfine-?tun\w* (?:the |my |a )?(?:model|"
+                          r"qwen|llama|smollm|mistral)", I)
