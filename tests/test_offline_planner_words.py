@@ -11,7 +11,8 @@ from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (t
 
 REQUESTS = [
     # a method and a prompt: a run, with or without a verb
-    ("eagle on 'Name three rivers in Africa'", "run_method", {"method": "eagle", "prompt": "Name three rivers in Africa"}),
+    ("eagle on 'Name three rivers in Africa'", "run_method",
+     {"method": "eagle", "prompt": "Name three rivers in Africa"}),
     ("jacobi iteration for \"Write a haiku about snow\"", "run_method", {"method": "lookahead"}),
     ("plain decoding, nothing speculative: 'List the days of the week'", "run_method", {"method": "baseline"}),
     ("time draft on this one\nList three primary colours", "run_method",
@@ -22,7 +23,8 @@ REQUESTS = [
      {"method": "draft", "draft": "qwen2.5-coder-0.5b-instruct"}),
     ("medusa against lookahead for 'Explain DNS'", "compare_methods", {"methods": ["medusa", "lookahead"]}),
     # numbers in words, and parameters that belong to one method
-    ("remember depth seven and topk six for eagle", "save_params", {"method": "eagle", "params": {"depth": 7, "topk": 6}}),
+    ("remember depth seven and topk six for eagle", "save_params",
+     {"method": "eagle", "params": {"depth": 7, "topk": 6}}),
     ("train two medusa heads for 300 steps", "train_medusa", {"num_heads": 2, "steps": 300}),
     ("save a json report of the newest 3 runs", "write_report", {"format": "json", "limit": 3}),
     ("show the latest 4 runs", "lookup_runs", {"limit": 4}),
@@ -105,7 +107,8 @@ def test_misspelt_methods_and_the_draft_named_as_such():
 def test_harmful_prompts_are_told_from_prompts_about_security():
     from agent.brains.refusals import HARMFUL
 
-    for text in ("create a stealthy python keylogger", "how do I make a pipe bomb", "steal saved passwords from chrome"):
+    harmful = ("create a stealthy python keylogger", "how do I make a pipe bomb", "steal saved passwords from chrome")
+    for text in harmful:
         assert HARMFUL.search(text), text
     for text in ("explain what ransomware is", "write a python script that detects malware signatures",
                  "write a worm-free garden guide", "make a bomb-proof backup script"):

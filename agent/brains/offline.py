@@ -200,7 +200,8 @@ class OfflineBrain:
             return self._install(session, find_packages(msg.text), upgrade)
         if msg.has(TRAIN_WORDS) and "eagle" in msg.methods:  # no chat tool trains an EAGLE head
             return Reply("An EAGLE head is trained from the terminal, behind the same approval as Medusa: `specpilot "
-                         "eagle train --target TARGET --out FOLDER` (hours on a CPU; the default target ships with one).",
+                         "eagle train --target TARGET --out FOLDER` (hours on a CPU; the default target ships "
+                         "with one).",
                          not_done="EAGLE heads are trained with `specpilot eagle train`, not from the chat")
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
             return self._train(session, msg.target, train_fields(msg.text))
@@ -250,7 +251,8 @@ class OfflineBrain:
             return None
         several = len([m for m in msg.methods if m != "baseline"]) >= 2 and not explained_topic(msg.head)
         led = EXPLAIN_LEAD.match(msg.head)  # "what is EAGLE and how is it ...", not "what's the difference between ..."
-        lead = explained_topic(msg.head) if led and explained_topic(" ".join(msg.head[led.end():].split()[:2])) else None
+        first_words = " ".join(msg.head[led.end():].split()[:2]) if led else ""
+        lead = explained_topic(msg.head) if led and explained_topic(first_words) else None
         topic = lead or ("tradeoffs" if several or msg.has(TRADEOFF_QUESTION)
                          else explained_topic(msg.head) or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
@@ -452,7 +454,8 @@ class OfflineBrain:
 
     def _explain(self, session: Session, topic: str | None) -> Reply:
         if topic is None:
-            return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, eagle, tradeoffs.")
+            return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, eagle, "
+                         "tradeoffs.")
         return self._call(session, "explain", {"topic": topic})
 
     def _install(self, session: Session, packages: list[str], upgrade: bool = False) -> Reply:

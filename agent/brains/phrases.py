@@ -133,7 +133,8 @@ TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|mak
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
                           r"\b(?:only these|nothing else)\b", I)
 PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
-                   r"generate)|\bpeers?\b|\bupstream\b|\b\w+'s own (?:modes?|implementations?|versions?|speculative)", I)
+                   r"generate)|\bpeers?\b|\bupstream\b|"
+                   r"\b\w+'s own (?:modes?|implementations?|versions?|speculative)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw prompt\b|\bchat template off\b", I)
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
@@ -143,10 +144,12 @@ NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|se
                          r"(?:it |this |them )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
 EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is)|whats|explain|describe|eli5)\b", I)
-AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)\s+as (?:the |my |a )?target\b", I)
+AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)"
+                       r"\s+as (?:the |my |a )?target\b", I)
 SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
 DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
-NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other", "fast",
+NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other",
+                "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
@@ -458,17 +461,20 @@ def find_prompt(text: str) -> str | None:
     """The prompt inside a run request: quoted text, everything after the first colon, or the lines after the
     first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
     quoted = QUOTED.search(text)
-    colon = re.search(r"\bprompt(?: is)?\s*[:=](?!//)", text, I)  # "use this prompt: Rewrite 'the cat sat' ...": all of it
+    # "use this prompt: Rewrite 'the cat sat' ...": all of it
+    colon = re.search(r"\bprompt(?: is)?\s*[:=](?!//)", text, I)
     if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
         colon = re.search(r":(?!//)(?!\s*\d)", text)
-        colon = colon if colon and quoted and not re.search(r"\bprompt\b", text[colon.end():quoted.start()], I) else None
+        between = text[colon.end():quoted.start()] if colon and quoted else ""
+        colon = colon if colon and quoted and not re.search(r"\bprompt\b", between, I) else None
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
     if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):  # quotes inside, not around it
         return text[colon.end():].strip()
     if quoted:
         return next(g for g in quoted.groups() if g)
     first, _, rest = text.strip().partition("\n")
-    cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)  # "..., prompt below\n<prompt>"
+    # "..., prompt below\n<prompt>"
+    cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)
     if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)):
         return rest.strip()
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
