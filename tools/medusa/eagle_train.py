@@ -39,7 +39,7 @@ from tools.engine.eagle import EagleConfig, EagleHead, config_for
 from tools.errors import ParameterError
 from tools.medusa.eagle_upstream import WEIGHTS as UPSTREAM_WEIGHTS, is_upstream, load_upstream_head
 from tools.medusa.features import cache_chunk_features, load_chunk_features
-from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, tokenize_files
+from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, read_text, tokenize_files
 
 HEAD_FILE, CONFIG_FILE, STATE_FILE = "eagle_head.safetensors", "eagle_config.json", "eagle_train_state.pt"
 FORMAT = "specpilot-eagle"
@@ -93,7 +93,7 @@ def chunk_loss(head: EagleHead, shard: dict, embed: torch.Tensor, rows: torch.Te
     hidden, greedy, tokens = shard["hidden"], shard["greedy"], shard["tokens"]
     n = hidden.shape[0]
     passes = min(config.passes, n - 1)
-    masks = _pass_masks(n, passes)
+    masks = [m.to(hidden.device) for m in _pass_masks(n, passes)]
     feats = hidden[: n - 1]
     layers = head.config.fuse_layers
     inner = torch.cat([shard[f"layer{i}"][: n - 1] for i in layers], -1).float() if layers else None
@@ -101,7 +101,7 @@ def chunk_loss(head: EagleHead, shard: dict, embed: torch.Tensor, rows: torch.Te
     total, hits = hidden.new_zeros(()), []
     for p in range(1, passes + 1):
         m = n - p
-        idx = torch.arange(m)
+        idx = torch.arange(m, device=hidden.device)
         emb = embed[tokens[idx + p]]
         if past_k is None:
             past_k, past_v = head.empty_kv(hidden.device, hidden.dtype)
@@ -137,8 +137,9 @@ def data_key(shard_paths: list[Path]) -> str:
 def draft_rows(lm_head: torch.Tensor, draft_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The LM head's rows of the draft vocabulary (float32) and the map from target ids to draft positions
     (-100, ignored by the loss, for a token outside it)."""
-    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long)
-    to_draft[draft_ids] = torch.arange(draft_ids.numel())
+    draft_ids = draft_ids.to(lm_head.device)
+    to_draft = torch.full((lm_head.shape[0],), -100, dtype=torch.long, device=lm_head.device)
+    to_draft[draft_ids] = torch.arange(draft_ids.numel(), device=lm_head.device)
     return lm_head[draft_ids].float(), to_draft
 
 
@@ -153,7 +154,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
     draft_ids = (start.draft_ids if start is not None
                  else draft_vocabulary(vocab_tokens, config.draft_vocab, lm_head.shape[0]))
     head = EagleHead(config_for(target_config, draft_ids.numel(), config.intermediate_size,
-                                tuple(config.fuse_layers)), draft_ids)
+                                tuple(config.fuse_layers)), draft_ids.cpu())
     head.init_identity()
     if start is not None:
         own, theirs = head.state_dict(), start.state_dict()
@@ -161,6 +162,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
             raise ParameterError("the head to continue from has another shape than these settings",
                                  hint="give the same --intermediate-size as the head was trained with")
         head.load_state_dict(theirs, strict=False)
+    head.to(embed.device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=config.learning_rate, weight_decay=0.0)
     train, held = shards[: -config.held_out_chunks], shards[-config.held_out_chunks:]
     if not train:
@@ -169,7 +171,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
     total_steps, step, history = max(1, round(config.epochs * len(train))), 0, []
     state_path = out / STATE_FILE
     if state_path.exists():
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        state = torch.load(state_path, map_location=embed.device, weights_only=True)
         if state["key"] != key or _saved_config(state["config"]) != config.model_dump():
             raise ParameterError(f"{out} holds a checkpoint for other data or settings",
                                  hint="choose another output folder, or delete its eagle_train_state.pt")
@@ -202,7 +204,7 @@ def train_head(shards: list[dict], embed: torch.Tensor, lm_head: torch.Tensor, t
     _checkpoint(state_path, head, optimizer, step, key, config, history)
     head.eval()
     held_top1 = top1_by_depth(head, held, embed, lm_head, config.passes)
-    coverage = float((to_draft[torch.cat([s["greedy"] for s in held])] >= 0).float().mean())
+    coverage = float((to_draft[torch.cat([s["greedy"] for s in held]).to(to_draft.device)] >= 0).float().mean())
     summary = {**meta, "steps": step, "config": config.model_dump(), "held_out": {
         "chunks": len(held), "top1_by_depth": held_top1, "draft_vocab_coverage": round(coverage, 4)},
         "final_loss": history[-1][1] if history else None}
@@ -239,7 +241,7 @@ def _checkpoint(path: Path, head, optimizer, step, key, config, history) -> None
 def save_head(head: EagleHead, folder: Path, training: dict, dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write the head (weights in ``dtype``, the draft ids as int64) and its config in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: (v if k == "draft_ids" else v.to(dtype)).contiguous() for k, v in head.state_dict().items()}
+    state = {k: (v if k == "draft_ids" else v.to(dtype)).cpu().contiguous() for k, v in head.state_dict().items()}
     save_file(state, str(folder / HEAD_FILE))
     meta = {"format": FORMAT, "format_version": 1, "head": asdict(head.config), "training": training}
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -351,8 +353,8 @@ def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, 
     paths = cache_chunk_features(model, chunks, folder,
                                  lambda done, total: log(f"  features {done}/{total} ({elapsed(t0)})"),
                                  layers=tuple(config.fuse_layers))
-    shards = load_chunk_features(paths)
-    vocab_tokens = [tokenizer.encode(Path(f).read_text(errors="replace"), add_special_tokens=False) for f in files]
+    shards = [{k: v.to(model.device) for k, v in s.items()} for s in load_chunk_features(paths)]
+    vocab_tokens = [tokenizer.encode(read_text(f), add_special_tokens=False) for f in files]
     meta = {"command": command, "base_model": getattr(target, "ref", None), "data": describe_data(files), "tokens": sum(map(len, chunks)),
             "chunks": len(chunks), "chunk_tokens": chunk_tokens, "feature_seconds": round(time.perf_counter() - t0)}
     t1 = time.perf_counter()

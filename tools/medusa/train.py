@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import lzma
 import math
 import os
 import time
@@ -92,6 +93,19 @@ def describe_data(files: Sequence[str | Path]) -> list[dict]:
     return out
 
 
+def read_text(path: str | Path) -> str:
+    """A training text file's text; a file ending in ``.xz`` is decompressed first (the larger shipped texts)."""
+    path = Path(path).expanduser()
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        try:
+            data = lzma.decompress(data)
+        except lzma.LZMAError as exc:
+            raise ParameterError(f"{path} is not a readable xz file ({exc})",
+                                 hint="give the .xz file as shipped, or a plain text file") from exc
+    return data.decode("utf-8", errors="replace")
+
+
 def _encode(tokenizer, text: str) -> list[int]:
     if hasattr(tokenizer, "encode"):
         return list(tokenizer.encode(text, add_special_tokens=False))
@@ -109,7 +123,7 @@ def tokenize_files(tokenizer, files: Sequence[str | Path], seq_len: int, max_tok
         path = Path(f).expanduser()
         if not path.is_file():
             raise ParameterError(f"training text {path} does not exist", hint="check the path")
-        ids = _encode(tokenizer, path.read_text(errors="replace"))
+        ids = _encode(tokenizer, read_text(path))
         per_file.append([ids[i: i + seq_len] for i in range(0, len(ids), seq_len) if len(ids[i: i + seq_len]) >= min_len])
     chunks: list[list[int]] = []
     total = 0
