@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_carry.py"
+from scripts import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_carry", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_carry")
 
 
 def _four_bit_like(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:

@@ -3,17 +3,13 @@ where nothing else of the project's test setup is)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from scripts import BENCHMARKS, load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+SCRIPT = BENCHMARKS / "gpu_check.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_check")
 
 
 def test_every_method_matches_the_baseline_in_float32_and_runs_sampling():
