@@ -82,21 +82,16 @@ def pack(model_dir: Path, out: Path, piece_mib: int) -> None:
             if w.numel() < 1 << 16 or w.numel() % 32:
                 tensors[name + ".raw"], metas[name] = w.contiguous(), {"kind": "raw", "shape": list(w.shape)}
                 continue
-            code, scale, offset = _pack4(w)
-            kind = "q4"
-            meta = {"kind": kind, "shape": list(w.shape)}
-            parts = {name + ".code": code, name + ".scale": scale, name + ".offset": offset}
-            rebuilt = unpack_tensor(parts, name, meta)
-            rel = float((rebuilt.float() - w.float()).norm() / w.float().norm().clamp_min(1e-30))
-            if rel > 0.005:
-                code, scale, offset = _pack8(w)
-                kind, meta = "q8", {"kind": "q8", "shape": list(w.shape)}
-                rebuilt = unpack_tensor({name + ".code": code, name + ".scale": scale, name + ".offset": offset},
-                                        name, meta)
-                rel = float((rebuilt.float() - w.float()).norm() / w.float().norm().clamp_min(1e-30))
+            for kind, packer in (("q4", _pack4), ("q8", _pack8)):  # 8-bit where 4 bits lose more than 0.5%
+                parts = dict(zip((name + ".code", name + ".scale", name + ".offset"), packer(w)))
+                meta = {"kind": kind, "shape": list(w.shape)}
+                rebuilt = unpack_tensor(parts, name, meta).float()
+                rel = float((rebuilt - w.float()).norm() / w.float().norm().clamp_min(1e-30))
+                if rel <= 0.005:
+                    break
             meta["relative_error"] = round(rel, 5)
             metas[name] = meta
-            tensors.update({name + ".code": code, name + ".scale": scale, name + ".offset": offset})
+            tensors.update(parts)
             print(f"{name} {kind} {rel:.4f}", flush=True)
     save_file(tensors, str(out / PACKED), metadata={"tensors": json.dumps(metas)})
     data = (out / PACKED).read_bytes()
