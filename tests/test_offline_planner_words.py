@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.brains.phrases import digits, find_draft, find_params, find_target, fix_method_typos
+from agent.brains.number_words import digits
+from agent.brains.phrases import find_draft, find_params, find_target, fix_method_typos
 from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (the fixture)
 
 REQUESTS = [
@@ -74,6 +75,29 @@ REQUESTS = [
      {"method": "ngram", "params": {"target": "qwen2.5-coder-0.5b-instruct"}}),
     ("so what are the drawbacks of each method?", "explain", {"topic": "tradeoffs"}),
     ("any runs on smollm2-135m-instruct yet?", "lookup_runs", {"target": "smollm2-135m-instruct"}),
+    # fifth round: compound numbers in words, a preamble before the instruction, "against the target", every
+    # technique at once, a figure asked of a past run with "vs", memory questions, "keep ... for future runs",
+    # a flag switched off before its name, one method's catch, a package asked after, a run without its prompt
+    ("plain decoding on 'Name five fruits' with one hundred and twenty eight new tokens", "run_method",
+     {"method": "baseline", "max_new_tokens": 128}),
+    ("medusa and eagle at a temperature of zero point seven for 'Write a sonnet'", "compare_methods",
+     {"methods": ["medusa", "eagle"], "temperature": 0.7}),
+    ("context: I am writing a report on decoders. now then: time eagle on 'Parse JSON in Go' please", "run_method",
+     {"method": "eagle", "prompt": "Parse JSON in Go"}),
+    ("check the draft model qwen2.5-coder-0.5b-instruct against target qwen2.5-coder-1.5b-instruct on 'Sort a list'",
+     "run_method",
+     {"method": "draft", "draft": "qwen2.5-coder-0.5b-instruct", "target": "qwen2.5-coder-1.5b-instruct"}),
+    ("measure all the approaches on 'Explain recursion' with 2 repeats", "compare_methods", {"repeats": 2}),
+    ("the fibonacci one: how many tokens per second did medusa reach vs the baseline?", "lookup_runs",
+     {"prompt_contains": "fibonacci"}),
+    ("have I told you my preferred dtype before?", "recall", {}),
+    ("is anything still open from the last chat?", "recall", {}),
+    ("keep eagle depth at 4 going forward", "save_params", {"method": "eagle", "params": {"depth": 4}}),
+    ("disable trim for eagle and save it", "save_params", {"method": "eagle", "params": {"trim": False}}),
+    ("what's the downside of medusa?", "explain", {"topic": "medusa"}),
+    ("Medusa - what does the draft tree look like?", "explain", {"topic": "medusa"}),
+    ("do we have accelerate on this machine?", "check_deps", {}),
+    ("run eagle on my text and report the tokens/s", None, {}),
     # what it must not do, or cannot do without asking
     ("LoRA fine-tune the model on my chat logs", None, {}),
     ("train an eagle head for the default target", None, {}),
@@ -90,6 +114,9 @@ def test_each_kind_of_request_maps_onto_its_tool(store, text, tool, args):  # no
 
 def test_numbers_in_words_and_flags_only_where_a_field_is_a_flag():
     assert digits("k four, window nine") == "k 4, window 9"
+    assert digits("two hundred fifty six tokens, temperature zero point eight") == "256 tokens, temperature 0.8"
+    assert digits("one two three, twenty-five, three thousand") == "1 2 3, 25, 3000"
+    assert find_params("turn off adaptive K and disable trim") == {"adaptive_k": False, "trim": False}
     assert find_params("with 200 new tokens on 'x'") == {"max_new_tokens": 200}  # "on" sets no flag
     assert find_params("adaptive_k on") == {"adaptive_k": True}
     assert find_params("eagle topk 6") == {"topk": 6} and find_params("topk 40") == {"top_k": 40}

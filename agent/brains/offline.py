@@ -17,15 +17,16 @@ from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
                                        report_fields, run_input, run_options, train_fields)
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
-                                  DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS,
-                                  FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE, NOT_A_PROMPT,
-                                  NOT_DEFAULT, OTHER_ACTIONS, PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG,
-                                  RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
-                                  RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
-                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
-                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
-                                  find_draft, find_hardware, find_method, find_methods, find_packages, find_params,
-                                  find_prompt, find_target, find_topic, leading_methods, method_of_params, unquote)
+                                  DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD, EXPLAIN_VERB,
+                                  EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE,
+                                  NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE, PARAM_DEFAULT,
+                                  PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS,
+                                  RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS,
+                                  SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE,
+                                  THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW,
+                                  Message, compare_list, find_draft, find_hardware, find_method, find_methods,
+                                  find_packages, find_params, find_prompt, find_target, find_topic, leading_methods,
+                                  method_of_params, unquote)
 from agent.brains.refusals import DELETE_WORDS, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
@@ -165,9 +166,12 @@ class OfflineBrain:
         return Reply(question, awaiting="the parameter values to save")
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
-        wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH)))
+        wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH))) or \
+            (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
         if not wants or msg.has(OTHER_ACTIONS):
             return None
+        if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
+            return self._lookup(session, msg.text)
         if msg.prompt or msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
             return self._compare(session, msg.methods, msg.prompt or SHORT_PROMPT, msg.target, run_options(msg.head))
         if msg.has(STORED):  # "compare the speedups of my medusa and lookahead runs"
@@ -253,17 +257,21 @@ class OfflineBrain:
         led = EXPLAIN_LEAD.match(msg.head)  # "what is EAGLE and how is it ...", not "what's the difference between ..."
         first_words = " ".join(msg.head[led.end():].split()[:2]) if led else ""
         lead = explained_topic(msg.head) if led and explained_topic(first_words) else None
-        topic = lead or ("tradeoffs" if several or msg.has(TRADEOFF_QUESTION)
-                         else explained_topic(msg.head) or find_topic(msg.head))
+        one = [m for m in msg.methods if m != "baseline"]
+        single = one[0] if len(one) == 1 and not msg.has(COMPARE) else None  # "the catch with lookahead": lookahead's
+        topic = lead or ("tradeoffs" if several or (msg.has(TRADEOFF_QUESTION) and not single)
+                         else explained_topic(msg.head) or single or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
 
     def _deps_words(self, session: Session, msg: Message) -> Reply | None:
-        if not msg.has(DEPS_WORDS):
+        if not (msg.has(DEPS_WORDS) or (msg.has(PACKAGE_PRESENCE) and known_packages(msg.head))):
             return None
         return self._call(session, "check_deps", {"method": find_method(msg.head) or "all"})
 
     def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
         asking = msg.has(ASKING) or msg.head.rstrip().endswith("?")
+        if RUN_WORDS.match(msg.text) and not msg.has(PAST) and not RUN_ID.search(msg.text.lower()):
+            return None  # "try ngram on my prompt and tell me the speedup": a run, its prompt asked for
         if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and asking):
             return self._lookup(session, msg.text)
         return None
@@ -347,7 +355,7 @@ class OfflineBrain:
         if not prompt:
             return self._ask("run_method", {"method": method, **keep}, "prompt",
                              f"Which prompt should I run with {method}? (say 'any' for a short one)")
-        problem = self._draft_problem(session, [method], target)
+        problem = None if (options or {}).get("draft") else self._draft_problem(session, [method], target)
         if problem:
             return Reply(problem, not_done=problem)
         if not again:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from agent.brains.phrases import (BACKEND_WORDS, RUN_ID, TOPIC_WORDS, URL_OR_PATH, count_before, digits, find_params,
-                                  find_topic)
+from agent.brains.number_words import digits
+from agent.brains.phrases import BACKEND_WORDS, RUN_ID, TOPIC_WORDS, URL_OR_PATH, count_before, find_params, find_topic
 from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import METHOD_NAMES, PARAM_MODELS

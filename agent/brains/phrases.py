@@ -12,6 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from agent.brains.number_words import digits
 from tools.agent_tools.install import check_package
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.medusa_trees import TREES
@@ -24,7 +25,8 @@ I = re.IGNORECASE
 # the words that name a method besides its own name; the methods are read from the method table, the
 # accelerated ones first (so "draft versus the baseline" names draft)
 METHOD_SYNONYMS = {
-    "draft": r"draft(?:[- ]model)?|speculative(?: decoding| sampling)?|spec decoding|assisted",
+    "draft": r"draft(?:[- ]model)?(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative(?: decoding| sampling)?|"
+             r"spec decoding|assisted",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
     "ngram": r"n-?gram|prompt[- ]lookup|pld",
@@ -41,7 +43,7 @@ TOPIC_WORDS = {
     "eagle": r"eagle",
     "medusa": r"medusa",
     "lookahead": r"look[- ]?ahead|jacobi",
-    "draft": r"draft|speculative|assisted",
+    "draft": r"draft(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative|assisted",
 }
 # "speculative decoding methods" names all of them, not the draft-model method
 GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", I)
@@ -64,9 +66,13 @@ INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "
                   "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in"}
 
 # ---- kinds of request (each a few meaning-bearing words) -------------------------------------
-COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|against|pit|stacks? up|"
+COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|pit|stacks? up|"
+                     r"against(?!\s+(?:the\s+|a\s+|my\s+)?(?:target|model|qwen|smol))|"
                      r"shoot-?out|race)\b", I)
 SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
+# every method at once ("benchmark every technique on ...", "all the approaches")
+EVERY_METHOD = re.compile(r"\b(?:every|each|all(?: (?:the|of the|your))?) (?:techniques?|methods?|approach(?:es)?|"
+                          r"decoders?|variants?|strateg(?:y|ies))\b", I)
 WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
 # a question about differences rather than a request to measure them
 TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pros ?(?:/|&) ?cons|the catch|downsides?|"
@@ -77,6 +83,7 @@ OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|ma
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+                     r"tokens? (?:per|a) second|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
                      I)
@@ -98,11 +105,15 @@ RECALL_STRONG = re.compile(
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:have )?(?:saved|stored|set)|"
     r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks)|"
-    r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me)\b", I)
+    r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me|"
+    r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
+    r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
+    r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
-                        r"keep using|make|switch|persist|stick with)\b", I)
+                        r"keep using|make|switch|persist|stick with|keep|(?:for|in) (?:all )?future|going forward|"
+                        r"from here on)\b", I)
 DEFAULT_WORD = re.compile(r"\bdefault\b", I)
 # "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
 PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
@@ -115,9 +126,10 @@ EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words)|"
-                           r"when (?:would|should|do))\b", I)
+                           r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle)\b", I)
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle|"
+                     r"looks? like)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import error|fails? to import|no module named|what (?:it|they|this|that) needs?|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
@@ -126,6 +138,9 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"set up\?|check (?:all )?(?:the |my )?packages|"
                         r"(?:env\w*|setup|installation) (?:is )?(?:ok|okay|fine|ready|good|working))\b|"
                         r"\b(?:is|are)\b.*\binstalled\b", I)
+# "is gguf here?", "do we have llama-cpp-python installed?": asked of a package the message names
+PACKAGE_PRESENCE = re.compile(r"^\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|available|"
+                              r"present|installed|around|on this (?:machine|box|computer))\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
@@ -139,7 +154,7 @@ RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw pro
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
-REPORT_WORDS = re.compile(r"\b(?:report|summary)\b", I)
+REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary)\b", I)  # "report the tokens/s": tell
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
@@ -239,6 +254,9 @@ class Message:
     @classmethod
     def read(cls, text: str) -> Message:
         prompt = find_prompt(text)
+        asked = prompt and find_methods(prompt) and PAST.search(prompt) and FIGURES.search(prompt)
+        if asked and not QUOTED.search(text):
+            prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
         head = fix_method_typos(head)
         return cls(text=text, prompt=prompt, head=head, methods=find_methods(without_values(head)),
@@ -316,25 +334,25 @@ NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tr
 REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b|"
                            r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
+# "turn off adaptive K", "disable trim": a yes/no parameter switched before its name
+SWITCH_BEFORE = re.compile(r"\b(?:(?:turn|switch)(?:ed)?\s+(?P<state>on|off)|(?P<verb>disable|enable|deactivate|"
+                           r"activate)d?)\s+(?:the\s+)?(?P<name>"
+                           + "|".join(alias for alias, name in PARAM_NAMES.items() if name in BOOL_FIELDS)
+                           + r")(?![\w-])", I)
+
+
+def switched_before(text: str) -> str:
+    """``text`` with "turn off NAME" / "disable NAME" written as "NAME off" (and "on" alike)."""
+    def put(m: re.Match) -> str:
+        state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
+        return f"{m.group('name')} {state.lower()}"
+    return SWITCH_BEFORE.sub(put, text)
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
-
-
-NUMBER_WORDS = {**{w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
-                                               "thirteen fourteen fifteen sixteen".split())},
-                **{w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty".split(), start=2)}}
-NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(NUMBER_WORDS)})\b", I)
-SCALED = re.compile(r"\b(\d+)\s+(hundred|thousand)\b", I)
-
-
-def digits(text: str) -> str:
-    """Numbers written as words in digits ("k four" -> "k 4", "three thousand" -> "3000")."""
-    text = NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(0).lower()]), text)
-    return SCALED.sub(lambda m: str(int(m.group(1)) * (100 if m.group(2).lower() == "hundred" else 1000)), text)
 
 
 def find_params(text: str) -> dict:
     """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
-    text = SWITCHED.sub(r"\1", digits(text))  # "adaptive K turned off" -> "adaptive K off"
+    text = SWITCHED.sub(r"\1", switched_before(digits(text)))  # "adaptive K turned off" -> "adaptive K off"
     found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
     params = {name: value for _, name, value in assignments(text)}
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
@@ -396,6 +414,7 @@ def find_topic(text: str) -> str | None:
 
 # a model named as the draft ("qwen2.5-coder-0.5b-instruct as the draft", "with a small model"), not the target
 AS_DRAFT = re.compile(r"^\s*(?:as (?:the |my |a )?draft(?:er)?\b|drafting\b)", I)
+DRAFT_BEFORE = re.compile(r"\bdraft(?:[- ]?model)?\s*(?:=|:|is|of)?\s*$", I)
 WITH_BEFORE = re.compile(r"\b(?:decoding|sampling|speculat\w*|draft)\s+(?:with|w/|using|via)\s+(?:a |an |the )?$", I)
 
 
@@ -403,7 +422,7 @@ def find_draft(text: str) -> str | None:
     """The built-in model a message names as the draft, or None."""
     for name in BUILTIN_MODELS:
         at = text.lower().find(name)
-        if at >= 0 and AS_DRAFT.match(text[at + len(name):]):
+        if at >= 0 and (AS_DRAFT.match(text[at + len(name):]) or DRAFT_BEFORE.search(text[:at])):
             return name
     return None
 
@@ -468,8 +487,9 @@ def find_prompt(text: str) -> str | None:
         between = text[colon.end():quoted.start()] if colon and quoted else ""
         colon = colon if colon and quoted and not re.search(r"\bprompt\b", between, I) else None
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
-    if inside and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):  # quotes inside, not around it
-        return text[colon.end():].strip()
+    instruction = inside and re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
+    if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
+        return text[colon.end():].strip()  # quotes inside the prompt, not around it
     if quoted:
         return next(g for g in quoted.groups() if g)
     first, _, rest = text.strip().partition("\n")
