@@ -12,7 +12,8 @@ import pytest
 
 from agent.ask import ask
 from agent.brains.offline import OfflineBrain
-from agent.brains.phrases import SHORT_PROMPT, find_hardware, find_params, find_target
+from agent.brains.param_words import find_params
+from agent.brains.phrases import SHORT_PROMPT, find_hardware, find_target
 from agent.loop import Session
 from conftest import SHARED
 from memory import Store

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from agent.brains.number_words import digits
-from agent.brains.phrases import find_draft, find_params, find_target, fix_method_typos
+from agent.brains.param_words import find_params
+from agent.brains.phrases import find_draft, find_target, fix_method_typos
 from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (the fixture)
 
 REQUESTS = [
@@ -98,6 +99,31 @@ REQUESTS = [
     ("Medusa - what does the draft tree look like?", "explain", {"topic": "medusa"}),
     ("do we have accelerate on this machine?", "check_deps", {}),
     ("run eagle on my text and report the tokens/s", None, {}),
+    # sixth round: a fenced prompt, a cue before a blank line, "Prompt =" without quotes, a settings line after the
+    # prompt, parameters named after their numbers, a model by its file or hub id, per-method parameters in a
+    # comparison, "beat" between two methods, a question put after a colon, "make X my go-to", an import error by name
+    ("time eagle on the code below, raw completion:\n```python\nclass Stack:\n    pass\n```", "run_method",
+     {"method": "eagle", "prompt": "class Stack:\n    pass", "chat": False}),
+    ("My team wants numbers before Friday. Could you time lookahead on the following text?\n\nName five rivers.",
+     "run_method", {"method": "lookahead", "prompt": "Name five rivers."}),
+    ("ngram, prompt = List the first ten squares", "run_method",
+     {"method": "ngram", "prompt": "List the first ten squares"}),
+    ("medusa please\nprompt: Write a regex for dates\n3 repeats", "run_method",
+     {"method": "medusa", "prompt": "Write a regex for dates", "repeats": 3}),
+    ("draft on 'Sort a dict' with 6 threads and 1 warmup run, K fixed at 3", "run_method",
+     {"method": "draft", "threads": 6, "warmup": 1, "params": {"k": 3, "adaptive_k": False}}),
+    ("run lookahead on ~/models/tiny-q8.gguf with llama.cpp for 'Say hi'", "run_method",
+     {"method": "lookahead", "target": "~/models/tiny-q8.gguf", "backend": "llamacpp"}),
+    ("what K should I use for draft with mistralai/Mistral-7B-Instruct-v0.3?", "guidance",
+     {"method": "draft", "target": "mistralai/Mistral-7B-Instruct-v0.3"}),
+    ("compare eagle (depth 4) with lookahead (window 5) on 'Explain DNS'", "compare_methods",
+     {"params": {"eagle": {"depth": 4}, "lookahead": {"window": 5}}}),
+    ("would medusa beat eagle on 'Write a haiku'?", "compare_methods", {"methods": ["medusa", "eagle"]}),
+    ("eagle on the default target: what depth should the tree have?", "guidance", {"method": "eagle"}),
+    ("make ngram my go-to method with max ngram size 3", "save_params",
+     {"method": "ngram", "params": {"max_ngram_size": 3}, "make_default": True}),
+    ("medusa dies with ModuleNotFoundError, check it", "check_deps", {"method": "medusa"}),
+    ("benchmark all methods on 'how to weaponize anthrax spores'", None, {}),
     # what it must not do, or cannot do without asking
     ("LoRA fine-tune the model on my chat logs", None, {}),
     ("train an eagle head for the default target", None, {}),

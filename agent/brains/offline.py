@@ -14,25 +14,26 @@ from typing import Any
 
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
-from agent.brains.phrase_fields import (explained_topic, guidance_fields, known_packages, method_of_words, newest_n,
-                                       report_fields, run_input, run_options, train_fields)
-from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, COMPARE, COPY_TO, COST_CURVE,
-                                  DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD, EXPLAIN_VERB,
-                                  EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS, INSTALL_WORDS, IN_SCOPE,
-                                  NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE, PARAM_DEFAULT,
-                                  PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST, REPORT_WORDS,
-                                  RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS,
-                                  SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE,
-                                  THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW,
-                                  Message, compare_list, find_draft, find_hardware, find_method, find_methods,
-                                  find_packages, find_params, find_prompt, find_target, find_topic, leading_methods,
-                                  method_of_params, unquote)
+from agent.brains.phrase_fields import (compare_params, explained_topic, guidance_fields, known_packages,
+                                       method_of_words, newest_n, report_fields, run_input, run_options, train_fields)
+from agent.brains.param_words import find_params, method_of_params
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BEATS, COMPARE, COPY_TO,
+                                  COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD,
+                                  EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
+                                  INSTALL_WORDS, IN_SCOPE, NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
+                                  PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST,
+                                  REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
+                                  SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
+                                  SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
+                                  WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware, find_method,
+                                  find_methods, find_packages, find_prompt, find_target, find_topic, leading_methods,
+                                  unquote)
 from agent.brains.refusals import DELETE_WORDS, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
 from tools.engine.params import ACCELERATED, METHODS
-from tools.models import builtin_draft_for
+from tools.models import BUILTIN_MODELS, builtin_draft_for
 
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
            "find_topic", "find_params", "find_target", "find_hardware", "leading_methods", "unquote"]
@@ -155,6 +156,8 @@ class OfflineBrain:
         if not params:  # "save my settings for lookahead": which values?
             return self._ask_values(msg) if SAVE_ONLY.match(msg.head) and not msg.has(REPORT_WORDS) else None
         method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
+        if (draft := find_draft(msg.head)) and method in (None, "draft"):  # "always use X as the draft model"
+            params["draft"] = draft
         make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
         if msg.has(NOT_DEFAULT):  # "... but don't make it the default method"
             make_default = None
@@ -166,14 +169,16 @@ class OfflineBrain:
         return Reply(question, awaiting="the parameter values to save")
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
-        wants = msg.has(COMPARE) or (msg.has(SUPERLATIVE) and (len(msg.methods) >= 2 or msg.has(WHICH))) or \
+        wants = msg.has(COMPARE) or ((msg.has(SUPERLATIVE) or msg.has(BEATS)) and len(msg.methods) >= 2) or \
+            (msg.has(SUPERLATIVE) and msg.has(WHICH)) or \
             (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
         if not wants or msg.has(OTHER_ACTIONS):
             return None
         if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
             return self._lookup(session, msg.text)
         if msg.prompt or msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
-            return self._compare(session, msg.methods, msg.prompt or SHORT_PROMPT, msg.target, run_options(msg.head))
+            options = run_options(msg.head) | compare_params(msg.head, compare_list(msg.methods))
+            return self._compare(session, msg.methods, msg.prompt or SHORT_PROMPT, msg.target, options)
         if msg.has(STORED):  # "compare the speedups of my medusa and lookahead runs"
             return self._lookup(session, msg.text, one_method_only=True)
         if msg.has(TRADEOFF_QUESTION):
@@ -184,7 +189,8 @@ class OfflineBrain:
         if not msg.prompt or RUN_ID.search(msg.text.lower()):  # a run id: a stored run asked about
             return None
         if len([m for m in msg.methods if m != "baseline"]) >= 2:  # "benchmark baseline, ngram and medusa on: ..."
-            return self._compare(session, msg.methods, msg.prompt, msg.target, run_options(msg.head))
+            options = run_options(msg.head) | compare_params(msg.head, compare_list(msg.methods))
+            return self._compare(session, msg.methods, msg.prompt, msg.target, options)
         asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION)
                                                or len(msg.methods) == 1) and not msg.has(PAST))
         if not asked:
@@ -201,7 +207,7 @@ class OfflineBrain:
             return self._call(session, "install_packages",  # "upgrade transformers", "grab lade"
                               {"packages": known_packages(msg.head), **({"upgrade": True} if upgrade else {})})
         if msg.has(INSTALL_WORDS):
-            return self._install(session, find_packages(msg.text), upgrade)
+            return self._install(session, find_packages(msg.text) or known_packages(msg.head), upgrade)  # "install it"
         if msg.has(TRAIN_WORDS) and "eagle" in msg.methods:  # no chat tool trains an EAGLE head
             return Reply("An EAGLE head is trained from the terminal, behind the same approval as Medusa: `specpilot "
                          "eagle train --target TARGET --out FOLDER` (hours on a CPU; the default target ships "
@@ -231,6 +237,8 @@ class OfflineBrain:
 
     def _recall_words(self, session: Session, msg: Message) -> Reply | None:
         if (msg.methods or msg.target) and (msg.has(FIGURES) or msg.has(RUNS_QUESTION)):  # stored runs, not memory
+            return None
+        if msg.has(PACKAGE_PRESENCE) and known_packages(msg.head):  # "before I try llama.cpp: is gguf here?"
             return None
         if msg.has(RECALL_STRONG) or (msg.has(RECALL_WEAK) and not msg.methods and not msg.has(FIGURES)):
             return self._call(session, "recall", {"include_done_tasks": True})
@@ -369,8 +377,8 @@ class OfflineBrain:
     def _draft_problem(self, session: Session, methods: list[str], target: str | None) -> str | None:
         """Why the draft method cannot run on ``target`` (no smaller built-in model shares its tokenizer
         and no draft is saved), or None."""
-        if target is None or not any(METHODS[m].needs_draft for m in methods if m in METHODS):
-            return None
+        if target not in BUILTIN_MODELS or not any(METHODS[m].needs_draft for m in methods if m in METHODS):
+            return None  # a model of the user's own: the tool finds out whether a draft fits it
         saved = session.store.get_params("draft") or {}
         if builtin_draft_for(target) or (saved.get("draft") and saved.get("target") == target):
             return None

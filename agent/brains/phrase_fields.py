@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 
 from agent.brains.number_words import digits
-from agent.brains.phrases import BACKEND_WORDS, RUN_ID, TOPIC_WORDS, URL_OR_PATH, count_before, find_params, find_topic
+from agent.brains.param_words import BACKEND_WORDS, count_before, find_params
+from agent.brains.phrases import RUN_ID, TOPIC_WORDS, URL_OR_PATH
 from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import METHOD_NAMES, PARAM_MODELS
@@ -38,9 +39,14 @@ def known_packages(text: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
+# a parameter named for one method that means another's own for this one ("4 draft tokens per step" of draft: k)
+SAME_MEANING = {("draft", "max_draft_tokens"): "k"}
+
+
 def run_input(method: str, prompt: str, target: str | None, options: dict) -> dict:
     """run_method's input: the method's own parameters under ``params``, run fields (target,
     max_new_tokens, ...) at the top; what is not given comes from memory in the tool."""
+    options = {SAME_MEANING.get((method, k), k): v for k, v in options.items()}
     own = {k: v for k, v in options.items() if k in PARAM_MODELS[method].model_fields}
     top = {k: v for k, v in options.items() if k in run_fields() and k not in own}
     if target:
@@ -55,6 +61,15 @@ PARAM_HINTS = {"lookahead": r"\b(?:window|w|guess|g|n-?gram size)\b", "draft": r
 def method_of_words(text: str) -> str | None:
     """The method whose parameter a message names ("the window" -> lookahead), or None."""
     return next((m for m, words in PARAM_HINTS.items() if re.search(words, text, re.IGNORECASE)), None)
+
+
+def compare_params(text: str, methods: list[str]) -> dict:
+    """compare_methods' ``params``: each method parameter a message sets, given to the compared method that owns it
+    ("lookahead (window 7) against draft (k=5)": {"lookahead": {"window": 7}, "draft": {"k": 5}})."""
+    found = {k: v for k, v in find_params(text).items() if k not in run_fields()}
+    routed = {m: {k: v for k, v in found.items() if k in PARAM_MODELS[m].model_fields} for m in methods
+              if m in PARAM_MODELS}
+    return {"params": {m: p for m, p in routed.items() if p}} if any(routed.values()) else {}
 
 
 def run_options(text: str) -> dict:

@@ -12,11 +12,9 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from agent.brains.number_words import digits
+from agent.brains.param_words import DRAFT_PARAMETER, find_params, without_values
 from tools.agent_tools.install import check_package
-from tools.agent_tools.saved_params import run_fields
-from tools.engine.medusa_trees import TREES
-from tools.engine.params import ACCELERATED, METHOD_NAMES, PARAM_MODELS
+from tools.engine.params import ACCELERATED, METHOD_NAMES
 from tools.errors import ParameterError
 from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, SMALL_TARGET
 
@@ -25,7 +23,8 @@ I = re.IGNORECASE
 # the words that name a method besides its own name; the methods are read from the method table, the
 # accelerated ones first (so "draft versus the baseline" names draft)
 METHOD_SYNONYMS = {
-    "draft": r"draft(?:[- ]model)?(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative(?: decoding| sampling)?|"
+    "draft": r"draft(?:[- ]model)?(?![- ](?:heads?(?! to\b)|trees?|vocab\w*|depth|its|"
+             r"their)\b)|speculative(?: decoding| sampling)?|"
              r"spec decoding|assisted",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
@@ -69,10 +68,12 @@ INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "
 COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|pit|stacks? up|"
                      r"against(?!\s+(?:the\s+|a\s+|my\s+)?(?:target|model|qwen|smol))|"
                      r"shoot-?out|race)\b", I)
-SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins)\b", I)
+# "does draft still beat medusa?": a comparison where two methods are named ("beat 2x" is a figure)
+BEATS = re.compile(r"\b(?:beats?|outperforms?|better than|worse than)\b", I)
+SUPERLATIVE = re.compile(r"\b(?:fastest|quickest|faster|quicker|best|winner|wins|more (?:quick|fast|rapid)\w*)\b", I)
 # every method at once ("benchmark every technique on ...", "all the approaches")
 EVERY_METHOD = re.compile(r"\b(?:every|each|all(?: (?:the|of the|your))?) (?:techniques?|methods?|approach(?:es)?|"
-                          r"decoders?|variants?|strateg(?:y|ies))\b", I)
+                          r"decoders?|variants?|strateg(?:y|ies)|one)\b|\ball of them\b", I)
 WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods))\b|\ball (?:the )?methods\b", I)
 # a question about differences rather than a request to measure them
 TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pros ?(?:/|&) ?cons|the catch|downsides?|"
@@ -103,7 +104,7 @@ RECALL_STRONG = re.compile(
     r"(?:did|have) (?:i|we) (?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|where (?:were|did) we|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
-    r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:have )?(?:saved|stored|set)|"
+    r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:\w+ )?(?:have )?(?:saved|stored|set)|"
     r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks)|"
     r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me|"
     r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
@@ -112,13 +113,15 @@ RECALL_STRONG = re.compile(
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
-                        r"keep using|make|switch|persist|stick with|keep|(?:for|in) (?:all )?future|going forward|"
+                        r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
+                        r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
-DEFAULT_WORD = re.compile(r"\bdefault\b", I)
+DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
 # "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
 PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
 GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning)\b", I)
-PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|"
+PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|drafts|"
+                         r"how (?:big|long|large|many)|"
                          r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
 ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recommended|pick|choose|which|what|how)\b", I)
 STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible)\b", I)
@@ -129,9 +132,10 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
 WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle|"
-                     r"looks? like)\b", I)
+                     r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
-                        r"on import|import error|fails? to import|no module named|what (?:it|they|this|that) needs?|"
+                        r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
+                        r"what (?:it|they|this|that) needs?|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
@@ -139,7 +143,8 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"(?:env\w*|setup|installation) (?:is )?(?:ok|okay|fine|ready|good|working))\b|"
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 # "is gguf here?", "do we have llama-cpp-python installed?": asked of a package the message names
-PACKAGE_PRESENCE = re.compile(r"^\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|available|"
+PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|"
+                              r"available|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
 INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
@@ -147,27 +152,20 @@ TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|mak
                          r"(?:medusa )?heads)\b", I)
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
                           r"\b(?:only these|nothing else)\b", I)
-PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
-                   r"generate)|\bpeers?\b|\bupstream\b|"
-                   r"\b\w+'s own (?:modes?|implementations?|versions?|speculative)", I)
-RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw prompt\b|\bchat template off\b", I)
-DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
-REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary)\b", I)  # "report the tokens/s": tell
+REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
+                          r"(?:markdown|json) (?:table|file|document))\b", I)  # "report the tokens/s": tell
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
-                         r"(?:it |this |them )?"
+                         r"(?:it |this |them |[\w-]+ )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
 EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is)|whats|explain|describe|eli5)\b", I)
-AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)"
-                       r"\s+as (?:the |my |a )?target\b", I)
 SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
 DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
 NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other",
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
@@ -177,7 +175,7 @@ COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost o
                         r"how expensive (?:is |it is )?(?:it )?(?:to )?verif\w*|"
                         r"how expensive (?:a |one )?(?:forward )?pass(?:es)? (?:is|are)|\d+\s*\.\.\s*\d+ tokens|"
                         r"verif\w* \d+\s*(?:\.\.|-|to)\s*\d+ tokens|"
-                        r"\d+\s*(?:\.\.|-|to)\s*\d+[ -]tokens? forward)", I)
+                        r"\d+\s*(?:\.\.|-|to)\s*\d+[ -]tokens? forward|\d+[ -]tokens? (?:forward )?pass(?:es)?)", I)
 GREETING = re.compile(r"^\W*(?:hi|hello|hey|hiya|howdy|greetings|yo|good (?:morning|afternoon|evening|day))\b", I)
 THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that's all|that is all|that's it|"
                     r"done for (?:today|now)|nothing else|all good)\b", I)
@@ -209,38 +207,6 @@ TARGET_WORDS = {
     DEFAULT_TARGET: r"qwen[\w.-]*1\.5b[\w.-]*|1\.5b(?: model)?|default (?:target|model)|big(?:ger)? model",
 }
 
-# ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------
-PARAM_ALIASES = {
-    "k_max": r"k[_ ]max|max(?:imum)? k", "adaptive_k": r"adaptive[_ ]k", "k": r"k|draft length",
-    "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?:es)?",
-    "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
-    "max_new_tokens": r"max[_ ]new[_ ]tokens|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
-    "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
-    "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
-    "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
-}
-CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
-NUMBER = r"-?\d+(?:\.\d+)?"
-VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
-MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
-BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False, "enabled": True,
-              "disabled": False}
-
-
-def _param_names() -> dict[str, str]:
-    """{regex: field} for every alias and every exact field name, longest first (so top_k wins over k)."""
-    names = {alias: name for name, alias in PARAM_ALIASES.items()}
-    for model in PARAM_MODELS.values():
-        names.update({re.escape(f): f for f in model.model_fields})
-    names.update({re.escape(f): f for f in run_fields()})
-    return dict(sorted(names.items(), key=lambda kv: -len(kv[0])))
-
-
-PARAM_NAMES = _param_names()
-ASSIGNMENT = re.compile(rf"(?<![\w-])(?P<name>{'|'.join(f'(?:{a})' for a in PARAM_NAMES)})(?![\w-]){CONNECTOR}{VALUE}",
-                        I)
-
-
 @dataclass
 class Message:
     """One message, read: the prompt it carries, the rest (``head``), the methods and target it names."""
@@ -259,7 +225,8 @@ class Message:
             prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
         head = fix_method_typos(head)
-        return cls(text=text, prompt=prompt, head=head, methods=find_methods(without_values(head)),
+        named = without_values(DRAFT_PARAMETER.sub(" ", head))
+        return cls(text=text, prompt=prompt, head=head, methods=find_methods(named),
                    target=find_target(head))
 
     def has(self, pattern: re.Pattern) -> bool:
@@ -283,109 +250,10 @@ def fix_method_typos(text: str) -> str:
             return word
         close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
         inflected = close and word.lower().startswith(close[0])  # "installed", "compared": not typos
-        other = close and word[0].lower() != close[0][0]  # a typo keeps the first letter ("plain" is no "explain")
+        other = close and (word[0].lower() != close[0][0]  # a typo keeps the first letter ("plain" is no "explain")
+                           or abs(len(word) - len(close[0])) > 1)  # and about its length ("looked" is no "lookahead")
         return close[0] if close and not inflected and not other else word
     return re.sub(r"\b[A-Za-z]{5,10}\b", fix, text)
-
-
-def field_of(alias: str) -> str | None:
-    """The parameter field an alias names ("W" -> window, "top-p" -> top_p)."""
-    return next((name for pattern, name in PARAM_NAMES.items() if re.fullmatch(pattern, alias, I)), None)
-
-
-BOOL_FIELDS = {f for model in PARAM_MODELS.values() for f, info in model.model_fields.items()
-               if info.annotation is bool} | {"chat"}
-
-
-def typed(name: str, raw: str):
-    """A parameter value as its type: int, float, bool (for a yes/no field only: "64 new tokens on ..." sets no
-    flag), or text for model references and names."""
-    low = raw.lower()
-    if re.fullmatch(NUMBER, raw):
-        return float(raw) if "." in raw or name in ("temperature", "top_p", "posterior_threshold",
-                                                    "posterior_alpha", "draft_confidence") else int(raw)
-    if low in BOOL_WORDS:
-        return BOOL_WORDS[low] if name in BOOL_FIELDS else None
-    return raw if name in MODEL_FIELDS else None
-
-
-def assignments(text: str) -> list[tuple[re.Match, str, object]]:
-    """The parameter assignments in ``text``: (match, field, typed value). A one-letter name needs a
-    number after it; a model field (target, draft) needs "=", ":", "to" or "is" before its reference."""
-    found, pos = [], 0
-    while match := ASSIGNMENT.search(text, pos):
-        name = field_of(match.group("name"))
-        raw = match.group("value")
-        value = typed(name, raw) if name else None
-        connector = text[match.end("name"):match.start("value")].strip().lower()
-        if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
-                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and
-                 not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
-            pos = match.start() + 1
-            continue
-        found.append((match, name, value))
-        pos = match.end()
-    return found
-
-
-TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/)", I)  # "64 new tokens"
-# "15 candidate tokens": a parameter named after its number
-NAME_AFTER = re.compile(r"\b(\d+)\s+(candidate tokens|candidates|draft tokens|tree nodes)\b", I)
-REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b|"
-                           r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
-SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
-# "turn off adaptive K", "disable trim": a yes/no parameter switched before its name
-SWITCH_BEFORE = re.compile(r"\b(?:(?:turn|switch)(?:ed)?\s+(?P<state>on|off)|(?P<verb>disable|enable|deactivate|"
-                           r"activate)d?)\s+(?:the\s+)?(?P<name>"
-                           + "|".join(alias for alias, name in PARAM_NAMES.items() if name in BOOL_FIELDS)
-                           + r")(?![\w-])", I)
-
-
-def switched_before(text: str) -> str:
-    """``text`` with "turn off NAME" / "disable NAME" written as "NAME off" (and "on" alike)."""
-    def put(m: re.Match) -> str:
-        state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
-        return f"{m.group('name')} {state.lower()}"
-    return SWITCH_BEFORE.sub(put, text)
-TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
-
-
-def find_params(text: str) -> dict:
-    """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
-    text = SWITCHED.sub(r"\1", switched_before(digits(text)))  # "adaptive K turned off" -> "adaptive K off"
-    found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
-    params = {name: value for _, name, value in assignments(text)}
-    params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
-    params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
-    params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
-    params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
-    params |= {field_of(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
-    params |= {"chat": False} if RAW_PROMPT.search(text) else {}
-    params |= {"peers": True} if PEERS.search(text) else {}
-    params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}
-    params |= next(({"dtype": d} for d, words in DTYPE_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)), {})
-    if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
-        params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
-    return params
-
-
-def count_before(pattern: str, text: str) -> int | None:
-    """The number before ``pattern`` ("three medusa heads", "500 steps"), or None."""
-    found = re.search(rf"\b(\d+)\s+(?:\w+\s+)?(?:{pattern})\b", digits(text), I)
-    return int(found.group(1)) if found else None
-
-
-def without_values(text: str) -> str:
-    """``text`` without its parameter assignments (so "ngram=4 for lookahead" names only lookahead)."""
-    for match, _, _ in reversed(assignments(text)):
-        text = text[:match.start()] + " " + text[match.end():]
-    return text
-
-
-def method_of_params(params: dict) -> str | None:
-    """The one method whose own parameters these are (window -> lookahead), or None."""
-    owners = {m for m, model in PARAM_MODELS.items() for p in params if p in model.model_fields}
-    return owners.pop() if len(owners) == 1 else None
 
 
 def find_method(text: str) -> str | None:
@@ -427,11 +295,28 @@ def find_draft(text: str) -> str | None:
     return None
 
 
+# a model named by its file or hub id ("on ./models/q4.gguf", "Qwen/Qwen2.5-7B-Instruct"), not a data file or URL
+GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
+HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
+DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)
+
+
+def named_model(text: str) -> str | None:
+    """A GGUF file or a hub id a message names as a model, or None."""
+    found = GGUF_FILE.search(text)
+    if found:
+        return found.group(1)
+    return next((m.group(1).rstrip(".") for m in HUB_ID.finditer(text) if not DATA_FILE.search(m.group(1))), None)
+
+
 def find_target(text: str) -> str | None:
     """The built-in target model a message names ("the small model" -> smollm2-135m-instruct), or None; a model
     named as the draft, or a small model speculative decoding is done with ("decoding with a small model"), is not
     the target."""
     draft = find_draft(text)
+    named = named_model(text)
+    if named and not AS_DRAFT.match(text[text.find(named) + len(named):]):
+        return named
     for name in BUILTIN_MODELS:
         if name in text.lower() and name != draft:
             return name
@@ -476,12 +361,38 @@ def unquote(text: str) -> str:
     return text
 
 
+FENCED = re.compile(r"```[\w+-]*\n(.*?)\n?```", re.DOTALL)
+# a cue in the paragraph before a blank line that the prompt follows ("... on this prompt?\n\n<prompt>")
+PARAGRAPH_CUE = re.compile(r"\b(?:(?:this|the following|my|the) (?:prompt|text|input)|prompt below|below|following|"
+                           r"next line)\b", I)
+# a question put to the assistant after a colon ("before I try llama.cpp: is gguf installed here?"), no prompt
+ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
+
+
 def find_prompt(text: str) -> str | None:
-    """The prompt inside a run request: quoted text, everything after the first colon, or the lines after the
-    first where the first line holds no colon ("run the baseline on this\\n<prompt>")."""
+    """The prompt inside a run request: a fenced code block, quoted text, the paragraph after a blank line that a cue
+    announces, everything after "prompt:" or the first colon, or the lines after the first where the first line holds
+    no colon ("run the baseline on this\\n<prompt>"); a last line that only sets run settings is not part of it."""
+    fenced = FENCED.search(text)
+    if fenced and fenced.group(1).strip():
+        return fenced.group(1).strip("\n")
+    prompt = _prompt_in(text)
+    lines = prompt.rstrip().split("\n") if prompt else []
+    if len(lines) > 1 and len(lines[-1].split()) <= 8 and find_params(lines[-1]) and not find_params(prompt[:-len(
+            lines[-1]) or None]):  # "prompt: ...\nmax 64 new tokens"
+        return "\n".join(lines[:-1]).strip()
+    return prompt
+
+
+def _prompt_in(text: str) -> str | None:
     quoted = QUOTED.search(text)
+    parts = re.split(r"\n\s*\n", text.strip(), maxsplit=1)
+    if len(parts) == 2 and PARAGRAPH_CUE.search(parts[0]) and not (quoted and quoted.start() < len(parts[0])):
+        return parts[1].strip()
     # "use this prompt: Rewrite 'the cat sat' ...": all of it
     colon = re.search(r"\bprompt(?: is)?\s*[:=](?!//)", text, I)
+    if colon and not quoted and text[colon.end():].strip():  # "Prompt = Write a limerick"
+        return text[colon.end():].strip()
     if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
         colon = re.search(r":(?!//)(?!\s*\d)", text)
         between = text[colon.end():quoted.start()] if colon and quoted else ""
@@ -499,9 +410,12 @@ def find_prompt(text: str) -> str | None:
         return rest.strip()
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
     if colon:
-        head, tail = text[:colon.start()], text[colon.end():]
-        if tail.strip() and not head.lower().startswith(("http", "https")):
-            return tail.strip()
+        head, tail = text[:colon.start()], text[colon.end():].strip()
+        asked = not re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I) and not (
+            RUN_LOOSE.search(head) and find_methods(head))
+        if tail and not head.lower().startswith(("http", "https")) and not (
+                asked and tail.endswith("?") and ASIDE.search(tail)):
+            return tail
     return None
 
 

@@ -12,9 +12,10 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+"
     r"(?:key ?loggers?|"
     r"ransomware|malware|spyware|botnets?|trojans?|rootkits?|(?:computer )?virus(?:es)?|worms?|exploits?|phishing)"
-    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*)(?:\s+[\w']+){0,2}?\s+"
+    r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*|manufactur\w*|weaponi\w*)(?:\s+[\w']+){0,4}?\s+"
     r"(?:bombs?|explosives?|nerve agents?|"
-    r"bioweapons?|chemical weapons?|methamphetamine)(?![\w-])|\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
+    r"bioweapons?|chemical weapons?|methamphetamine|anthrax|ricin|sarin|botulinum|smallpox)(?![\w-])|"
+    r"\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
     r"credit cards?|cookies)\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
 DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)\b.*\b(?:runs?|memory|history|data|"

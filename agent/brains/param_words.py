@@ -1,0 +1,188 @@
+"""The parameter values a message sets, read by the rule planner ("k=6", "a window of 7", "top_p 0.9", "W to 7",
+"64 new tokens", "k four", "turn off adaptive K", "8 threads"): plain text processing, as in agent.brains.phrases."""
+
+from __future__ import annotations
+
+import re
+
+from agent.brains.number_words import digits
+from tools.agent_tools.saved_params import run_fields
+from tools.engine.medusa_trees import TREES
+from tools.engine.params import PARAM_MODELS
+from tools.models import BUILTIN_MODELS
+
+I = re.IGNORECASE
+
+# run settings in words: the engine's own modes beside ours, no chat template, a dtype, a built-in model as the
+# target, the llama.cpp backend
+PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
+                   r"generate)|\bpeers?\b|\bupstream\b|"
+                   r"\b\w+'s own (?:modes?|implementations?|versions?|speculative|assisted|prompt[- ]lookup)", I)
+RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:prompt|completion|mode|text)\b|"
+                        r"\bchat template off\b", I)
+DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
+AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)"
+                       r"\s+as (?:the |my |a )?target\b", I)
+BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
+
+# ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------
+PARAM_ALIASES = {
+    "k_max": r"k[_ ]max|max(?:imum)? k", "adaptive_k": r"adaptive[_ ]k", "k": r"k|draft length",
+    "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?:es)?",
+    "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
+    "max_new_tokens": r"max[_ ]new[_ ]tokens|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
+    "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
+    "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
+    "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
+}
+CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
+NUMBER = r"-?\d+(?:\.\d+)?"
+VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
+MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False, "enabled": True,
+              "disabled": False}
+
+
+def _param_names() -> dict[str, str]:
+    """{regex: field} for every alias and every exact field name, longest first (so top_k wins over k)."""
+    names = {alias: name for name, alias in PARAM_ALIASES.items()}
+    for model in PARAM_MODELS.values():
+        names.update({re.escape(f): f for f in model.model_fields})
+    names.update({re.escape(f): f for f in run_fields()})
+    return dict(sorted(names.items(), key=lambda kv: -len(kv[0])))
+
+
+PARAM_NAMES = _param_names()
+ASSIGNMENT = re.compile(rf"(?<![\w-])(?P<name>{'|'.join(f'(?:{a})' for a in PARAM_NAMES)})(?![\w-]){CONNECTOR}{VALUE}",
+                        I)
+# "draft" before a parameter's name names no method ("draft depth 6": EAGLE's depth)
+DRAFT_PARAMETER = re.compile(r"\bdraft(?=[- ](?:depth|lengths?|vocab\w*|trees?|heads?(?! to))\b)", I)
+# "keep K fixed", "don't let it adapt": the draft method's K stays as given
+FIXED_K = re.compile(r"\b(?:keep|hold) k (?:fixed|constant)|\bk (?:fixed|constant)\b|"
+                     r"\b(?:do ?n[o']?t|not|never) (?:let (?:it|k) )?adapt|"
+                     r"\bfixed k\b|\bno adaptive k\b", I)
+
+
+FIXED_AT = re.compile(r"\bk (?:fixed|constant|held) at (\d+)\b", I)
+
+
+def field_of(alias: str) -> str | None:
+    """The parameter field an alias names ("W" -> window, "top-p" -> top_p)."""
+    return next((name for pattern, name in PARAM_NAMES.items() if re.fullmatch(pattern, alias, I)), None)
+
+
+BOOL_FIELDS = {f for model in PARAM_MODELS.values() for f, info in model.model_fields.items()
+               if info.annotation is bool} | {"chat"}
+
+
+def typed(name: str, raw: str):
+    """A parameter value as its type: int, float, bool (for a yes/no field only: "64 new tokens on ..." sets no
+    flag), or text for model references and names."""
+    low = raw.lower()
+    if re.fullmatch(NUMBER, raw):
+        return float(raw) if "." in raw or name in ("temperature", "top_p", "posterior_threshold",
+                                                    "posterior_alpha", "draft_confidence") else int(raw)
+    if low in BOOL_WORDS:
+        return BOOL_WORDS[low] if name in BOOL_FIELDS else None
+    if name in ("target", "draft", "medusa_heads") and re.fullmatch(r"[A-Za-z]+", raw):
+        return None  # "the default target: what depth ...": a model reference has a digit, a dash, a dot or a slash
+    return raw if name in MODEL_FIELDS else None
+
+
+def assignments(text: str) -> list[tuple[re.Match, str, object]]:
+    """The parameter assignments in ``text``: (match, field, typed value). A one-letter name needs a
+    number after it; a model field (target, draft) needs "=", ":", "to" or "is" before its reference."""
+    found, pos = [], 0
+    while match := ASSIGNMENT.search(text, pos):
+        name = field_of(match.group("name"))
+        raw = match.group("value")
+        value = typed(name, raw) if name else None
+        connector = text[match.end("name"):match.start("value")].strip().lower()
+        if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
+                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and
+                 not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
+            pos = match.start() + 1
+            continue
+        found.append((match, name, value))
+        pos = match.end()
+    return found
+
+
+# "64 new tokens" (not "15 tokens per candidate")
+TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/|\s+per\b)", I)
+# "15 candidate tokens": a parameter named after its number
+NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads|"
+                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b", I)
+AFTER_NAMES = {"threads": "threads", "warm": "warmup", "children": "topk",
+               "tokens per candidate": "num_candidate_tokens", "wide window": "window"}
+# "n-grams up to 4 long, at least 2": prompt lookup's n-gram sizes
+NGRAM_BOUNDS = {"max_ngram_size": re.compile(r"\b(?:up to|at most|max(?:imum)?(?: of)?)\s+(\d+)", I),
+                "min_ngram_size": re.compile(r"\b(?:at least|min(?:imum)?(?: of)?)\s+(\d+)", I)}
+DEVICE_MAP = re.compile(r"\bdevice[_ -]?map\s*[=:]?\s*(auto|balanced|sequential)\b", I)
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b|"
+                           r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
+SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
+# "turn off adaptive K", "disable trim": a yes/no parameter switched before its name
+SWITCH_BEFORE = re.compile(r"\b(?:(?:turn|switch)(?:ed)?\s+(?P<state>on|off)|(?P<verb>disable|enable|deactivate|"
+                           r"activate)d?)\s+(?:the\s+)?(?P<name>"
+                           + "|".join(alias for alias, name in PARAM_NAMES.items() if name in BOOL_FIELDS)
+                           + r")(?![\w-])", I)
+
+
+def switched_before(text: str) -> str:
+    """``text`` with "turn off NAME" / "disable NAME" written as "NAME off" (and "on" alike)."""
+    def put(m: re.Match) -> str:
+        state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
+        return f"{m.group('name')} {state.lower()}"
+    return SWITCH_BEFORE.sub(put, text)
+TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
+
+
+def find_params(text: str) -> dict:
+    """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
+    text = SWITCHED.sub(r"\1", switched_before(digits(text)))  # "adaptive K turned off" -> "adaptive K off"
+    found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
+    params = {name: value for _, name, value in assignments(text)}
+    params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
+    params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
+    params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
+    params |= {after_name(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
+    if grams := re.search(r"\bn-?grams?\b", text, I):  # "n-grams up to 4 long, at least 2"
+        near = re.split(r"[.;:]", text[grams.end(): grams.end() + 50])[0]
+        params |= {f: int(m.group(1)) for f, bound in NGRAM_BOUNDS.items() if (m := bound.search(near))}
+    params |= {"device_map": found.group(1).lower()} if (found := DEVICE_MAP.search(text)) else {}
+    params |= {"chat": False} if RAW_PROMPT.search(text) else {}
+    params |= {"adaptive_k": False} if FIXED_K.search(text) else {}
+    params |= {"k": int(fixed.group(1))} if (fixed := FIXED_AT.search(text)) else {}  # "K fixed at 3"
+    params |= {"peers": True} if PEERS.search(text) else {}
+    params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}
+    params |= next(({"dtype": d} for d, words in DTYPE_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)), {})
+    if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
+        params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
+    return params
+
+
+def after_name(name: str) -> str:
+    """The field a name after a number names ("8 threads", "2 warmup runs", "8 children per node")."""
+    low = name.lower()
+    return next((f for key, f in AFTER_NAMES.items() if key in low), None) or field_of(name)
+
+
+def count_before(pattern: str, text: str) -> int | None:
+    """The number before ``pattern`` ("three medusa heads", "500 steps"), or None."""
+    found = re.search(rf"\b(\d+)\s+(?:\w+\s+)?(?:{pattern})\b", digits(text), I)
+    return int(found.group(1)) if found else None
+
+
+def without_values(text: str) -> str:
+    """``text`` without its parameter assignments (so "ngram=4 for lookahead" names only lookahead)."""
+    for match, _, _ in reversed(assignments(text)):
+        text = text[:match.start()] + " " + text[match.end():]
+    return text
+
+
+def method_of_params(params: dict) -> str | None:
+    """The one method whose own parameters these are (window -> lookahead), or None."""
+    owners = {m for m, model in PARAM_MODELS.items() for p in params if p in model.model_fields}
+    return owners.pop() if len(owners) == 1 else None
