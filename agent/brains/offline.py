@@ -202,7 +202,8 @@ class OfflineBrain:
 
     def _gated_words(self, session: Session, msg: Message) -> Reply | None:
         upgrade = msg.has(UPGRADE_WORDS)
-        getting = msg.has(GET_VERBS) and not msg.has(DEPS_WORDS)  # "grab lade", not "is lade set up?"
+        # "grab lade", not "is lade set up?"
+        getting = msg.has(GET_VERBS) and not msg.has(DEPS_WORDS) and not msg.has(PACKAGE_PRESENCE)
         if (upgrade or getting) and known_packages(msg.head) and not msg.has(INSTALL_WORDS):
             return self._call(session, "install_packages",  # "upgrade transformers", "grab lade"
                               {"packages": known_packages(msg.head), **({"upgrade": True} if upgrade else {})})
@@ -274,10 +275,10 @@ class OfflineBrain:
     def _deps_words(self, session: Session, msg: Message) -> Reply | None:
         if not (msg.has(DEPS_WORDS) or (msg.has(PACKAGE_PRESENCE) and known_packages(msg.head))):
             return None
-        return self._call(session, "check_deps", {"method": find_method(msg.head) or "all"})
+        return self._call(session, "check_deps", {"method": find_method(msg.head) or find_method(msg.text) or "all"})
 
     def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
-        asking = msg.has(ASKING) or msg.head.rstrip().endswith("?")
+        asking = msg.has(ASKING) or msg.head.rstrip().endswith("?") or (msg.has(FIGURES) and msg.has(RUNS_QUESTION))
         if RUN_WORDS.match(msg.text) and not msg.has(PAST) and not RUN_ID.search(msg.text.lower()):
             return None  # "try ngram on my prompt and tell me the speedup": a run, its prompt asked for
         if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and asking):

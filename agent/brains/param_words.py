@@ -15,9 +15,9 @@ I = re.IGNORECASE
 
 # run settings in words: the engine's own modes beside ours, no chat template, a dtype, a built-in model as the
 # target, the llama.cpp backend
-PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s)? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
+PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
                    r"generate)|\bpeers?\b|\bupstream\b|"
-                   r"\b\w+'s own (?:modes?|implementations?|versions?|speculative|assisted|prompt[- ]lookup)", I)
+                   r"\b\w+(?:'s|s') own (?:modes?|implementations?|versions?|speculative|assisted|prompt[- ]lookup)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:prompt|completion|mode|text)\b|"
                         r"\bchat template off\b", I)
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
@@ -30,7 +30,7 @@ PARAM_ALIASES = {
     "k_max": r"k[_ ]max|max(?:imum)? k", "adaptive_k": r"adaptive[_ ]k", "k": r"k|draft length",
     "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?:es)?",
     "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
-    "max_new_tokens": r"max[_ ]new[_ ]tokens|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
+    "max_new_tokens": r"max[_ ]new(?:[_ ]tokens)?|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
     "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
     "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
     "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
@@ -63,6 +63,7 @@ FIXED_K = re.compile(r"\b(?:keep|hold) k (?:fixed|constant)|\bk (?:fixed|constan
                      r"\bfixed k\b|\bno adaptive k\b", I)
 
 
+POOL_FROM_PROMPT = re.compile(r"\b(?:seed|fill|prime|start)\w* (?:the )?(?:n-?gram )?pool from the prompt\b", I)
 FIXED_AT = re.compile(r"\bk (?:fixed|constant|held) at (\d+)\b", I)
 
 
@@ -109,17 +110,18 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 
 
 # "64 new tokens" (not "15 tokens per candidate")
-TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tokens\b(?!\s*/|\s+per\b)", I)
+TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tok(?:en)?s?\b(?!/|\s+per\b)", I)
 # "15 candidate tokens": a parameter named after its number
-NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads|"
-                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b", I)
-AFTER_NAMES = {"threads": "threads", "warm": "warmup", "children": "topk",
+NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads?|"
+                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b(?!\s*[=:])", I)
+AFTER_NAMES = {"thread": "threads", "warm": "warmup", "children": "topk",
                "tokens per candidate": "num_candidate_tokens", "wide window": "window"}
 # "n-grams up to 4 long, at least 2": prompt lookup's n-gram sizes
 NGRAM_BOUNDS = {"max_ngram_size": re.compile(r"\b(?:up to|at most|max(?:imum)?(?: of)?)\s+(\d+)", I),
                 "min_ngram_size": re.compile(r"\b(?:at least|min(?:imum)?(?: of)?)\s+(\d+)", I)}
 DEVICE_MAP = re.compile(r"\bdevice[_ -]?map\s*[=:]?\s*(auto|balanced|sequential)\b", I)
-REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:repeats?|repetitions|timed runs|runs each|times each)\b|"
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:timed |measured )?(?:repeats?|reps|repetitions|runs each|times each|"
+                           r"timed runs)\b|"
                            r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)
 # "turn off adaptive K", "disable trim": a yes/no parameter switched before its name
@@ -154,6 +156,7 @@ def find_params(text: str) -> dict:
     params |= {"device_map": found.group(1).lower()} if (found := DEVICE_MAP.search(text)) else {}
     params |= {"chat": False} if RAW_PROMPT.search(text) else {}
     params |= {"adaptive_k": False} if FIXED_K.search(text) else {}
+    params |= {"pool_from_prompt": True} if POOL_FROM_PROMPT.search(text) else {}
     params |= {"k": int(fixed.group(1))} if (fixed := FIXED_AT.search(text)) else {}  # "K fixed at 3"
     params |= {"peers": True} if PEERS.search(text) else {}
     params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}

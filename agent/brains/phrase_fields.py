@@ -35,8 +35,9 @@ OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?
 
 def known_packages(text: str) -> list[str]:
     """The packages check_deps knows that a message names ("upgrade transformers"), as pip names."""
-    names = [KNOWN_PACKAGES.get(w.lower()) for w in re.findall(r"[A-Za-z0-9_.-]+", text)]
-    return list(dict.fromkeys(n for n in names if n))
+    found = re.findall(r"([A-Za-z0-9_.-]+)((?:[=<>!~]=?[\w.*]+)?)", text)  # with a version spec: "torch==2.3.1"
+    names = [KNOWN_PACKAGES[w.lower()] + spec for w, spec in found if w.lower() in KNOWN_PACKAGES]
+    return list(dict.fromkeys(names))
 
 
 # a parameter named for one method that means another's own for this one ("4 draft tokens per step" of draft: k)

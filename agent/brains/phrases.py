@@ -25,11 +25,13 @@ I = re.IGNORECASE
 METHOD_SYNONYMS = {
     "draft": r"draft(?:[- ]model)?(?![- ](?:heads?(?! to\b)|trees?|vocab\w*|depth|its|"
              r"their)\b)|speculative(?: decoding| sampling)?|"
-             r"spec decoding|assisted",
+             r"spec decoding|assisted|helper model|leviathan(?: et al\.?)?",
+    "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al\.?(?:'s)?",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
-    "ngram": r"n-?gram|prompt[- ]lookup|pld",
-    "baseline": r"baseline|plain(?: \w+)?(?: generation| decoding)|plain|vanilla|autoregressive|normal generation|"
+    "ngram": r"n-?gram|prompt[- ]lookup|pld|copy(?:ing)? (?:\w+ )?(?:tokens )?from the prompt",
+    "baseline": r"baseline|plain(?: \w+)?(?: generation| decoding)|plain(?! (?:english|words|terms|language|text))|"
+                r"vanilla|autoregressive|normal generation|"
                 r"no speculation",
 }
 METHOD_WORDS = {m: METHOD_SYNONYMS.get(m, re.escape(m))
@@ -40,9 +42,9 @@ TOPIC_WORDS = {
                  r"pros and cons|(?:three|four|five|all the|the) methods|(?:one|a) (?:method|approach) over|"
                  r"when (?:would|should) (?:i|you|one|we) (?:use|pick|choose|prefer)",
     "eagle": r"eagle",
-    "medusa": r"medusa",
+    "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al",
     "lookahead": r"look[- ]?ahead|jacobi",
-    "draft": r"draft(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative|assisted",
+    "draft": r"draft(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative|assisted|helper model|leviathan",
 }
 # "speculative decoding methods" names all of them, not the draft-model method
 GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", I)
@@ -54,7 +56,7 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
                     r"[0-9a-f]{4,5}\b")
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
+QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
 INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
@@ -84,17 +86,17 @@ OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|ma
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
-                     r"tokens? (?:per|a) second|"
+                     r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
                      I)
-RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any) (?:\w+ )?run\b", I)
+RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any|every|each) (?:\w+ )?run\b", I)
 ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|"
                     r"bring up|get|"
                     r"fetch|retrieve|look up|print)\b", I)
 SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
-RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute)\b", I)
-RUN_LOOSE = re.compile(r"\b(?:run|try|benchmark|measure|speed up|accelerate|generate|test|time)\b", I)
+RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute|reproduce)\b", I)
+RUN_LOOSE = re.compile(r"\b(?:run|try|benchmark|measure|speed up|accelerate|generate|test|time|reproduce)\b", I)
 AGAIN = re.compile(r"\b(?:again|rerun|re-run|fresh|anew)\b", I)
 
 RECALL_STRONG = re.compile(
@@ -112,7 +114,8 @@ RECALL_STRONG = re.compile(
     r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
-SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set|change|update|from now on|by default|default|always use|pin|"
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
+                        r"always use|pin|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
@@ -128,7 +131,7 @@ STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pic
 EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce|eli5)\b", I)
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
-                           r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words)|"
+                           r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
 WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle|"
@@ -144,9 +147,9 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 # "is gguf here?", "do we have llama-cpp-python installed?": asked of a package the message names
 PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|"
-                              r"available|"
+                              r"available|set up|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
-INSTALL_WORDS = re.compile(r"\binstall\b|\bget\b.+\binstalled\b", I)
+INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b", I)  # not "don't install"
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
                          r"(?:medusa )?heads)\b", I)
@@ -166,7 +169,8 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-COST_CURVE = re.compile(r"\b(?:cost[- ]curve|forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how (?:expensive|costly) (?:the |this |my )?model is|"
+                        r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
                         r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared)|"
@@ -221,7 +225,8 @@ class Message:
     def read(cls, text: str) -> Message:
         prompt = find_prompt(text)
         asked = prompt and find_methods(prompt) and PAST.search(prompt) and FIGURES.search(prompt)
-        if asked and not QUOTED.search(text):
+        rest = fix_method_typos(text.replace(prompt, " ", 1)) if prompt else ""
+        if (asked and not QUOTED.search(text)) or (prompt and not run_intent(rest)):
             prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
         head = fix_method_typos(head)
@@ -298,13 +303,15 @@ def find_draft(text: str) -> str | None:
 # a model named by its file or hub id ("on ./models/q4.gguf", "Qwen/Qwen2.5-7B-Instruct"), not a data file or URL
 GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
 HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
+MODEL_FOLDER = re.compile(r"\b(?:for|on|target(?: model)?|model|with)\s+((?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)+)/?"
+                          r"(?=[\s,;)]|$)", I)
 DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)
 
 
 def named_model(text: str) -> str | None:
     """A GGUF file or a hub id a message names as a model, or None."""
-    found = GGUF_FILE.search(text)
-    if found:
+    found = GGUF_FILE.search(text) or MODEL_FOLDER.search(text)
+    if found and not DATA_FILE.search(found.group(1)):
         return found.group(1)
     return next((m.group(1).rstrip(".") for m in HUB_ID.finditer(text) if not DATA_FILE.search(m.group(1))), None)
 
@@ -361,21 +368,55 @@ def unquote(text: str) -> str:
     return text
 
 
-FENCED = re.compile(r"```[\w+-]*\n(.*?)\n?```", re.DOTALL)
+FENCED = re.compile(r"```[\w+-]*\n(.*?)\n?```|<prompt>\s*(.*?)\s*</prompt>", re.DOTALL | I)  # a fence, <prompt> tags
 # a cue in the paragraph before a blank line that the prompt follows ("... on this prompt?\n\n<prompt>")
 PARAGRAPH_CUE = re.compile(r"\b(?:(?:this|the following|my|the) (?:prompt|text|input)|prompt below|below|following|"
                            r"next line)\b", I)
 # a question put to the assistant after a colon ("before I try llama.cpp: is gguf installed here?"), no prompt
 ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
+# a pasted traceback or log: not the prompt ("it died with this:\n  File ..., line 88\nOutOfMemoryError: ...")
+LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"]+\", line \d+.*|"
+                      r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")
+# the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
+QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
+EXPLICIT_CUE = re.compile(r"\bprompt(?: is)?\s*(?:[:=]|>>>?)(?!//)", I)
+
+
+def without_log(text: str) -> str:
+    """``text`` without the lines of a pasted traceback (and the code line under each ``File ...`` line)."""
+    lines, kept, after_file = text.split("\n"), [], False
+    for line in lines:
+        drop = bool(LOG_LINE.match(line)) or (after_file and line.startswith(" "))
+        after_file = bool(re.match(r'\s*File "', line))
+        kept.append("" if drop else line)
+    return "\n".join(kept)
+
+
+def first_quote(text: str) -> re.Match | None:
+    """The quoted prompt: the first quote after a cue ("on", "prompt", ":"), else the first quote."""
+    quotes = list(QUOTED.finditer(text))
+    cued = [q for q in quotes if QUOTE_CUE.search(text[max(0, q.start() - 12):q.start()])]
+    return (cued or quotes or [None])[0]
+
+
+def run_intent(text: str) -> bool:
+    """Whether ``text`` asks for something to be run or compared (a method, a run verb, a comparison, a speed
+    question): what a prompt in the message is for; "cat memory: saved params" or a quoted remark holds none."""
+    return bool(find_methods(text) or RUN_LOOSE.search(text) or COMPARE.search(text) or EVERY_METHOD.search(text)
+                or SPEED_QUESTION.search(text) or SUPERLATIVE.search(text) or re.search(r"\bprompt\b", text, I))
 
 
 def find_prompt(text: str) -> str | None:
     """The prompt inside a run request: a fenced code block, quoted text, the paragraph after a blank line that a cue
     announces, everything after "prompt:" or the first colon, or the lines after the first where the first line holds
     no colon ("run the baseline on this\\n<prompt>"); a last line that only sets run settings is not part of it."""
+    text = without_log(text)
+    first, _, rest = text.strip().partition("\n")
+    if rest.strip() and GREETING.match(first) and len(first.split()) <= 5:  # "Hi there,\n\n<the message>"
+        text = rest
     fenced = FENCED.search(text)
-    if fenced and fenced.group(1).strip():
-        return fenced.group(1).strip("\n")
+    if fenced and (fenced.group(1) or fenced.group(2) or "").strip():
+        return (fenced.group(1) or fenced.group(2)).strip("\n")
     prompt = _prompt_in(text)
     lines = prompt.rstrip().split("\n") if prompt else []
     if len(lines) > 1 and len(lines[-1].split()) <= 8 and find_params(lines[-1]) and not find_params(prompt[:-len(
@@ -385,12 +426,12 @@ def find_prompt(text: str) -> str | None:
 
 
 def _prompt_in(text: str) -> str | None:
-    quoted = QUOTED.search(text)
+    quoted = first_quote(text)
     parts = re.split(r"\n\s*\n", text.strip(), maxsplit=1)
     if len(parts) == 2 and PARAGRAPH_CUE.search(parts[0]) and not (quoted and quoted.start() < len(parts[0])):
         return parts[1].strip()
     # "use this prompt: Rewrite 'the cat sat' ...": all of it
-    colon = re.search(r"\bprompt(?: is)?\s*[:=](?!//)", text, I)
+    colon = EXPLICIT_CUE.search(text)
     if colon and not quoted and text[colon.end():].strip():  # "Prompt = Write a limerick"
         return text[colon.end():].strip()
     if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
@@ -398,7 +439,8 @@ def _prompt_in(text: str) -> str | None:
         between = text[colon.end():quoted.start()] if colon and quoted else ""
         colon = colon if colon and quoted and not re.search(r"\bprompt\b", between, I) else None
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
-    instruction = inside and re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
+    instruction = inside and (re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
+                              or (not EXPLICIT_CUE.search(text) and RUN_ANYWHERE.search(inside)))
     if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
         return text[colon.end():].strip()  # quotes inside the prompt, not around it
     if quoted:
@@ -411,10 +453,10 @@ def _prompt_in(text: str) -> str | None:
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
     if colon:
         head, tail = text[:colon.start()], text[colon.end():].strip()
-        asked = not re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I) and not (
-            RUN_LOOSE.search(head) and find_methods(head))
-        if tail and not head.lower().startswith(("http", "https")) and not (
-                asked and tail.endswith("?") and ASIDE.search(tail)):
+        cued = re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I)
+        asked = not cued and not (RUN_LOOSE.search(head) and find_methods(head))
+        aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail))
+        if tail and not head.lower().startswith(("http", "https")) and not aside and (cued or run_intent(head)):
             return tail
     return None
 

@@ -15,6 +15,7 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"(?![\w-])|\b(?:mak\w*|build\w*|synthes\w*|produc\w*|assembl\w*|manufactur\w*|weaponi\w*)(?:\s+[\w']+){0,4}?\s+"
     r"(?:bombs?|explosives?|nerve agents?|"
     r"bioweapons?|chemical weapons?|methamphetamine|anthrax|ricin|sarin|botulinum|smallpox)(?![\w-])|"
+    r"\btricks? (?:people|users|someone|them|victims) into (?:entering|giving|revealing|typing|sharing)\b|"
     r"\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
     r"credit cards?|cookies)\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
