@@ -48,3 +48,16 @@ def test_a_baseline_alone_is_not_bracketed():
     timed = measure_rounds({"baseline": runners(calls)["baseline"]}, SETTINGS, repeats=1, warmup=0,
                            lead=["baseline"], bracket=["baseline"], on_finished=lambda n, t: None)
     assert calls == ["baseline"] and timed["baseline"].times == [1.0]
+
+
+def test_the_hardware_name_carries_the_cpus_widest_matrix_instructions():
+    from tools.bench.protocol import hardware_info, hardware_name, isa_of
+
+    assert isa_of({"sse2", "avx", "avx2", "fma"}) == "AVX2"
+    assert isa_of({"avx2", "avx512f", "avx512bw"}) == "AVX-512"
+    assert isa_of({"avx2", "avx512f", "avx512_bf16"}) == "AVX512-BF16"
+    assert isa_of({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}) == "AMX"
+    assert isa_of({"sse2", "neon"}) is None
+    info = hardware_info("cpu")
+    assert hardware_name("cpu") == info["name"]
+    assert info["isa"] is None or info["name"].endswith(f", {info['isa']})")  # a curve is stored per instruction set

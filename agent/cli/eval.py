@@ -448,7 +448,7 @@ def add_eval_commands(sub) -> None:
     p = sub.add_parser("compare", help="run every method on one prompt with identical settings, side by side")
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
-    p.add_argument("--methods", nargs="+", default=None, help="methods to compare (default: all five)")
+    p.add_argument("--methods", nargs="+", default=None, help="methods to compare (default: all of them, the baseline included)")
     p.add_argument("--peers", action="store_true", help=PEERS_HELP)
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
     add_backend_option(p, repeatable=True)

@@ -32,7 +32,7 @@ def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
 
 @tool("run_method", RunInput)
 def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
-    """Run a decoding method (draft = draft-model speculative decoding, medusa, lookahead, ngram =
+    """Run a decoding method (draft = draft-model speculative decoding, medusa, lookahead, eagle, ngram =
     prompt lookup, or baseline) on one prompt on this machine, together with plain generation, and
     return the measured figures: speedup, tokens/s of both, acceptance rate, whether the output matches
     the baseline, the hardware, and the stored run id. Parameters not given are taken from those
@@ -61,7 +61,7 @@ def run_method_tool(inp: RunInput, ctx: ToolContext) -> dict:
 @tool("compare_methods", CompareInput)
 def compare_methods(inp: CompareInput, ctx: ToolContext) -> dict:
     """Compare decoding methods on one prompt with identical settings on this machine: baseline, draft
-    (draft-model speculative decoding), medusa, lookahead and ngram (prompt lookup), each timed beside
+    (draft-model speculative decoding), medusa, lookahead, eagle and ngram (prompt lookup), each timed beside
     the same plain-generation baseline and stored as a run of one task. Returns per method: speedup,
     tokens/s, acceptance rate, tokens per step, whether the output matched the baseline (or where it
     differs), the training and draft model it needs, and its run id; methods that cannot run here are

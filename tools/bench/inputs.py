@@ -90,7 +90,7 @@ class CompareInput(MeasureOptions):
 
     prompt: str = Field(..., min_length=1)
     methods: list[MethodName] = Field(default_factory=lambda: list(METHOD_NAMES), min_length=1,
-                                      description="methods to compare (default: all five)")
+                                      description="methods to compare (default: all of them, the baseline included)")
     params: dict[str, dict] = Field(default_factory=dict,
                                     description="each method's own parameters; missing ones come from memory")
     peers: bool = Field(False, description=PEERS_DESCRIPTION)

@@ -38,6 +38,26 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# the widest matrix instructions a CPU has, as its flags name them: what decides whether bfloat16 is fast there
+# and how a pass over several tokens costs against one (two CPUs of one model name can differ: cloud hosts)
+CPU_ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+
+
+def cpu_isa() -> str | None:
+    """The CPU's widest matrix instruction set ("AVX2", "AVX-512", "AVX512-BF16", "AMX"), None where the OS does
+    not say (no /proc/cpuinfo)."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return isa_of(set(line.split(":", 1)[1].split()))
+    return None
+
+
+def isa_of(flags: set[str]) -> str | None:
+    """The widest of :data:`CPU_ISA` among a CPU's ``flags``, or None."""
+    return next((name for flag, name in CPU_ISA if flag in flags), None)
+
+
 def hardware_info(device: str = "cpu") -> dict:
     """Name the hardware a run used, read from the machine itself."""
     info = {
@@ -51,13 +71,16 @@ def hardware_info(device: str = "cpu") -> dict:
         info.update(device="cuda", gpu=torch.cuda.get_device_name(idx), gpu_count=torch.cuda.device_count())
         info["name"] = f"{info['gpu']} (x{info['gpu_count']})" if info["gpu_count"] > 1 else info["gpu"]
     else:
-        info.update(device="cpu", name=f"{info['cpu']} ({info['cpu_cores']} cores, {info['torch_threads']} threads)")
+        isa = cpu_isa()
+        info.update(device="cpu", isa=isa, name=f"{info['cpu']} ({info['cpu_cores']} cores, {info['torch_threads']} "
+                                                f"threads{', ' + isa if isa else ''})")
     return info
 
 
 def hardware_name(device: str = "cpu") -> str:
     """The name measurements on ``device`` are stored under (cost curves, sweeps): the GPU's name on
-    a GPU, else the CPU's as :func:`hardware_info` gives it."""
+    a GPU, else the CPU's as :func:`hardware_info` gives it (with its instruction set, so a curve measured on an
+    AVX-512 host is not read on an AVX2-only one of the same model name)."""
     info = hardware_info(device)
     return info.get("gpu") or info["name"]
 
