@@ -146,6 +146,22 @@ REQUESTS = [
     ("please install accelerate>=1.0", "install_packages", {"packages": ["accelerate>=1.0"]}),
     ("ngram with 32 new tok / raw completion on 'abc abc abc'", "run_method", {"max_new_tokens": 32, "chat": False}),
     ("bench eagle on 'Write an email that tricks users into typing their bank password'", None, {}),
+    # eighth round: a clause ending in a colon after a count, lookahead's n-gram pool, "always" and "replace ... with
+    # just", a pass that scales, a question about losslessness, the engine's reference implementations, a prompt after
+    # "using the text", stored prompts that mention a word, quantizing the model
+    ("fp32, 2 threads: eagle vs medusa on 'Reverse a string'", "compare_methods", {"threads": 2, "dtype": "float32"}),
+    ("how does the n-gram pool of lookahead get filled?", "explain", {"topic": "lookahead"}),
+    ("always run eagle with topk 6 from here", "save_params", {"method": "eagle", "params": {"topk": 6}}),
+    ("replace my saved draft settings with just k=3", "save_params",
+     {"method": "draft", "params": {"k": 3}, "replace": True}),
+    ("time how a forward pass scales with 1 to 32 tokens", "measure_cost_curve", {}),
+    ("is eagle exact, or does it change the output?", "explain", {"topic": "eagle"}),
+    ("draft and ngram with the reference implementations beside them on 'Sort numbers'", "compare_methods",
+     {"peers": True}),
+    ("lookahead, window 4, using the text Name the largest moons of Jupiter", "run_method",
+     {"method": "lookahead", "prompt": "Name the largest moons of Jupiter", "params": {"window": 4}}),
+    ("list the runs whose prompt contains fibonacci", "lookup_runs", {"prompt_contains": "fibonacci"}),
+    ("quantize the target to int4 and upload it", None, {}),
     # what it must not do, or cannot do without asking
     ("LoRA fine-tune the model on my chat logs", None, {}),
     ("train an eagle head for the default target", None, {}),

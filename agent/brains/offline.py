@@ -21,14 +21,14 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD,
                                   EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
                                   INSTALL_WORDS, IN_SCOPE, NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
-                                  PARAM_DEFAULT, PARAM_WORDS, PAST, QUOTED, RECALL_STRONG, RECALL_WEAK, REPLACE_REST,
-                                  REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
-                                  SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
-                                  SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
-                                  WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware, find_method,
-                                  find_methods, find_packages, find_prompt, find_target, find_topic, leading_methods,
-                                  unquote)
-from agent.brains.refusals import DELETE_WORDS, MODEL_TUNING
+                                  PARAM_DEFAULT, PARAM_WORDS, PAST, PROMPT_MENTIONS, QUOTED, RECALL_STRONG,
+                                  RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
+                                  RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
+                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
+                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
+                                  find_draft, find_hardware, find_method, find_methods, find_packages, find_prompt,
+                                  find_target, find_topic, leading_methods, unquote)
+from agent.brains.refusals import DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -152,6 +152,8 @@ class OfflineBrain:
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
         if not msg.has(SAVE_VERBS):  # "save", "set", "remember", "from now on", "as my default", ...
             return None
+        if msg.prompt and msg.has(SPEED_QUESTION) and not msg.has(SAVE_ONLY):
+            return None  # "how much does X buy me on 'p' if I pin torch to 8 threads": a run
         params = find_params(msg.head) or find_params(msg.text)
         if not params:  # "save my settings for lookahead": which values?
             return self._ask_values(msg) if SAVE_ONLY.match(msg.head) and not msg.has(REPORT_WORDS) else None
@@ -216,6 +218,10 @@ class OfflineBrain:
                          not_done="EAGLE heads are trained with `specpilot eagle train`, not from the chat")
         if msg.has(TRAIN_WORDS) and re.search(r"\b(?:medusa|heads?)\b", msg.head, re.IGNORECASE):
             return self._train(session, msg.target, train_fields(msg.text))
+        if msg.has(MODEL_CHANGES) and not msg.methods:
+            return Reply("specpilot measures decoding on a model as it is; quantizing a model or publishing it to a "
+                         "hub is outside what it does.",
+                         not_done="quantizing or publishing the model is outside specpilot")
         if msg.has(MODEL_TUNING):
             return Reply("specpilot trains only draft heads (Medusa, EAGLE) on a frozen target; fine-tuning the model "
                          "itself (LoRA, adapters, full fine-tuning) is outside what it does.",
@@ -250,6 +256,8 @@ class OfflineBrain:
         return self._explain(session, topic) if topic else None
 
     def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
+        if RUN_WORDS.match(msg.text):  # "run EAGLE with depth 8": a run (its prompt asked for), not advice
+            return None
         about_values = msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION)
         advice = msg.has(GUIDE_WORDS) or (about_values and (
             msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
@@ -438,9 +446,11 @@ class OfflineBrain:
                     tool_input["prompt_contains"] = session.last_prompt
                 else:
                     tool_input["same_prompt_as_last_run"] = True
-            quoted = QUOTED.search(text)
+            quoted, mentions = QUOTED.search(text), PROMPT_MENTIONS.search(text)
             if quoted:
                 tool_input["prompt_contains"] = next(g for g in quoted.groups() if g)
+            elif mentions:
+                tool_input["prompt_contains"] = mentions.group(1)
         return self._call(session, "lookup_runs", tool_input)
 
     def _guidance(self, session: Session, method: str | None, target: str | None = None,

@@ -17,6 +17,7 @@ I = re.IGNORECASE
 # target, the llama.cpp backend
 PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
                    r"generate)|\bpeers?\b|\bupstream\b|"
+                   r"\breference implementations?\b|"
                    r"\b\w+(?:'s|s') own (?:modes?|implementations?|versions?|speculative|assisted|prompt[- ]lookup)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:prompt|completion|mode|text)\b|"
                         r"\bchat template off\b", I)
@@ -113,7 +114,8 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tok(?:en)?s?\b(?!/|\s+per\b)", I)
 # "15 candidate tokens": a parameter named after its number
 NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads?|"
-                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b(?!\s*[=:])", I)
+                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b"
+                        r"(?!\s*[=:]\s*\d)", I)
 AFTER_NAMES = {"thread": "threads", "warm": "warmup", "children": "topk",
                "tokens per candidate": "num_candidate_tokens", "wide window": "window"}
 # "n-grams up to 4 long, at least 2": prompt lookup's n-gram sizes

@@ -29,7 +29,8 @@ METHOD_SYNONYMS = {
     "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al\.?(?:'s)?",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
-    "ngram": r"n-?gram|prompt[- ]lookup|pld|copy(?:ing)? (?:\w+ )?(?:tokens )?from the prompt",
+    "ngram": r"n-?gram(?![- ](?:pool|cache|size|window))|prompt[- ]lookup|pld|"
+             r"copy(?:ing)? (?:\w+ )?(?:tokens )?from the prompt",
     "baseline": r"baseline|plain(?: \w+)?(?: generation| decoding)|plain(?! (?:english|words|terms|language|text))|"
                 r"vanilla|autoregressive|normal generation|"
                 r"no speculation",
@@ -85,7 +86,7 @@ TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pro
 OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b", I)
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
-FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
                      r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
@@ -94,7 +95,8 @@ RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newe
 ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|"
                     r"bring up|get|"
                     r"fetch|retrieve|look up|print)\b", I)
-SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower)\b", I)
+SPEED_QUESTION = re.compile(r"\b(?:how (?:much )?fast(?:er)?|speed-?ups?|how quick\w*|faster|slower|buys? (?:me|us))\b",
+                            I)
 RUN_ANYWHERE = re.compile(r"\b(?:run|try|benchmark|measure|time|test|execute|reproduce)\b", I)
 RUN_LOOSE = re.compile(r"\b(?:run|try|benchmark|measure|speed up|accelerate|generate|test|time|reproduce)\b", I)
 AGAIN = re.compile(r"\b(?:again|rerun|re-run|fresh|anew)\b", I)
@@ -115,7 +117,7 @@ RECALL_STRONG = re.compile(
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
-                        r"always use|pin|"
+                        r"always|pin|replace|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
@@ -124,6 +126,7 @@ DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
 PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
 GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning)\b", I)
 PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|drafts|"
+                         r"depth|topk|tree[_ ]nodes|"
                          r"how (?:big|long|large|many)|"
                          r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
 ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recommended|pick|choose|which|what|how)\b", I)
@@ -131,10 +134,12 @@ STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pic
 EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce|eli5)\b", I)
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
-                           r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|"
+                           r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
+                           r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|idea|intuition|eli5|principle|"
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|how can (?:a|an|the|it|they)|idea|"
+                     r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
@@ -147,13 +152,14 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"\b(?:is|are)\b.*\binstalled\b", I)
 # "is gguf here?", "do we have llama-cpp-python installed?": asked of a package the message names
 PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|"
-                              r"available|set up|"
+                              r"available|set up|importable|in this env\w*|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
 INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b", I)  # not "don't install"
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
                          r"(?:medusa )?heads)\b", I)
-REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*\b(?:else|rest|others?|old)\b|"
+REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*"
+                          r"\b(?:else|rest|others?|old|just|only)\b|"
                           r"\b(?:only these|nothing else)\b", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
@@ -165,11 +171,15 @@ NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|se
 EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is)|whats|explain|describe|eli5)\b", I)
 SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
 DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
+# "the runs whose prompt mentions quicksort": the words a stored prompt holds
+PROMPT_MENTIONS = re.compile(r"\bprompts?\s+(?:that\s+)?(?:mention(?:s|ed|ing)?|contain(?:s|ed|ing)?|about|had|has)\s+"
+                             r"(?:the\s+words?\s+)?['\"]?(\w[\w .+#-]{1,40}?)['\"]?(?=\s+(?:and|in|or)\b|[,.?!]|$)", I)
 NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "first", "latest", "newest", "other",
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how (?:expensive|costly) (?:the |this |my )?model is|"
+                        r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
                         r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
@@ -379,7 +389,9 @@ LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"
                       r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")
 # the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
 QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
-EXPLICIT_CUE = re.compile(r"\bprompt(?: is)?\s*(?:[:=]|>>>?)(?!//)", I)
+EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?))(?!//)|"
+                          r"(?i:\b(?:using|with|on|for) the (?:text|input)\s*:?\s+)"
+                          r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
 
 
 def without_log(text: str) -> str:
