@@ -91,7 +91,7 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
     assert "Which method" not in greeting and "Target model" not in greeting
     second.expect(r"From memory")
     second.expect(rf"run {run_id} \(lookahead")
-    second.expect(rf"speedup {re.escape(shown_speedup)}x")
+    second.expect(rf"speedup\s+{re.escape(shown_speedup)}x")  # the reply may wrap between them
     answer(second, "you> ", "/quit")
     second.expect(pexpect.EOF)
 
