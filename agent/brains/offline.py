@@ -15,19 +15,20 @@ from typing import Any
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (compare_params, explained_topic, guidance_fields, known_packages,
-                                       method_of_words, newest_n, report_fields, run_input, run_options, train_fields)
+                                       method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
+                                       train_fields)
 from agent.brains.param_words import find_params, method_of_params
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BEATS, COMPARE, COPY_TO,
                                   COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD,
                                   EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
-                                  INSTALL_WORDS, IN_SCOPE, NOT_A_PROMPT, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
-                                  PARAM_DEFAULT, PARAM_WORDS, PAST, PROMPT_MENTIONS, QUOTED, RECALL_STRONG,
-                                  RECALL_WEAK, REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID,
-                                  RUN_LOOSE, SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT,
-                                  SPEED_QUESTION, STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION,
-                                  TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, Message, compare_list,
-                                  find_draft, find_hardware, find_method, find_methods, find_packages, find_prompt,
-                                  find_target, find_topic, leading_methods, unquote)
+                                  INSTALL_WORDS, IN_SCOPE, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
+                                  PARAM_DEFAULT, PARAM_WORDS, PAST, RECALL_STRONG, RECALL_WEAK, REPLACE_REST,
+                                  REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
+                                  SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
+                                  SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
+                                  WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware, find_method,
+                                  find_methods, find_packages, find_prompt, find_target, find_topic, leading_methods,
+                                  unquote)
 from agent.brains.refusals import DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
@@ -438,19 +439,7 @@ class OfflineBrain:
             method = named[0] if named and (len(named) == 1 or not one_method_only) else None
             if method:
                 tool_input["method"] = method
-            named_prompt = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, re.IGNORECASE)
-            if named_prompt and named_prompt.group(1).lower() not in NOT_A_PROMPT:
-                tool_input["prompt_contains"] = named_prompt.group(1)  # "the runs with the palindrome prompt"
-            elif re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, re.IGNORECASE):
-                if session.last_prompt:
-                    tool_input["prompt_contains"] = session.last_prompt
-                else:
-                    tool_input["same_prompt_as_last_run"] = True
-            quoted, mentions = QUOTED.search(text), PROMPT_MENTIONS.search(text)
-            if quoted:
-                tool_input["prompt_contains"] = next(g for g in quoted.groups() if g)
-            elif mentions:
-                tool_input["prompt_contains"] = mentions.group(1)
+            tool_input |= prompt_filter(text, session.last_prompt)
         return self._call(session, "lookup_runs", tool_input)
 
     def _guidance(self, session: Session, method: str | None, target: str | None = None,

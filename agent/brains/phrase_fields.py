@@ -10,7 +10,7 @@ import re
 
 from agent.brains.number_words import digits
 from agent.brains.param_words import BACKEND_WORDS, count_before, find_params
-from agent.brains.phrases import RUN_ID, TOPIC_WORDS, URL_OR_PATH
+from agent.brains.phrases import NOT_A_PROMPT, PROMPT_MENTIONS, QUOTED, RUN_ID, TOPIC_WORDS, URL_OR_PATH
 from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import METHOD_NAMES, PARAM_MODELS
@@ -96,6 +96,22 @@ def train_fields(text: str) -> dict:
                              if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,
               "labels": "text" if TEXT_LABELS.search(text) else None}
     return {k: v for k, v in fields.items() if v}
+
+
+def prompt_filter(text: str, last_prompt: str | None) -> dict:
+    """lookup_runs' prompt filter from words: a quoted phrase, "the palindrome prompt", "the runs whose prompt
+    mentions quicksort", or "that same prompt" (the session's last prompt, else the last run's)."""
+    quoted, mentions = QUOTED.search(text), PROMPT_MENTIONS.search(text)
+    if quoted:
+        return {"prompt_contains": next(g for g in quoted.groups() if g)}
+    if mentions:
+        return {"prompt_contains": mentions.group(1)}
+    named = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, I)
+    if named and named.group(1).lower() not in NOT_A_PROMPT:
+        return {"prompt_contains": named.group(1)}  # "the runs with the palindrome prompt"
+    if re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, I):
+        return {"prompt_contains": last_prompt} if last_prompt else {"same_prompt_as_last_run": True}
+    return {}
 
 
 def newest_n(text: str) -> int | None:
