@@ -430,14 +430,14 @@ def find_prompt(text: str) -> str | None:
     if fenced and (fenced.group(1) or fenced.group(2) or "").strip():
         return (fenced.group(1) or fenced.group(2)).strip("\n")
     prompt = _prompt_in(text)
-    lines = prompt.rstrip().split("\n") if prompt else []
-    if len(lines) > 1 and len(lines[-1].split()) <= 8 and find_params(lines[-1]) and not find_params(prompt[:-len(
-            lines[-1]) or None]):  # "prompt: ...\nmax 64 new tokens"
-        return "\n".join(lines[:-1]).strip()
+    body, _, last = (prompt or "").rstrip().rpartition("\n")
+    if body.strip() and len(last.split()) <= 8 and find_params(last) and not find_params(body):
+        return body.strip()  # "prompt: ...\nmax 64 new tokens"
     return prompt
 
 
 def _prompt_in(text: str) -> str | None:
+    """:func:`find_prompt`'s reading of a message without fences, tags or a greeting line."""
     quoted = first_quote(text)
     parts = re.split(r"\n\s*\n", text.strip(), maxsplit=1)
     if len(parts) == 2 and PARAGRAPH_CUE.search(parts[0]) and not (quoted and quoted.start() < len(parts[0])):
