@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import torch
 
@@ -67,9 +68,12 @@ def main() -> None:
         ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
     variants = json.loads(args.variants)
     contexts = {name: variant_context(ctx, target, given.pop("head", None)) for name, given in variants.items()}
-    sized = {name: parse_params(args.method, sized_params([args.method], {args.method: given}, Store(),
-                                                          contexts[name], False)[args.method].params)
-             for name, given in variants.items()}
+    # sized as `run` sizes them: from this machine's stored curve, measured first (and stored) where there is none
+    sizings = {name: sized_params([args.method], {args.method: given}, Store(), contexts[name])[args.method]
+               for name, given in variants.items()}
+    for name, sizing in sizings.items():
+        print(f"{name}: {'; '.join(sizing.lines())}", file=sys.stderr, flush=True)
+    sized = {name: parse_params(args.method, sizing.params) for name, sizing in sizings.items()}
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, eos_token_ids=eos_ids_for(target))
     names, total = list(sized), {name: [0.0, 0.0] for name in sized}
     for row in first_of_each(args.half, args.categories.split(",")):
