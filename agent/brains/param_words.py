@@ -62,8 +62,7 @@ DRAFT_PARAMETER = re.compile(r"\bdraft(?=[- ](?:depth|lengths?|vocab\w*|trees?|h
 FIXED_K = re.compile(r"\b(?:keep|hold) k (?:fixed|constant)|\bk (?:fixed|constant)\b|"
                      r"\b(?:do ?n[o']?t|not|never) (?:let (?:it|k) )?adapt|"
                      r"\bfixed k\b|\bno adaptive k\b", I)
-
-
+# "seed the n-gram pool from the prompt": lookahead's pool_from_prompt, in words
 POOL_FROM_PROMPT = re.compile(r"\b(?:seed|fill|prime|start)\w* (?:the )?(?:n-?gram )?pool from the prompt\b", I)
 FIXED_AT = re.compile(r"\bk (?:fixed|constant|held) at (\d+)\b", I)
 
