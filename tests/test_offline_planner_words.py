@@ -207,7 +207,7 @@ def test_harmful_prompts_are_told_from_prompts_about_security():
 
 
 def test_apostrophes_are_no_quotes():
-    from agent.brains.phrases import find_prompt
+    from agent.brains.prompt_words import find_prompt
 
     assert find_prompt("so i'm writing a paper -- couldn't you run draft on 'def f(x):' please") == "def f(x):"
     assert find_prompt("run ngram on 'don't stop me now'") == "don't stop me now"

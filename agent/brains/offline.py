@@ -26,9 +26,10 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
                                   SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
                                   SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
-                                  WHICH, WHY_HOW, Message, compare_list, find_draft, find_hardware, find_method,
-                                  find_methods, find_packages, find_prompt, find_target, find_topic, leading_methods,
+                                  WHICH, WHY_HOW, compare_list, find_draft, find_hardware, find_method,
+                                  find_methods, find_packages, find_target, find_topic, leading_methods,
                                   unquote)
+from agent.brains.prompt_words import Message, find_prompt
 from agent.brains.refusals import DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
@@ -126,7 +127,7 @@ class OfflineBrain:
 
     def _refusals(self, session: Session, msg: Message) -> Reply | None:
         """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain)."""
-        if DELETE_WORDS.search(msg.head):
+        if DELETE_WORDS.search(msg.head) and not (msg.has(REPLACE_REST) and find_params(msg.head)):  # "...keep k=4"
             return Reply(f"I do not delete stored runs or memory from the chat. Everything specpilot remembers is in "
                          f"one SQLite file, {session.store.path}; move or delete it yourself to start afresh.",
                          not_done="no tool deletes stored runs or memory; told where the file is")
@@ -287,7 +288,8 @@ class OfflineBrain:
         return self._call(session, "check_deps", {"method": find_method(msg.head) or find_method(msg.text) or "all"})
 
     def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
-        asking = msg.has(ASKING) or msg.head.rstrip().endswith("?") or (msg.has(FIGURES) and msg.has(RUNS_QUESTION))
+        asking = msg.has(ASKING) or msg.head.rstrip().endswith("?") or (msg.has(FIGURES) and (
+            msg.has(RUNS_QUESTION) or newest_n(msg.head)))  # "lookahead tok/s on the quicksort prompt, last 10"
         if RUN_WORDS.match(msg.text) and not msg.has(PAST) and not RUN_ID.search(msg.text.lower()):
             return None  # "try ngram on my prompt and tell me the speedup": a run, its prompt asked for
         if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and asking):

@@ -10,7 +10,8 @@ import re
 
 from agent.brains.number_words import digits
 from agent.brains.param_words import BACKEND_WORDS, count_before, find_params
-from agent.brains.phrases import NOT_A_PROMPT, PROMPT_MENTIONS, QUOTED, RUN_ID, TOPIC_WORDS, URL_OR_PATH
+from agent.brains.phrases import (NOT_A_PROMPT, PROMPT_MENTIONS, QUOTED, RUN_ID, TOPIC_WORDS, URL_OR_PATH, find_draft,
+                                  find_methods)
 from tools.agent_tools.deps import PACKAGES
 from tools.agent_tools.saved_params import run_fields
 from tools.engine.params import METHOD_NAMES, PARAM_MODELS
@@ -28,9 +29,10 @@ TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
+LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) (?:\w+ )?run\b(?!s)", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)? (?:to|in|=)|"
-                        r"into)\s+((?:~|\.{0,2})/\S+)", I)
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)?(?: to| in|\s*=)|"
+                        r"into)\s*((?:~|\.{0,2})/\S+)", I)
 
 
 def known_packages(text: str) -> list[str]:
@@ -74,8 +76,10 @@ def compare_params(text: str, methods: list[str]) -> dict:
 
 
 def run_options(text: str) -> dict:
-    """The run settings a message gives (repeats, new tokens, dtype, chat template off, peers beside)."""
-    return {k: v for k, v in find_params(text).items() if k in run_fields()}
+    """The run settings a message gives (repeats, new tokens, dtype, chat template off, peers beside, the draft model
+    named as such: "with the 0.5b drafting")."""
+    draft = find_draft(text)
+    return {k: v for k, v in find_params(text).items() if k in run_fields()} | ({"draft": draft} if draft else {})
 
 
 def guidance_fields(text: str) -> dict:
@@ -94,7 +98,7 @@ def train_fields(text: str) -> dict:
               "out": out.group(1).rstrip(".,;:!?)'\"") if out else None,
               "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
                              if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,
-              "labels": "text" if TEXT_LABELS.search(text) else None}
+              "labels": "text" if TEXT_LABELS.search(text) else None, "dtype": find_params(text).get("dtype")}
     return {k: v for k, v in fields.items() if v}
 
 
@@ -109,15 +113,18 @@ def prompt_filter(text: str, last_prompt: str | None) -> dict:
     named = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, I)
     if named and named.group(1).lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "the runs with the palindrome prompt"
+    named = re.search(r"\b(?:on|for|with|of) the ((?:\w+ ){1,4}\w+) (?:runs|prompts?)\b", text, I)
+    if named and not find_methods(named.group(1)) and named.group(1).split()[0].lower() not in NOT_A_PROMPT:
+        return {"prompt_contains": named.group(1)}  # "on the capital of France runs"
     if re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, I):
         return {"prompt_contains": last_prompt} if last_prompt else {"same_prompt_as_last_run": True}
     return {}
 
 
 def newest_n(text: str) -> int | None:
-    """N of "the last N runs", "the N newest runs", or None."""
+    """N of "the last N runs", "the N newest runs" (1 of "the last run"), or None."""
     found = NEWEST_N.search(digits(text))
-    return int(found.group(1) or found.group(2)) if found else None
+    return int(found.group(1) or found.group(2)) if found else 1 if LAST_ONE.search(text) else None
 
 
 def report_fields(text: str) -> dict:

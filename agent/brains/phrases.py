@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
 
-from agent.brains.param_words import DRAFT_PARAMETER, find_params, without_values
 from tools.agent_tools.install import check_package
 from tools.engine.params import ACCELERATED, METHOD_NAMES
 from tools.errors import ParameterError
@@ -113,11 +111,12 @@ RECALL_STRONG = re.compile(
     r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me|"
     r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
-    r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation))\b", I)
+    r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation)|"
+    r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
-                        r"always|pin|replace|"
+                        r"always|pin|replace|keep (?:only|just)|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
@@ -135,6 +134,7 @@ EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
+                           r"lossy|in what sense|what makes|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
@@ -157,8 +157,8 @@ PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have
 INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b", I)  # not "don't install"
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
-                         r"(?:medusa )?heads)\b", I)
-REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear)\b.*"
+                         r"(?:medusa )?heads|\d+ (?:training )?steps)\b", I)  # "heads for X, 500 steps"
+REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase)\b.*"
                           r"\b(?:else|rest|others?|old|just|only)\b|"
                           r"\b(?:only these|nothing else)\b", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
@@ -221,38 +221,6 @@ TARGET_WORDS = {
     DEFAULT_TARGET: r"qwen[\w.-]*1\.5b[\w.-]*|1\.5b(?: model)?|default (?:target|model)|big(?:ger)? model",
 }
 
-@dataclass
-class Message:
-    """One message, read: the prompt it carries, the rest (``head``), the methods and target it names."""
-
-    text: str
-    prompt: str | None
-    head: str
-    methods: list[str] = field(default_factory=list)
-    target: str | None = None
-
-    @classmethod
-    def read(cls, text: str) -> Message:
-        prompt = find_prompt(text)
-        asked = prompt and find_methods(prompt) and PAST.search(prompt) and FIGURES.search(prompt)
-        rest = fix_method_typos(text.replace(prompt, " ", 1)) if prompt else ""
-        if (asked and not QUOTED.search(text)) or (prompt and not run_intent(rest)):
-            prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
-        head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
-        head = fix_method_typos(head)
-        named = without_values(DRAFT_PARAMETER.sub(" ", head))
-        return cls(text=text, prompt=prompt, head=head, methods=find_methods(named),
-                   target=find_target(head))
-
-    def has(self, pattern: re.Pattern) -> bool:
-        """Whether the instruction part (not the prompt) matches ``pattern``."""
-        return bool(pattern.search(self.head))
-
-    @property
-    def words(self) -> int:
-        return len(self.head.split())
-
-
 TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline", "compare", "explain", "install", "benchmark")
 NOT_TYPOS = {"eager", "media", "eagles", "baselines"}
 
@@ -302,11 +270,12 @@ WITH_BEFORE = re.compile(r"\b(?:decoding|sampling|speculat\w*|draft)\s+(?:with|w
 
 
 def find_draft(text: str) -> str | None:
-    """The built-in model a message names as the draft, or None."""
+    """The built-in model a message names as the draft, by its name or a short one ("the 0.5b as draft"), or None."""
     for name in BUILTIN_MODELS:
-        at = text.lower().find(name)
-        if at >= 0 and (AS_DRAFT.match(text[at + len(name):]) or DRAFT_BEFORE.search(text[:at])):
-            return name
+        names = (re.escape(name), TARGET_WORDS.get(name, re.escape(name)))
+        for found in re.finditer(rf"\b(?:{'|'.join(names)})(?![\w.])", text, I):
+            if AS_DRAFT.match(text[found.end():]) or DRAFT_BEFORE.search(text[:found.start()]):
+                return name
     return None
 
 
@@ -376,101 +345,6 @@ def unquote(text: str) -> str:
         if len(text) > 2 and text.startswith(left) and text.endswith(right):
             return text[1:-1].strip()
     return text
-
-
-FENCED = re.compile(r"```[\w+-]*\n(.*?)\n?```|<prompt>\s*(.*?)\s*</prompt>", re.DOTALL | I)  # a fence, <prompt> tags
-# a cue in the paragraph before a blank line that the prompt follows ("... on this prompt?\n\n<prompt>")
-PARAGRAPH_CUE = re.compile(r"\b(?:(?:this|the following|my|the) (?:prompt|text|input)|prompt below|below|following|"
-                           r"next line)\b", I)
-# a question put to the assistant after a colon ("before I try llama.cpp: is gguf installed here?"), no prompt
-ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
-# a pasted traceback or log: not the prompt ("it died with this:\n  File ..., line 88\nOutOfMemoryError: ...")
-LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"]+\", line \d+.*|"
-                      r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")
-# the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
-QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
-EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?))(?!//)|"
-                          r"(?i:\b(?:using|with|on|for) the (?:text|input)\s*:?\s+)"
-                          r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
-
-
-def without_log(text: str) -> str:
-    """``text`` without the lines of a pasted traceback (and the code line under each ``File ...`` line)."""
-    lines, kept, after_file = text.split("\n"), [], False
-    for line in lines:
-        drop = bool(LOG_LINE.match(line)) or (after_file and line.startswith(" "))
-        after_file = bool(re.match(r'\s*File "', line))
-        kept.append("" if drop else line)
-    return "\n".join(kept)
-
-
-def first_quote(text: str) -> re.Match | None:
-    """The quoted prompt: the first quote after a cue ("on", "prompt", ":"), else the first quote."""
-    quotes = list(QUOTED.finditer(text))
-    cued = [q for q in quotes if QUOTE_CUE.search(text[max(0, q.start() - 12):q.start()])]
-    return (cued or quotes or [None])[0]
-
-
-def run_intent(text: str) -> bool:
-    """Whether ``text`` asks for something to be run or compared (a method, a run verb, a comparison, a speed
-    question): what a prompt in the message is for; "cat memory: saved params" or a quoted remark holds none."""
-    return bool(find_methods(text) or RUN_LOOSE.search(text) or COMPARE.search(text) or EVERY_METHOD.search(text)
-                or SPEED_QUESTION.search(text) or SUPERLATIVE.search(text) or re.search(r"\bprompt\b", text, I))
-
-
-def find_prompt(text: str) -> str | None:
-    """The prompt inside a run request: a fenced code block, quoted text, the paragraph after a blank line that a cue
-    announces, everything after "prompt:" or the first colon, or the lines after the first where the first line holds
-    no colon ("run the baseline on this\\n<prompt>"); a last line that only sets run settings is not part of it."""
-    text = without_log(text)
-    first, _, rest = text.strip().partition("\n")
-    if rest.strip() and GREETING.match(first) and len(first.split()) <= 5:  # "Hi there,\n\n<the message>"
-        text = rest
-    fenced = FENCED.search(text)
-    if fenced and (fenced.group(1) or fenced.group(2) or "").strip():
-        return (fenced.group(1) or fenced.group(2)).strip("\n")
-    prompt = _prompt_in(text)
-    body, _, last = (prompt or "").rstrip().rpartition("\n")
-    if body.strip() and len(last.split()) <= 8 and find_params(last) and not find_params(body):
-        return body.strip()  # "prompt: ...\nmax 64 new tokens"
-    return prompt
-
-
-def _prompt_in(text: str) -> str | None:
-    """:func:`find_prompt`'s reading of a message without fences, tags or a greeting line."""
-    quoted = first_quote(text)
-    parts = re.split(r"\n\s*\n", text.strip(), maxsplit=1)
-    if len(parts) == 2 and PARAGRAPH_CUE.search(parts[0]) and not (quoted and quoted.start() < len(parts[0])):
-        return parts[1].strip()
-    # "use this prompt: Rewrite 'the cat sat' ...": all of it
-    colon = EXPLICIT_CUE.search(text)
-    if colon and not quoted and text[colon.end():].strip():  # "Prompt = Write a limerick"
-        return text[colon.end():].strip()
-    if colon is None:  # "... on: Translate 'good morning' into French", not "head to head: a vs b, prompt is '...'"
-        colon = re.search(r":(?!//)(?!\s*\d)", text)
-        between = text[colon.end():quoted.start()] if colon and quoted else ""
-        colon = colon if colon and quoted and not re.search(r"\bprompt\b", between, I) else None
-    inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
-    instruction = inside and (re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
-                              or (not EXPLICIT_CUE.search(text) and RUN_ANYWHERE.search(inside)))
-    if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
-        return text[colon.end():].strip()  # quotes inside the prompt, not around it
-    if quoted:
-        return next(g for g in quoted.groups() if g)
-    first, _, rest = text.strip().partition("\n")
-    # "..., prompt below\n<prompt>"
-    cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)
-    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)):
-        return rest.strip()
-    colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
-    if colon:
-        head, tail = text[:colon.start()], text[colon.end():].strip()
-        cued = re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I)
-        asked = not cued and not (RUN_LOOSE.search(head) and find_methods(head))
-        aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail))
-        if tail and not head.lower().startswith(("http", "https")) and not aside and (cued or run_intent(head)):
-            return tail
-    return None
 
 
 VAGUE_PACKAGES = re.compile(r"\binstall\b.*\b(?:something|anything|whatever|stuff|what(?:'s| is)? needed|"

@@ -17,7 +17,11 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"bioweapons?|chemical weapons?|methamphetamine|anthrax|ricin|sarin|botulinum|smallpox)(?![\w-])|"
     r"\btricks? (?:people|users|someone|them|victims) into (?:entering|giving|revealing|typing|sharing)\b|"
     r"\bsteal\w* (?:\w+ )?(?:passwords?|credentials|"
-    r"credit cards?|cookies)\b", I)
+    r"credit cards?|cookies)\b|"
+    r"\b(?:pull|extract|steal|exfiltrat\w*|rip|scrap\w*|lift)\w*\s+(?:the\s+)?(?:model'?s?\s+)?weights\s+(?:out\s+)?"
+    r"(?:of|from)\s+(?:\w+'?s?\s+){0,2}(?:closed|proprietary|private|commercial|competitor'?s?|someone)|"
+    r"\b(?:flood\w*|ddos\w*|overload\w*|knock\w* (?:\w+ )?(?:over|offline)|take (?:\w+ )?down)\b.{0,60}"
+    r"\b(?:api|server|endpoint|site|service)s?\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
 DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)\b.*\b(?:runs?|memory|history|data|"
                           r"results|everything|settings|tasks?|database)\b", I)
