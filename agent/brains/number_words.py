@@ -10,6 +10,7 @@ I = re.IGNORECASE
 UNIT_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
                                          "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
 TENS_WORDS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+TENS_WORDS |= {"fourty": 40, "ninty": 90}  # misspelt as often as not
 NUMBER_TOKEN = re.compile(rf"\b(?:{'|'.join([*UNIT_WORDS, *TENS_WORDS, 'hundred', 'thousand', 'and', 'point'])})\b", I)
 # which word may follow which inside one number ("two hundred and fifty six", "zero point eight", "twenty-five")
 FOLLOWS = {None: {"unit", "teen", "tens"}, "unit": {"hundred", "thousand", "point"},

@@ -176,8 +176,8 @@ class OfflineBrain:
         wants = msg.has(COMPARE) or ((msg.has(SUPERLATIVE) or msg.has(BEATS)) and len(msg.methods) >= 2) or \
             (msg.has(SUPERLATIVE) and msg.has(WHICH)) or \
             (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
-        if not wants or msg.has(OTHER_ACTIONS):
-            return None
+        if not wants or msg.has(OTHER_ACTIONS) or (msg.has(RECALL_STRONG) and not msg.prompt):  # "did we finish the
+            return None  # comparison?": memory
         if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
             return self._lookup(session, msg.text)
         if msg.prompt or msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which

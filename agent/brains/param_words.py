@@ -18,7 +18,8 @@ I = re.IGNORECASE
 PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
                    r"generate)|\bpeers?\b|\bupstream\b|"
                    r"\breference implementations?\b|"
-                   r"\b\w+(?:'s|s') own (?:modes?|implementations?|versions?|speculative|assisted|prompt[- ]lookup)", I)
+                   r"\b\w+(?:'s|s') own (?:built-?in )?(?:modes?|implementations?|versions?|speculative|assisted|"
+                   r"prompt[- ]lookup)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:prompt|completion|mode|text)\b|"
                         r"\bchat template off\b", I)
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}

@@ -24,14 +24,16 @@ KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not 
 TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
                          r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
 GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
-MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?b\b(?! ?(?:ytes?|its?))", I)
+MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?(?:b\b(?! ?(?:ytes?|its?))|billion\b|bn\b)", I)
+BARE_FILE = re.compile(r"(?<![\w/.~-])([\w-]+\.(?:txt|jsonl?|md|csv|tsv|parquet))\b", I)  # "notes.txt"
+SHORT_IDS = re.compile(r"\bruns?\b((?:[\s,]+(?:and\s+)?(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{4,12}\b)+)", I)
 TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
 LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) (?:\w+ )?run\b(?!s)", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it )?(?:in|to|into)|out(?:put)?(?: to| in|\s*=)|"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into)|out(?:put)?(?: to| in|\s*=)|"
                         r"into)\s*((?:~|\.{0,2})/\S+)", I)
 
 
@@ -96,7 +98,8 @@ def train_fields(text: str) -> dict:
     fields = {"num_heads": count_before(r"(?:medusa )?heads?", text),
               "steps": count_before(r"(?:training )?steps?", text),
               "out": out.group(1).rstrip(".,;:!?)'\"") if out else None,
-              "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in URL_OR_PATH.finditer(text)
+              "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in (*URL_OR_PATH.finditer(text),
+                                                                        *BARE_FILE.finditer(text))
                              if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,
               "labels": "text" if TEXT_LABELS.search(text) else None, "dtype": find_params(text).get("dtype")}
     return {k: v for k, v in fields.items() if v}
@@ -130,7 +133,8 @@ def newest_n(text: str) -> int | None:
 def report_fields(text: str) -> dict:
     """write_report's and share_results' selection and format from words ("json", "last 5", "task 12", ids)."""
     newest, task = newest_n(text), TASK_ID.search(digits(text))
-    ids = RUN_ID.findall(text.lower())
+    ids = list(dict.fromkeys(RUN_ID.findall(text.lower()) + [i for m in SHORT_IDS.finditer(text.lower())
+                                                             for i in re.findall(r"[0-9a-f]{4,12}", m.group(1))]))
     form = "json" if REPORT_JSON.search(text) else "markdown" if re.search(r"\bmarkdown\b|\bmd\b", text, I) else None
     return {**({"format": form} if form else {}),
             **({"limit": min(newest_n(text), 100)} if newest else {}),

@@ -23,7 +23,8 @@ I = re.IGNORECASE
 METHOD_SYNONYMS = {
     "draft": r"draft(?:[- ]model)?(?![- ](?:heads?(?! to\b)|trees?|vocab\w*|depth|its|"
              r"their)\b)|speculative(?: decoding| sampling)?|"
-             r"spec decoding|assisted|helper model|leviathan(?: et al\.?)?",
+             r"spec decoding|assisted|helper model|leviathan(?: et al\.?)?|"
+             r"small(?:er)?[- ]model[- ]guess\w*|small(?:er)? (?:model|one) (?:that )?(?:guess|propos|suggest)\w*",
     "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al\.?(?:'s)?",
     "lookahead": r"look[- ]?ahead|jacobi",
     "eagle": r"eagle(?:-?[123])?",
@@ -43,7 +44,8 @@ TOPIC_WORDS = {
     "eagle": r"eagle",
     "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al",
     "lookahead": r"look[- ]?ahead|jacobi",
-    "draft": r"draft(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative|assisted|helper model|leviathan",
+    "draft": r"draft(?![- ](?:heads?(?! to\b)|trees?|vocab\w*))|speculative|assisted|helper model|leviathan|"
+             r"small(?:er)? (?:model|one) (?:that )?(?:guess|propos|suggest)\w*",
 }
 # "speculative decoding methods" names all of them, not the draft-model method
 GENERIC_METHODS = re.compile(r"\bspeculative[- ]decoding (?:methods|techniques|approaches|variants)\b", I)
@@ -58,7 +60,7 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
-INSTALL_FILLER = {"now", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
+INSTALL_FILLER = {"now", "also", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
                   # words that name no package ("install something so it goes faster": ask which)
                   "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
@@ -84,7 +86,7 @@ TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pro
 OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b", I)
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
 PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
-FIGURES = re.compile(r"\b(?:speed-?ups?|figures?|results?|(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+FIGURES = re.compile(r"\b(?:speed-?ups?|(?:the|my|what|whats|what's) speed ups?|figures?|results?|(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
                      r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
@@ -112,7 +114,7 @@ RECALL_STRONG = re.compile(
     r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
     r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation)|"
-    r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?))\b", I)
+    r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?)|did (?:we|i) (?:ever )?finish)\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
@@ -179,6 +181,7 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how (?:expensive|costly) (?:the |this |my )?model is|"
+                        r"how (?:expensive|costly|slow) is (?:a |one |the |each )?(?:forward )?pass|"
                         r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
                         r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
@@ -221,8 +224,10 @@ TARGET_WORDS = {
     DEFAULT_TARGET: r"qwen[\w.-]*1\.5b[\w.-]*|1\.5b(?: model)?|default (?:target|model)|big(?:ger)? model",
 }
 
-TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline", "compare", "explain", "install", "benchmark")
-NOT_TYPOS = {"eager", "media", "eagles", "baselines"}
+TYPO_NAMES = ("medusa", "lookahead", "eagle", "baseline", "compare", "explain", "install", "benchmark", "speculative",
+              "temperature")
+NOT_TYPOS = {"eager", "media", "eagles", "baselines", "speculation", "speculate", "speculated", "speculating",
+             "speculations"}
 
 
 def fix_method_typos(text: str) -> str:
@@ -232,11 +237,13 @@ def fix_method_typos(text: str) -> str:
         if word.lower() in NOT_TYPOS:
             return word
         close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
-        inflected = close and word.lower().startswith(close[0])  # "installed", "compared": not typos
+        inflected = close and re.fullmatch(rf"{close[0]}(?:e?s|ed|ing|ations?|ers?)", word.lower()) or \
+            (close and close[0].endswith("e") and re.fullmatch(rf"{close[0][:-1]}(?:ing|ions?|ed)", word.lower()))
+        # "installed", "compared", "comparing": not typos; "medusaa" is
         other = close and (word[0].lower() != close[0][0]  # a typo keeps the first letter ("plain" is no "explain")
                            or abs(len(word) - len(close[0])) > 1)  # and about its length ("looked" is no "lookahead")
         return close[0] if close and not inflected and not other else word
-    return re.sub(r"\b[A-Za-z]{5,10}\b", fix, text)
+    return re.sub(r"\b[A-Za-z]{5,12}\b", fix, text)
 
 
 def find_method(text: str) -> str | None:
@@ -264,7 +271,7 @@ def find_topic(text: str) -> str | None:
 
 
 # a model named as the draft ("qwen2.5-coder-0.5b-instruct as the draft", "with a small model"), not the target
-AS_DRAFT = re.compile(r"^\s*(?:as (?:the |my |a )?draft(?:er)?\b|drafting\b)", I)
+AS_DRAFT = re.compile(r"^\s*(?:as (?:the |my |a )?(?:draft(?:er)?|helper|assistant|guesser)\b|drafting\b)", I)
 DRAFT_BEFORE = re.compile(r"\bdraft(?:[- ]?model)?\s*(?:=|:|is|of)?\s*$", I)
 WITH_BEFORE = re.compile(r"\b(?:decoding|sampling|speculat\w*|draft)\s+(?:with|w/|using|via)\s+(?:a |an |the )?$", I)
 
@@ -282,7 +289,8 @@ def find_draft(text: str) -> str | None:
 # a model named by its file or hub id ("on ./models/q4.gguf", "Qwen/Qwen2.5-7B-Instruct"), not a data file or URL
 GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
 HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
-MODEL_FOLDER = re.compile(r"\b(?:for|on|target(?: model)?|model|with)\s+((?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)+)/?"
+MODEL_FOLDER = re.compile(r"\b(?:for|on|of|target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: in| at)?|with)\s+"
+                          r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"
                           r"(?=[\s,;)]|$)", I)
 DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)
 
@@ -293,6 +301,9 @@ def named_model(text: str) -> str | None:
     if found and not DATA_FILE.search(found.group(1)):
         return found.group(1)
     return next((m.group(1).rstrip(".") for m in HUB_ID.finditer(text) if not DATA_FILE.search(m.group(1))), None)
+
+
+GUESSES = re.compile(r"\s+(?:that\s+|which\s+)?(?:guess|propos|suggest|draft)\w*", I)
 
 
 def find_target(text: str) -> str | None:
@@ -308,7 +319,8 @@ def find_target(text: str) -> str | None:
             return name
     for name, words in TARGET_WORDS.items():
         found = re.search(rf"\b(?:{words})(?![\w.])", text, I)
-        if found and name != draft and not WITH_BEFORE.search(text[:found.start()]):
+        guessing = found and GUESSES.match(text[found.end():])  # "the one where a small model guesses": draft's
+        if found and name != draft and not WITH_BEFORE.search(text[:found.start()]) and not guessing:
             return name
     return None
 
@@ -351,6 +363,15 @@ VAGUE_PACKAGES = re.compile(r"\binstall\b.*\b(?:something|anything|whatever|stuf
                             r"what (?:i|we) need|everything)\b", I | re.DOTALL)
 
 
+# "gguf version 0.10 or newer", "transformers version 4.46": a version in words, written as pip writes it
+VERSION_WORDS = re.compile(r"\b([A-Za-z][\w.-]*)\s+(?:version|v)\s*(\d+(?:\.\d+)*)(\s+(?:or|and)\s+(?:newer|later|"
+                           r"above|up|higher))?", I)
+
+
+def pinned(match: re.Match) -> str:
+    return f"{match.group(1)}{'>=' if match.group(3) else '=='}{match.group(2)}"
+
+
 def find_packages(text: str) -> list[str]:
     """Package names after the word 'install' (plain names only; filler words skipped); none where the
     message leaves them open ("install something so it goes faster": the planner asks which)."""
@@ -359,7 +380,7 @@ def find_packages(text: str) -> list[str]:
     match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I)
     if not match:
         return []
-    words = re.split(r"[\s,;]+", match.group(1))
+    words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, match.group(1)))
     return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]
 
 
