@@ -121,7 +121,7 @@ class OfflineBrain:
         if msg.words <= 8 and not IN_SCOPE.search(msg.head) and not msg.has(RECALL_STRONG):  # "hi, where were we?"
             if GREETING.search(msg.head):
                 return Reply(GREETING_TEXT)
-            if THANKS.search(msg.head):
+            if THANKS.search(msg.head) and len(THANKS.sub(" ", msg.head).split()) <= 3:  # not "share X to Y, thanks"
                 return Reply(CLOSING_TEXT)
         return None
 
@@ -135,7 +135,7 @@ class OfflineBrain:
 
     def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
         named = find_hardware(msg.head)
-        if named is None:
+        if named is None or (msg.has(SAVE_VERBS) and find_params(msg.head)):  # "always int8, even on the GPU": a save
             return None
         here = detect_hardware("auto")["name"]
         method = msg.methods[0] if msg.methods else None
@@ -491,6 +491,7 @@ class OfflineBrain:
             return self._ask("share_results", dict(report or {}), "destination",
                              "Where should the report go (an http(s) URL or a folder outside this machine)? "
                              "Sharing asks for your approval first. To keep it local, say 'write a report'.")
+        destination = destination.rstrip(",;:!?)'\"") if re.search(r"[\w/]", destination[:-1]) else destination
         return self._call(session, "share_results", {"destination": destination, **(report or {})})
 
 

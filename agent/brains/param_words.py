@@ -113,9 +113,9 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 # "64 new tokens" (not "15 tokens per candidate")
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tok(?:en)?s?\b(?!/|\s+per\b)", I)
 # "15 candidate tokens": a parameter named after its number
-NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads?|"
+NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads?|guesses|"
                         r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b"
-                        r"(?!\s*[=:]\s*\d)", I)
+                        r"(?!\s*[=:]?\s*\d)", I)
 AFTER_NAMES = {"thread": "threads", "warm": "warmup", "children": "topk",
                "tokens per candidate": "num_candidate_tokens", "wide window": "window"}
 # "n-grams up to 4 long, at least 2": prompt lookup's n-gram sizes
@@ -139,7 +139,12 @@ def switched_before(text: str) -> str:
         state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
         return f"{m.group('name')} {state.lower()}"
     return SWITCH_BEFORE.sub(put, text)
-TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b", I)  # "the cpu16 tree"
+TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b|"  # "the cpu16 tree"
+                        rf"(?<![\w/.-])({'|'.join(map(re.escape, TREES))})(?![\w/.-])", I)  # a tree's name alone
+HEADS_IN = re.compile(r"\bheads?\s+(?:in|at|from|under)\s+((?:~|\.{1,2})?/[\w./-]*[\w-])", I)  # "the heads in ./h"
+DRAFT_QUANT = re.compile(r"\bquanti[sz](?:e|ed|ing)\s+(?:to\s+|in\s+|as\s+)?(int8|none)\b|"
+                         r"\b(int8|unquanti[sz]ed)\s+draft\b|\bdraft(?: model)? (?:unquanti[sz]ed|in int8)\b",
+                         I)  # "the draft model quantised to int8"
 
 
 def find_params(text: str) -> dict:
@@ -149,7 +154,10 @@ def find_params(text: str) -> dict:
     params = {name: value for _, name, value in assignments(text)}
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
     params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
-    params |= {"tree": tree.group(1).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {"tree": (tree.group(1) or tree.group(2)).lower()} if (tree := TREE_FIRST.search(text)) else {}
+    params |= {"medusa_heads": heads.group(1)} if (heads := HEADS_IN.search(text)) else {}
+    if quant := DRAFT_QUANT.search(text):
+        params["draft_quant"] = "none" if "unquanti" in (quant.group(0).lower()) else "int8"
     params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
     params |= {after_name(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
     if grams := re.search(r"\bn-?grams?\b", text, I):  # "n-grams up to 4 long, at least 2"

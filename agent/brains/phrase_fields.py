@@ -31,9 +31,11 @@ TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
-LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) (?:\w+ )?run\b(?!s)", I)
+LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
+                      r"(?:\w+ )?run\b(?!s)", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into)|out(?:put)?(?: to| in|\s*=)|"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into)|"
+                        r"out(?:put)?(?: to| in|\s*=)|"
                         r"into)\s*((?:~|\.{0,2})/\S+)", I)
 
 

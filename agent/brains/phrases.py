@@ -60,7 +60,8 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
-INSTALL_FILLER = {"now", "also", "it", "them", "the", "package", "packages", "please", "for", "me", "and", "then", "a",
+INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "it", "them",
+                  "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
                   # words that name no package ("install something so it goes faster": ask which)
                   "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
@@ -81,15 +82,19 @@ WHICH = re.compile(r"\b(?:which|what) (?:one|method|of (?:them|these|the methods
 # a question about differences rather than a request to measure them
 TRADEOFF_QUESTION = re.compile(r"\b(?:trade-?offs?|differen\w*|pros and cons|pros ?(?:/|&) ?cons|the catch|downsides?|"
                                r"drawbacks?|how do .* compare|how does .* compare|"
+                               r"when (?:would|should|do) (?:i|you|one|we) (?:use|pick|choose|prefer)|"
                                r"what(?:'s| is| are) the (?:difference|trade))", I)
 # another request that mentions a comparison ("share the comparison", "write a report comparing ...")
 OTHER_ACTIONS = re.compile(r"\b(?:install|share|upload|publish|train|(?:write|make|create) (?:a |the )?report)\b", I)
 STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b", I)
-PAST = re.compile(r"\b(?:was|were|did|had|have i|have we|last|previous|earlier|stored|so far|my \w+ runs?)\b", I)
-FIGURES = re.compile(r"\b(?:speed-?ups?|(?:the|my|what|whats|what's) speed ups?|figures?|results?|(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+PAST = re.compile(r"\b(?:was(?! wondering)|were(?! wondering)|did|had|have i|have we|last|previous|earlier|stored|"
+                  r"so far|my \w+ runs?)\b", I)
+FIGURES = re.compile(r"\b(?:speed-?ups?|(?:the|my|what|whats|what's) speed ups?|figures?|results?|"
+                     r"(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
                      r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
-                     r"how (?:did|does|do) .{1,40} (?:do|perform|fare))\b",
+                     r"how (?:did|does|do) .{1,40} (?:do|perform|fare)|"
+                     r"what (?:did|does) \w+ (?:get|score|reach|manage))\b",
                      I)
 RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any|every|each) (?:\w+ )?run\b", I)
 ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|"
@@ -114,7 +119,8 @@ RECALL_STRONG = re.compile(
     r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
     r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation)|"
-    r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?)|did (?:we|i) (?:ever )?finish)\b", I)
+    r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?)|did (?:we|i) (?:ever )?finish|"
+    r"(?:same as|like) (?:yesterday|last time|before))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
@@ -131,21 +137,23 @@ PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?g
                          r"how (?:big|long|large|many)|"
                          r"tree|k|w|n|g|knobs?|sizes?|draft model|heads)\b", I)
 ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recommended|pick|choose|which|what|how)\b", I)
-STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible)\b", I)
+STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible|make sense|"
+                           r"makes sense)\b", I)
 EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce|eli5)\b", I)
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
-                           r"lossy|in what sense|what makes|"
+                           r"lossy|in what sense|what makes|manage to|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|how can (?:a|an|the|it|they)|idea|"
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|how (?:do|does|can) .{0,30}\b(?:manage|"
+                     r"know|keep|stay|avoid)|how can (?:a|an|the|it|they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
-                        r"what (?:it|they|this|that) needs?|"
+                        r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
@@ -180,7 +188,8 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how (?:expensive|costly) (?:the |this |my )?model is|"
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
+                        r"how (?:expensive|costly) (?:the |this |my )?model is|"
                         r"how (?:expensive|costly|slow) is (?:a |one |the |each )?(?:forward )?pass|"
                         r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
                         r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
@@ -289,7 +298,9 @@ def find_draft(text: str) -> str | None:
 # a model named by its file or hub id ("on ./models/q4.gguf", "Qwen/Qwen2.5-7B-Instruct"), not a data file or URL
 GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
 HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
-MODEL_FOLDER = re.compile(r"\b(?:for|on|of|target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: in| at)?|with)\s+"
+MODEL_FOLDER = re.compile(r"\b(?:for|on|of|target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: \w+)?(?: in| at)|"
+                          r"model|"
+                          r"with)\s+"
                           r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"
                           r"(?=[\s,;)]|$)", I)
 DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)

@@ -23,7 +23,8 @@ PARAGRAPH_CUE = re.compile(r"\b(?:(?:this|the following|my|the) (?:prompt|text|i
                            r"next line)\b", I)
 # a question put to the assistant after a colon ("before I try llama.cpp: is gguf installed here?"), no prompt
 ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
-QUESTION = re.compile(r"(?:why|how (?:does|do|is|can|come)|in what sense|what makes)\b", I)  # "X: why is it exact?"
+QUESTION = re.compile(r"(?:why|how (?:does|do|is|can|come)|in what sense|what makes|when (?:would|should|do|does)|"
+                      r"which (?:one|method)|should (?:i|we))\b", I)  # "X: why is it exact?"
 # a pasted traceback or log: not the prompt ("it died with this:\n  File ..., line 88\nOutOfMemoryError: ...")
 LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"]+\", line \d+.*|"
                       r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")

@@ -26,7 +26,7 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
 DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)\b.*\b(?:runs?|memory|history|data|"
                           r"results|everything|settings|tasks?|database)\b", I)
 # changing or publishing the model itself: quantizing it, pushing it to a hub
-MODEL_CHANGES = re.compile(r"\bquantiz\w*\b|\bpush\w* (?:it |them |the model |my model )?to (?:the |a )?hub\b", I)
+MODEL_CHANGES = re.compile(r"\bquanti[sz]\w*\b|\bpush\w* (?:it |them |the model |my model )?to (?:the |a )?hub\b", I)
 MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
                           r"\bfine-?tun\w* (?:the |my |a )?(?:model|"
                           r"qwen|llama|smollm|mistral)", I)

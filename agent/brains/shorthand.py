@@ -51,8 +51,9 @@ REWRITES = (
     (re.compile(r"^\W*dump\b", I), "write a report of"),
 )
 # where a second ask begins: "..., then write it up", "After that save ...", "; once done run them on ..."
-NEXT_ASK = re.compile(r"(?:[,;.]\s*|\s+)(?:and\s+)?(?:then|after that|afterwards|once (?:done|finished|that'?s done|it'?s "
-                      r"done)|when (?:done|finished))\W+(?:please\s+)?(?:save|store|remember|persist|keep|make|set|"
+NEXT_ASK = re.compile(r"(?:[,;.]\s*|\s+)(?:and\s+)?(?:then|after that|afterwards|once (?:done|finished|"
+                      r"that'?s done|it'?s done)|when (?:done|finished))\W+(?:please\s+)?"
+                      r"(?:save|store|remember|persist|keep|make|set|"
                       r"write|report|export|share|send|post|upload|e-?mail|plot|summari[sz]e|tell|show|give|"
                       r"(?:run|use|try|time|benchmark) (?:it|them|those|these|the heads))\b", I)
 
