@@ -152,8 +152,8 @@ class OfflineBrain:
                                                  "this machine; offered to run here or on that machine")
 
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
-        if not msg.has(SAVE_VERBS):  # "save", "set", "remember", "from now on", "as my default", ...
-            return None
+        if not msg.has(SAVE_VERBS) or re.match(r"\W*(?:please\s+)?(?:train|fit|distil)", msg.head, re.I):
+            return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train ... default text"
         if msg.prompt and msg.has(SPEED_QUESTION) and not msg.has(SAVE_ONLY):
             return None  # "how much does X buy me on 'p' if I pin torch to 8 threads": a run
         params = find_params(msg.head) or find_params(msg.text)
@@ -196,7 +196,8 @@ class OfflineBrain:
             options = run_options(msg.head) | compare_params(msg.head, compare_list(msg.methods))
             return self._compare(session, msg.methods, msg.prompt, msg.target, options)
         asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION)
-                                               or len(msg.methods) == 1) and not msg.has(PAST))
+                                               or len(msg.methods) == 1) and not msg.has(PAST)) or \
+            (msg.has(AGAIN) and msg.has(RUN_ANYWHERE))  # "that last run was useless; try it again on ..."
         if not asked:
             return None
         method = msg.methods[0] if msg.methods else None
@@ -491,7 +492,7 @@ class OfflineBrain:
             return self._ask("share_results", dict(report or {}), "destination",
                              "Where should the report go (an http(s) URL or a folder outside this machine)? "
                              "Sharing asks for your approval first. To keep it local, say 'write a report'.")
-        destination = destination.rstrip(",;:!?)'\"") if re.search(r"[\w/]", destination[:-1]) else destination
+        destination = destination.rstrip(".,;:!?)'\"") if re.search(r"[\w/]", destination[:-1]) else destination
         return self._call(session, "share_results", {"destination": destination, **(report or {})})
 
 

@@ -37,7 +37,7 @@ PARAM_ALIASES = {
     "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
     "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
 }
-CONNECTOR = r"\s*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?\s*"
+CONNECTOR = r"[ \t]*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?[ \t]*"  # on one line
 NUMBER = r"-?\d+(?:\.\d+)?"
 VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
 MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
@@ -100,8 +100,9 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         raw = match.group("value")
         value = typed(name, raw) if name else None
         connector = text[match.end("name"):match.start("value")].strip().lower()
+        line_start = not text[:match.start()].strip(" \t") or text[:match.start()].rstrip(" \t").endswith("\n")
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
-                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and
+                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and not line_start and
                  not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1
             continue
@@ -139,6 +140,9 @@ def switched_before(text: str) -> str:
         state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
         return f"{m.group('name')} {state.lower()}"
     return SWITCH_BEFORE.sub(put, text)
+KEY_TOKENS = re.compile(r"(?<![\w-])tokens(?=\s*[:=]\s*\d)", I)
+# "at 0.6 temperature": the temperature named after its value
+TEMPERATURE_AFTER = re.compile(r"\b(\d*\.\d+|\d+)\s+(?:temperature|temp)\b(?!\s*[=:]?\s*\d)", I)
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b|"  # "the cpu16 tree"
                         rf"(?<![\w/.-])({'|'.join(map(re.escape, TREES))})(?![\w/.-])", I)  # a tree's name alone
 HEADS_IN = re.compile(r"\bheads?\s+(?:in|at|from|under)\s+((?:~|\.{1,2})?/[\w./-]*[\w-])", I)  # "the heads in ./h"
@@ -150,12 +154,14 @@ DRAFT_QUANT = re.compile(r"\bquanti[sz](?:e|ed|ing)\s+(?:to\s+|in\s+|as\s+)?(int
 def find_params(text: str) -> dict:
     """Parameter values a message sets ("k=6", "a window of 7", "top_p 0.9", "W to 7", "64 new tokens", "k four")."""
     text = SWITCHED.sub(r"\1", switched_before(digits(text)))  # "adaptive K turned off" -> "adaptive K off"
+    text = KEY_TOKENS.sub("max_new_tokens", text)  # "tokens: 256"
     found, repeats = TOKENS_FIRST.search(text), REPEATS_FIRST.search(text)
     params = {name: value for _, name, value in assignments(text)}
     params |= {"max_new_tokens": int(found.group(1))} if found else {}  # "3 repeats at 512 new tokens": the number
     params |= {"repeats": int(repeats.group(1) or repeats.group(2))} if repeats else {}  # wins over "repeats at 512"
     params |= {"tree": (tree.group(1) or tree.group(2)).lower()} if (tree := TREE_FIRST.search(text)) else {}
     params |= {"medusa_heads": heads.group(1)} if (heads := HEADS_IN.search(text)) else {}
+    params |= {"temperature": float(hot.group(1))} if (hot := TEMPERATURE_AFTER.search(text)) else {}
     if quant := DRAFT_QUANT.search(text):
         params["draft_quant"] = "none" if "unquanti" in (quant.group(0).lower()) else "int8"
     params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
@@ -183,8 +189,10 @@ def after_name(name: str) -> str:
 
 
 def count_before(pattern: str, text: str) -> int | None:
-    """The number before ``pattern`` ("three medusa heads", "500 steps"), or None."""
-    found = re.search(rf"\b(\d+)\s+(?:\w+\s+)?(?:{pattern})\b", digits(text), I)
+    """The number before ``pattern`` ("three medusa heads", "500 steps") or after it as a key ("heads: 5"), or None."""
+    text = digits(text)
+    found = re.search(rf"\b(?:{pattern})[ \t]*[:=][ \t]*(\d+)\b", text, I) or \
+        re.search(rf"\b(\d+)[ \t]+(?:\w+[ \t]+)?(?:{pattern})\b", text, I)
     return int(found.group(1)) if found else None
 
 

@@ -60,7 +60,7 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
-INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "it", "them",
+INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "upstream", "latest", "newest", "it", "them",
                   "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
                   # words that name no package ("install something so it goes faster": ask which)
@@ -90,13 +90,15 @@ STORED = re.compile(r"\b(?:runs|results?|figures?|speedups?|measured|stored)\b",
 PAST = re.compile(r"\b(?:was(?! wondering)|were(?! wondering)|did|had|have i|have we|last|previous|earlier|stored|"
                   r"so far|my \w+ runs?)\b", I)
 FIGURES = re.compile(r"\b(?:speed-?ups?|(?:the|my|what|whats|what's) speed ups?|figures?|results?|"
-                     r"(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|"
+                     r"(?<!typical )acceptance(?: rate)?|tokens?/s|tok/s|throughput|run ids?|"
                      r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare)|"
-                     r"what (?:did|does) \w+ (?:get|score|reach|manage))\b",
+                     r"what (?:did|does) (?:\w+ ){1,4}(?:get|score|reach|manage))\b",
                      I)
-RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|any|every|each) (?:\w+ )?run\b", I)
+RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|recent|any|every|each) "
+                           r"(?:\w+ )?run\b|"
+                           r"\brun ids?\b", I)
 ASKING = re.compile(r"\b(?:what|whats|what's|which|show|how|tell|did|was|were|list|give|see|find|display|pull up|"
                     r"bring up|get|"
                     r"fetch|retrieve|look up|print)\b", I)
@@ -110,7 +112,8 @@ RECALL_STRONG = re.compile(
     r"\b(?:last time|last session|previous (?:session|time|conversation|chat)|(?:our|the|my) history|"
     r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
-    r"(?:did|have) (?:i|we) (?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|where (?:were|did) we|"
+    r"(?:did|have) (?:i|we) (?:already )?(?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|"
+    r"where (?:were|did) we|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:\w+ )?(?:have )?(?:saved|stored|set)|"
@@ -124,7 +127,7 @@ RECALL_STRONG = re.compile(
 RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
-                        r"always|pin|replace|keep (?:only|just)|"
+                        r"always|pin|replace|keep (?:only|just)|defaults?(?=\s*(?:→|->|=>))|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
@@ -143,7 +146,7 @@ EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
-                           r"lossy|in what sense|what makes|manage to|"
+                           r"lossy|in what sense|what makes|manage to|what does (?:it|\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
@@ -154,6 +157,7 @@ WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|h
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
+                        r"(?:packages|dependencies|deps) are (?:all )?in place|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
@@ -164,17 +168,22 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
 PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have (?:i|we) got|got)\b.*\b(?:here|there|"
                               r"available|set up|importable|in this env\w*|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
-INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b", I)  # not "don't install"
+# not "don't install"; "pip: gguf, accelerate"
+INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b|^\W*pip\s*:", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
-                         r"(?:medusa )?heads|\d+ (?:training )?steps)\b", I)  # "heads for X, 500 steps"
+                         r"(?:medusa )?heads|\d+ (?:training )?steps|steps?[ \t]*[:=][ \t]*\d+)\b",
+                         I)  # "heads for X, 500 steps", "steps: 600"
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase)\b.*"
                           r"\b(?:else|rest|others?|old|just|only)\b|"
-                          r"\b(?:only these|nothing else)\b", I)
+                          r"\b(?:only these|nothing else)\b|\breplac\w* (?:what|whatever|everything)\b|"
+                          r"\boverwrit\w*", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
 REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
-                          r"(?:markdown|json) (?:table|file|document))\b", I)  # "report the tokens/s": tell
+                          r"(?:markdown|json) (?:table|file|document)|"
+                          r"write (?:out )?(?:the |my )?(?:last \d+ |latest \d+ )?"
+                          r"(?:runs|results) to)\b", I)  # "report the tokens/s": tell
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them |[\w-]+ )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
@@ -269,6 +278,27 @@ def find_methods(text: str) -> list[str]:
     name none), in the order of METHOD_WORDS."""
     text = NOT_SPECULATIVE.sub(" baseline ", GENERIC_METHODS.sub(" ", text))
     return [m for m, words in METHOD_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)]
+
+
+# methods a message rules out ("don't bother with the draft model", "everything except medusa", "not lookahead")
+ONE_METHOD = rf"(?:the\s+|any\s+)?(?:{'|'.join(METHOD_WORDS.values())})\b"
+RULED_OUT = re.compile(r"\b(?:do ?n[o']?t (?:bother with|use|include|run|try|need|want)|except(?: for)?|other than|"
+                       r"apart from|excluding|all but|everything but|but not|leave out|skip|minus|not)\s+"
+                       rf"(?P<method>{ONE_METHOD}(?:\s*(?:,|and|or|nor|&)\s*{ONE_METHOD})*)", I)
+ALL_BUT = re.compile(r"\b(?:everything|every method|all(?: the)?(?: methods)?)\s+(?:except|but|other than|apart from|"
+                     r"excluding)\b", I)
+
+
+# an action the message rules out ("Don't share anything. Just write ..."): not read as asked
+NOT_ACTION = re.compile(r"\b(?:do ?n[o']?t|do not|never|no need to)\s+(?:share|upload|publish|send|post|train)\b"
+                        r"[^.;,!?]*", I)
+
+
+def named_methods(text: str) -> list[str]:
+    """The methods a message names and does not rule out; "all but X" names every accelerated method but X."""
+    out = {m for found in RULED_OUT.finditer(NOT_SPECULATIVE.sub(" baseline ", text)) for m in find_methods(found[0])}
+    named = [m for m in find_methods(text) if m not in out]
+    return [m for m in ACCELERATED if m not in out] if ALL_BUT.search(text) and out else named
 
 
 def find_topic(text: str) -> str | None:
@@ -388,10 +418,12 @@ def find_packages(text: str) -> list[str]:
     message leaves them open ("install something so it goes faster": the planner asks which)."""
     if VAGUE_PACKAGES.search(text):
         return []
-    match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I)
+    match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I) or \
+        re.search(r"^\W*pip\s*:(.*)", text, I | re.DOTALL)  # "pip: gguf>=0.10, llama-cpp-python"
     if not match:
         return []
-    words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, match.group(1)))
+    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that)\b", match.group(1), maxsplit=1)[0]
+    words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, asked))
     return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]
 
 

@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass, field
 
 from agent.brains.param_words import DRAFT_PARAMETER, find_params, without_values
-from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, PAST, QUOTED,
+from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION, PAST,
+                                  QUOTED,
                                   RUN_ANYWHERE, RUN_LOOSE, SPEED_QUESTION, SUPERLATIVE, find_methods, find_target,
-                                  fix_method_typos, unquote)
+                                  fix_method_typos, named_methods, unquote)
 from agent.brains.shorthand import expand_around, first_ask
 
 I = re.IGNORECASE
@@ -77,9 +78,12 @@ def find_prompt(text: str) -> str | None:
     if fenced and (fenced.group(1) or fenced.group(2) or "").strip():
         return (fenced.group(1) or fenced.group(2)).strip("\n")
     prompt = _prompt_in(text)
-    body, _, last = (prompt or "").rstrip().rpartition("\n")
-    if body.strip() and len(last.split()) <= 8 and find_params(last) and not find_params(body):
-        return body.strip()  # "prompt: ...\nmax 64 new tokens"
+    lines = (prompt or "").rstrip().split("\n")
+    # the lines from ``at`` on only set run settings ("prompt: ...\nmax 64 new tokens", "2. prompt: ...\n3. 3 repeats");
+    # every line a setting ("target X\ndraft Y\nk 5"): no prompt
+    for at in range(len(lines)):
+        if all(not line.strip() or (len(line.split()) <= 8 and find_params(line)) for line in lines[at:]):
+            return "\n".join(lines[:at]).strip() or None
     return prompt
 
 
@@ -117,7 +121,9 @@ def _prompt_in(text: str) -> str | None:
         cued = re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I)
         asked = not cued and not (RUN_LOOSE.search(head) and find_methods(head))
         aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail))
-        if tail and not head.lower().startswith(("http", "https")) and not aside and (cued or run_intent(head)):
+        other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I)  # "Train: files"
+        if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
+                (cued or run_intent(head)):
             return tail
     return None
 
@@ -143,9 +149,9 @@ class Message:
         if (asked and not QUOTED.search(text)) or (prompt and not run_intent(rest)):
             prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
-        head = fix_method_typos(head)
+        head = NOT_ACTION.sub(" ", fix_method_typos(head))
         named = without_values(DRAFT_PARAMETER.sub(" ", head))
-        return cls(text=text, prompt=prompt, head=head, methods=find_methods(named),
+        return cls(text=text, prompt=prompt, head=head, methods=named_methods(named),
                    target=find_target(head))
 
     def has(self, pattern: re.Pattern) -> bool:

@@ -20,6 +20,9 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"credit cards?|cookies)\b|"
     r"\b(?:pull|extract|steal|exfiltrat\w*|rip|scrap\w*|lift)\w*\s+(?:the\s+)?(?:model'?s?\s+)?weights\s+(?:out\s+)?"
     r"(?:of|from)\s+(?:\w+'?s?\s+){0,2}(?:closed|proprietary|private|commercial|competitor'?s?|someone)|"
+    r"\bphishing\b|\bpretend\w* to be (?:\w+'?s? ){0,2}(?:bank|paypal|tax office|irs|it department|support team)\b|"
+    r"\b(?:grab|steal|take|copy|lift|exfiltrat\w*|harvest)\w* (?:\w+'?s? ){0,2}(?:api keys?|access tokens?|ssh keys?|"
+    r"credentials|passwords?)\b|"
     r"\b(?:flood\w*|ddos\w*|overload\w*|knock\w* (?:\w+ )?(?:over|offline)|take (?:\w+ )?down)\b.{0,60}"
     r"\b(?:api|server|endpoint|site|service)s?\b", I)
 # deleting stored runs or memory: specpilot has no tool for it

@@ -1,0 +1,77 @@
+"""The rule planner on structured and relayed requests: `key: value` lines and numbered checklists, methods ruled out
+("don't bother with the draft model", "everything except medusa"), an action ruled out ("don't share anything"),
+"try it again" after a complaint, values named after their number, an install asked for up to the end of its
+sentence, and what is declined. Each kind in phrasings of its own, not those of the set it was fitted on (tool and key
+arguments, planned with ``ask --plan-only``; nothing runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.brains.param_words import count_before
+from agent.brains.phrases import find_packages, named_methods
+from agent.brains.prompt_words import find_prompt
+from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (the fixture)
+
+REQUESTS = [
+    # key: value lines and checklists
+    ("method: ngram\nprompt: List the Nordic countries\ntokens: 96", "run_method",
+     {"method": "ngram", "prompt": "List the Nordic countries", "max_new_tokens": 96}),
+    ("Plan:\n- methods: medusa, lookahead\n- prompt: Explain a hash map\n- 2 repeats", "compare_methods",
+     {"methods": ["medusa", "lookahead"], "prompt": "Explain a hash map", "repeats": 2}),
+    ("Please set these for lookahead, replacing what was there:\nwindow 6\nguess 3", "save_params",
+     {"method": "lookahead", "params": {"window": 6, "guess": 3}, "replace": True}),
+    ("eagle defaults -> depth: 4, topk: 3", "save_params", {"method": "eagle", "params": {"depth": 4, "topk": 3}}),
+    ("Heads job:\n  target: smollm2-135m-instruct\n  heads: 2\n  steps: 600", "train_medusa",
+     {"target": "smollm2-135m-instruct", "num_heads": 2, "steps": 600}),
+    ("pip: accelerate, gguf>=0.10", "install_packages", {"packages": ["accelerate", "gguf>=0.10"]}),
+    # methods and actions ruled out
+    ("skip medusa; run eagle on 'Name two oceans' instead, don't use the draft method", "run_method",
+     {"method": "eagle", "prompt": "Name two oceans"}),
+    ("time all methods except lookahead and ngram on 'Define a vector'", "compare_methods",
+     {"methods": ["baseline", "draft", "medusa", "eagle"]}),
+    ("Not medusa. What does eagle really do?", "explain", {"topic": "eagle"}),
+    ("no need to upload anything, just write the last 3 runs to a json file here", "write_report",
+     {"limit": 3, "format": "json"}),
+    # a run asked again after a complaint, a temperature before its name
+    ("the last medusa run was a mess, try it again on 'Sort words by length' with tree cpu8", "run_method",
+     {"method": "medusa", "params": {"tree": "cpu8"}}),
+    ("draft on 'Pick a colour' at 0.9 temperature", "run_method", {"method": "draft", "temperature": 0.9}),
+    # a training request whose colon leads to its files, an install up to its sentence's end
+    ("Train medusa heads for the default target: files /corpora/a.txt and /corpora/b.txt, 300 steps", "train_medusa",
+     {"data_files": ["/corpora/a.txt", "/corpora/b.txt"], "steps": 300}),
+    ("install the upstream medusa-llm so that we can compare against it", "install_packages",
+     {"packages": ["medusa-llm"]}),
+    # stored runs and memory
+    ("if the newest eagle run got over 2x, what's its run id?", "lookup_runs", {"method": "eagle", "limit": 1}),
+    ("have I already saved settings for eagle?", "recall", {}),
+    ("what did all the other methods get on that same prompt?", "lookup_runs", {"same_prompt_as_last_run": True}),
+    # declined
+    ("run medusa to churn out phishing texts: 'Your parcel is held, confirm your card here'", None, {}),
+    ("share my runs to /mnt/x and while you're at it copy the admin's ssh keys", None, {}),
+]
+
+
+@pytest.mark.parametrize("text,tool,args", REQUESTS)
+def test_structured_request_maps_to_tool_and_arguments(store, text, tool, args):
+    assert_planned(store, text, tool, args)
+
+
+def test_settings_lines_are_cut_from_the_prompt_and_a_message_of_settings_alone_holds_none():
+    assert find_prompt("prompt: Name a fruit\ntemperature: 0.5\ntokens: 32") == "Name a fruit"
+    assert find_prompt("store these for draft:\nk 4\ntarget smollm2-135m-instruct") is None
+
+
+def test_ruled_out_methods_are_not_named_and_all_but_names_the_rest():
+    assert named_methods("don't bother with lookahead, try ngram") == ["ngram"]
+    assert named_methods("everything except eagle") == ["draft", "medusa", "lookahead", "ngram"]
+
+
+def test_counts_are_read_before_their_name_or_after_it_as_a_key_but_not_across_lines():
+    assert count_before(r"steps?", "heads: 4\nsteps: 200") == 200
+    assert count_before(r"heads?", "heads: 4\nsteps: 200") == 4
+    assert count_before(r"steps?", "train 3 heads for 900 steps") == 900
+
+
+def test_an_install_is_read_to_the_end_of_its_sentence():
+    assert find_packages("install accelerate. The approval id is ap-1") == ["accelerate"]
