@@ -154,7 +154,7 @@ class OfflineBrain:
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
         if not msg.has(SAVE_VERBS) or re.match(r"\W*(?:please\s+)?(?:train|fit|distil)", msg.head, re.I):
             return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train ... default text"
-        if msg.prompt and msg.has(SPEED_QUESTION) and not msg.has(SAVE_ONLY):
+        if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE)) and not msg.has(SAVE_ONLY):
             return None  # "how much does X buy me on 'p' if I pin torch to 8 threads": a run
         params = find_params(msg.head) or find_params(msg.text)
         if not params:  # "save my settings for lookahead": which values?

@@ -140,6 +140,8 @@ def switched_before(text: str) -> str:
         state = m.group("state") or ("off" if m.group("verb").lower().startswith(("dis", "deact")) else "on")
         return f"{m.group('name')} {state.lower()}"
     return SWITCH_BEFORE.sub(put, text)
+NOT_THIS = re.compile(r"\b(?:not|no|instead of|rather than|avoid|without|than)\s+$", I)
+BLAMED = re.compile(r"\s+(?:gave|gives|was|is|broke|breaks|caused|had)\b", I)
 KEY_TOKENS = re.compile(r"(?<![\w-])tokens(?=\s*[:=]\s*\d)", I)
 # "at 0.6 temperature": the temperature named after its value
 TEMPERATURE_AFTER = re.compile(r"\b(\d*\.\d+|\d+)\s+(?:temperature|temp)\b(?!\s*[=:]?\s*\d)", I)
@@ -176,10 +178,18 @@ def find_params(text: str) -> dict:
     params |= {"k": int(fixed.group(1))} if (fixed := FIXED_AT.search(text)) else {}  # "K fixed at 3"
     params |= {"peers": True} if PEERS.search(text) else {}
     params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}
-    params |= next(({"dtype": d} for d, words in DTYPE_WORDS.items() if re.search(rf"\b(?:{words})\b", text, I)), {})
+    params |= asked_dtype(text)
     if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
         params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k
     return params
+
+
+def asked_dtype(text: str) -> dict:
+    """The dtype a message asks for: the first it names that is not ruled out ("not bf16", "bf16 gave me odd results")."""
+    named = sorted((m.start(), d) for d, words in DTYPE_WORDS.items() for m in re.finditer(rf"\b(?:{words})\b", text, I)
+                   if not NOT_THIS.search(text[max(0, m.start() - 14):m.start()]) and
+                   not BLAMED.match(text[m.end():]))
+    return {"dtype": named[0][1]} if named else {}
 
 
 def after_name(name: str) -> str:

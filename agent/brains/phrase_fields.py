@@ -34,7 +34,7 @@ NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
 LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
                       r"(?:\w+ )?run\b(?!s)", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into)|"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into|under)|"
                         r"out(?:put)?(?: to| in|\s*=)|"
                         r"into)\s*((?:~|\.{0,2})/\S+)", I)
 

@@ -57,7 +57,8 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
                     r"[0-9a-f]{4,5}\b")
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)")
+QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
+                    r"(?<!`)`([^`\n]+)`(?!`)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
 INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "upstream", "latest", "newest", "it", "them",
@@ -134,7 +135,8 @@ SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from
 DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
 # "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
 PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
-GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning)\b", I)
+GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning|"
+                         r"starting (?:k|values?|point|settings?|window|tree|depth))\b", I)
 PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|drafts|"
                          r"depth|topk|tree[_ ]nodes|"
                          r"how (?:big|long|large|many)|"
@@ -146,18 +148,20 @@ EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
-                           r"lossy|in what sense|what makes|manage to|what does (?:it|\w+) (?:actually |really )?do|"
+                           r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|don'?t (?:get|understand)|"
+                           r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|how does|how do (?:they|these|it)|how (?:do|does|can) .{0,30}\b(?:manage|"
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|don'?t (?:get|understand)|how does|how do (?:they|these|it)|how (?:do|does|can) .{0,30}\b(?:manage|"
                      r"know|keep|stay|avoid)|how can (?:a|an|the|it|they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
-                        r"(?:packages|dependencies|deps) are (?:all )?in place|"
+                        r"(?:packages|dependencies|deps) are (?:all )?in place|audit\w*|every package|"
+                        r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
                         r"everything installed|packages? (?:are )?(?:ok|okay|fine|good|up to date|working)|"
@@ -169,10 +173,11 @@ PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have
                               r"available|set up|importable|in this env\w*|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
 # not "don't install"; "pip: gguf, accelerate"
-INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b|^\W*pip\s*:", I)
+INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b|^\W*pip\s*:|"
+                           r"\bgo ahead and (?:add|get|grab) (?:it|them)\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
-                         r"(?:medusa )?heads|\d+ (?:training )?steps|steps?[ \t]*[:=][ \t]*\d+)\b",
+                         r"(?:medusa )?heads|\d+ (?:training )?steps|(?:produce|generate|make|build) (?:a few|some|new ones)|steps?[ \t]*[:=][ \t]*\d+)\b",
                          I)  # "heads for X, 500 steps", "steps: 600"
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase)\b.*"
                           r"\b(?:else|rest|others?|old|just|only)\b|"
@@ -197,7 +202,8 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-COST_CURVE = re.compile(r"\b(?:cost[- ]curve|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how expensive (?:a |one |the )?(?:single )?(?:forward )?pass (?:gets|becomes)|"
+                        r"(?:feed|put|push)\w* (?:it |through )?more tokens|\d+ (?:or|and|to) \d+ tokens .{0,50}\bcost|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
                         r"how (?:expensive|costly) (?:the |this |my )?model is|"
                         r"how (?:expensive|costly|slow) is (?:a |one |the |each )?(?:forward )?pass|"
                         r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
@@ -216,7 +222,7 @@ THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers|bye|goodbye|see you|that'
                     r"done for (?:today|now)|nothing else|all good)\b", I)
 # a hardware other than this machine: named GPUs and accelerators, Apple chips, "my GPU", "another machine"
 OTHER_HARDWARE = re.compile(
-    r"\b(?:[hab]\d{2,3}|l4|l40s?|t4|v100|p100|rtx ?\d{4}(?: ?ti| ?super)?|gtx ?\d{3,4}|[34]0[5-9]0(?: ?ti)?|"
+    r"\b(?:[hab]\d{2,3}s?|l4|l40s?|t4|v100|p100|rtx ?\d{4}(?: ?ti| ?super)?|gtx ?\d{3,4}|[34]0[5-9]0(?: ?ti)?|"
     r"mi\d{3}x?|tpu(?: ?v\d)?|gaudi\d?|m[1-4](?: (?:pro|max|ultra))?(?: mac\w*| chip)?|apple silicon|"
     r"mac ?book\w*|mac (?:mini|studio|pro)|an? mac|my mac|jetson|raspberry pi|"
     r"(?:my|a|an|the|their) (?:gpus?|graphics card|server|cluster|phone|cloud instance)|"

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 from agent.brains.param_words import DRAFT_PARAMETER, find_params, without_values
-from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION, PAST,
-                                  QUOTED,
+from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
+                                  PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE,
                                   RUN_ANYWHERE, RUN_LOOSE, SPEED_QUESTION, SUPERLATIVE, find_methods, find_target,
                                   fix_method_typos, named_methods, unquote)
 from agent.brains.shorthand import expand_around, first_ask
@@ -31,8 +31,8 @@ LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"
                       r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")
 # the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
 QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
-EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?))(?!//)|"
-                          r"(?i:\b(?:using|with|on|for) the (?:text|input)\s*:?\s+)"
+EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|"
+                          r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+)"
                           r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
 
 # an unquoted prompt after "on" or "for" that starts as an instruction or a question does ("on Translate to ...")
@@ -104,7 +104,7 @@ def _prompt_in(text: str) -> str | None:
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
     instruction = inside and (re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
                               or (not EXPLICIT_CUE.search(text) and RUN_ANYWHERE.search(inside)))
-    if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”"):
+    if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”`"):
         return text[colon.end():].strip()  # quotes inside the prompt, not around it
     if quoted:
         return next(g for g in quoted.groups() if g)
@@ -120,7 +120,9 @@ def _prompt_in(text: str) -> str | None:
         head, tail = text[:colon.start()], text[colon.end():].strip()
         cued = re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I)
         asked = not cued and not (RUN_LOOSE.search(head) and find_methods(head))
-        aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail))
+        advice = PARAM_WORDS.search(tail) and STRONG_ADVICE.search(tail)  # "lookahead here: which window would you pick?"
+        aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail)
+                                                  or advice)
         other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I)  # "Train: files"
         if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
                 (cued or run_intent(head)):
