@@ -152,8 +152,9 @@ class OfflineBrain:
                                                  "this machine; offered to run here or on that machine")
 
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
-        if not msg.has(SAVE_VERBS) or re.match(r"\W*(?:please\s+)?(?:train|fit|distil)", msg.head, re.I):
-            return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train ... default text"
+        heads = msg.has(TRAIN_WORDS) and re.search(r"\bheads?\b", msg.head, re.I) and not SAVE_ONLY.match(msg.head)
+        if not msg.has(SAVE_VERBS) or heads:
+            return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train heads ... default"
         if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE)) and not msg.has(SAVE_ONLY):
             return None  # "how much does X buy me on 'p' if I pin torch to 8 threads": a run
         params = find_params(msg.head) or find_params(msg.text)
@@ -248,8 +249,8 @@ class OfflineBrain:
     def _recall_words(self, session: Session, msg: Message) -> Reply | None:
         if (msg.methods or msg.target) and (msg.has(FIGURES) or msg.has(RUNS_QUESTION)):  # stored runs, not memory
             return None
-        if msg.has(PACKAGE_PRESENCE) and known_packages(msg.head):  # "before I try llama.cpp: is gguf here?"
-            return None
+        if (msg.has(PACKAGE_PRESENCE) and known_packages(msg.head)) or msg.has(DEPS_WORDS):  # "before I try llama.cpp:
+            return None  # is gguf here?", "an ImportError last time I tried EAGLE: what's missing?"
         if msg.has(RECALL_STRONG) or (msg.has(RECALL_WEAK) and not msg.methods and not msg.has(FIGURES)):
             return self._call(session, "recall", {"include_done_tasks": True})
         return None

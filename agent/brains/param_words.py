@@ -185,7 +185,7 @@ def find_params(text: str) -> dict:
 
 
 def asked_dtype(text: str) -> dict:
-    """The dtype a message asks for: the first it names that is not ruled out ("not bf16", "bf16 gave me odd results")."""
+    """The dtype a message asks for: the first it names and does not rule out ("not bf16", "bf16 gave odd results")."""
     named = sorted((m.start(), d) for d, words in DTYPE_WORDS.items() for m in re.finditer(rf"\b(?:{words})\b", text, I)
                    if not NOT_THIS.search(text[max(0, m.start() - 14):m.start()]) and
                    not BLAMED.match(text[m.end():]))

@@ -89,7 +89,8 @@ def run_options(text: str) -> dict:
 def guidance_fields(text: str) -> dict:
     """guidance's hardware and model size from words ("on a gpu", "a 7B target")."""
     size = MODEL_SIZE.search(text)
-    hardware = "gpu" if GPU_WORDS.search(text) else "cpu" if CPU_WORDS.search(text) else None
+    no_gpu = re.search(r"\b(?:no|without(?: a| any)?)\s+(?:gpu|graphics card|dedicated gpu)\b|\bcpu[- ]only\b", text, I)
+    hardware = "cpu" if no_gpu else "gpu" if GPU_WORDS.search(text) else "cpu" if CPU_WORDS.search(text) else None
     return {**({"hardware": hardware} if hardware else {}), **({"target_size_b": float(size.group(1))} if size else {}),
             **({"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {})}
 
@@ -97,7 +98,8 @@ def guidance_fields(text: str) -> dict:
 def train_fields(text: str) -> dict:
     """train_medusa's sizes, data files and labels from words ("5 heads, 1000 steps", "on my file F")."""
     out = OUT_FOLDER.search(text)
-    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text),
+    of_them = re.search(r"\b(?:train|fit|make|build|create)\s+(\d+)\s+of them\b", text, I)  # heads named before
+    fields = {"num_heads": count_before(r"(?:medusa )?heads?", text) or (int(of_them.group(1)) if of_them else None),
               "steps": count_before(r"(?:training )?steps?", text),
               "out": out.group(1).rstrip(".,;:!?)'\"") if out else None,
               "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in (*URL_OR_PATH.finditer(text),

@@ -27,9 +27,10 @@ METHOD_SYNONYMS = {
              r"small(?:er)?[- ]model[- ]guess\w*|small(?:er)? (?:model|one) (?:that )?(?:guess|propos|suggest)\w*",
     "medusa": r"medusa|(?:extra|additional) (?:decoding )?heads|cai et al\.?(?:'s)?",
     "lookahead": r"look[- ]?ahead|jacobi",
-    "eagle": r"eagle(?:-?[123])?",
+    "eagle": r"eagle(?:-?[123])?|(?:one-layer|feature-level)\s+(?:draft\s+)?head|feature-level\s+draft\w*|"
+             r"head reading (?:the )?(?:target'?s )?hidden",
     "ngram": r"n-?gram(?![- ](?:pool|cache|size|window))|prompt[- ]lookup|pld|"
-             r"copy(?:ing)? (?:\w+ )?(?:tokens )?from the prompt",
+             r"copy(?:ing)? (?:[\w-]+ ){0,2}(?:from|out of) the prompt",
     "baseline": r"baseline|plain(?: \w+)?(?: generation| decoding)|plain(?! (?:english|words|terms|language|text))|"
                 r"vanilla|autoregressive|normal generation|"
                 r"no speculation",
@@ -124,10 +125,12 @@ RECALL_STRONG = re.compile(
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
     r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation)|"
     r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?)|did (?:we|i) (?:ever )?finish|"
-    r"(?:same as|like) (?:yesterday|last time|before))\b", I)
-RECALL_WEAK = re.compile(r"\b(?:so far|before|earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
+    r"(?:same as|like) (?:yesterday|last time|before)|(?:have|got) (?:\w+ )?stored about (?:me|us))\b", I)
+RECALL_WEAK = re.compile(r"\b(?:so far|before(?! (?:i|we|you|rollout|starting|anything|any|the|my|\w+ing)\b)|"
+                         r"earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
-SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up)|change|update|from now on|by default|default|"
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|them) (?:going|off|up|running))|"
+                        r"change|update|from now on|by default|default|"
                         r"always|pin|replace|keep (?:only|just)|defaults?(?=\s*(?:→|->|=>))|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
@@ -149,18 +152,21 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
                            r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|don'?t (?:get|understand)|"
-                           r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|\w+) (?:actually |really )?do|"
+                           r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
+                           r"\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|don'?t (?:get|understand)|how does|how do (?:they|these|it)|how (?:do|does|can) .{0,30}\b(?:manage|"
-                     r"know|keep|stay|avoid)|how can (?:a|an|the|it|they)|idea|"
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|don'?t (?:get|understand)|how does|"
+                     r"how do (?:they|these|it)|how (?:do|does|can) .{0,60}\b(?:manage|"
+                     r"know|keep|stay|avoid|decide)|how can (?:a|an|the|it|they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
-                        r"(?:packages|dependencies|deps) are (?:all )?in place|audit\w*|every package|"
+                        r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
+                        r"audit\w*|every package|"
                         r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
@@ -177,14 +183,17 @@ INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\
                            r"\bgo ahead and (?:add|get|grab) (?:it|them)\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
-                         r"(?:medusa )?heads|\d+ (?:training )?steps|(?:produce|generate|make|build) (?:a few|some|new ones)|steps?[ \t]*[:=][ \t]*\d+)\b",
+                         r"(?:medusa )?heads|\d+ (?:training )?steps|(?:produce|generate|make|build) (?:a few|"
+                         r"some|new ones)|steps?[ \t]*[:=][ \t]*\d+)\b",
                          I)  # "heads for X, 500 steps", "steps: 600"
 REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase)\b.*"
                           r"\b(?:else|rest|others?|old|just|only)\b|"
                           r"\b(?:only these|nothing else)\b|\breplac\w* (?:what|whatever|everything)\b|"
                           r"\boverwrit\w*", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
-SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post|webhook|e-?mail)\b", I)
+SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post(?= (?:it|them|the|my|these|those|results?|runs?|"
+                         r"to|last|latest|all|every)\b)|"
+                         r"webhook|e-?mail)\b", I)  # not "my draft post"
 REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
                           r"(?:markdown|json) (?:table|file|document)|"
                           r"write (?:out )?(?:the |my )?(?:last \d+ |latest \d+ )?"
@@ -202,8 +211,12 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-COST_CURVE = re.compile(r"\b(?:cost[- ]curve|how expensive (?:a |one |the )?(?:single )?(?:forward )?pass (?:gets|becomes)|"
-                        r"(?:feed|put|push)\w* (?:it |through )?more tokens|\d+ (?:or|and|to) \d+ tokens .{0,50}\bcost|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|pass over \d+ tokens (?:\w+ ){0,2}cost|(?:batched |"
+                        r"parallel )?verification cost|"
+                        r"(?:checking|verifying|scoring) (?:many|several|more|\d+) tokens in one pass|"
+                        r"how expensive (?:a |one |the )?(?:single )?(?:forward )?pass (?:gets|becomes)|"
+                        r"(?:feed|put|push)\w* (?:it |through )?more tokens|\d+ (?:or|and|"
+                        r"to) \d+ tokens .{0,50}\bcost|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
                         r"how (?:expensive|costly) (?:the |this |my )?model is|"
                         r"how (?:expensive|costly|slow) is (?:a |one |the |each )?(?:forward )?pass|"
                         r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"

@@ -103,6 +103,7 @@ def _prompt_in(text: str) -> str | None:
         colon = colon if colon and quoted and not re.search(r"\bprompt\b", between, I) else None
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
     instruction = inside and (re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
+                              or FIGURES.search(inside) or SPEED_QUESTION.search(inside)  # "...: how fast on 'p'?"
                               or (not EXPLICIT_CUE.search(text) and RUN_ANYWHERE.search(inside)))
     if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”`"):
         return text[colon.end():].strip()  # quotes inside the prompt, not around it
@@ -120,7 +121,7 @@ def _prompt_in(text: str) -> str | None:
         head, tail = text[:colon.start()], text[colon.end():].strip()
         cued = re.search(r"\b(?:prompt|text|input)\b(?![- ]lookup)", head, I)
         asked = not cued and not (RUN_LOOSE.search(head) and find_methods(head))
-        advice = PARAM_WORDS.search(tail) and STRONG_ADVICE.search(tail)  # "lookahead here: which window would you pick?"
+        advice = PARAM_WORDS.search(text) and STRONG_ADVICE.search(tail)  # "lookahead here: which window is best?"
         aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail)
                                                   or advice)
         other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I)  # "Train: files"
