@@ -17,7 +17,8 @@ I = re.IGNORECASE
 # target, the llama.cpp backend
 PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
                    r"generate)|\bpeers?\b|\bupstream\b|"
-                   r"\breference implementations?\b|"
+                   r"\breference implementations?\b|\bown (?:modes?|implementations?) of (?:transformers|hf|"
+                   r"hugging ?face)\b|"
                    r"\b\w+(?:'s|s') own (?:built-?in )?(?:modes?|implementations?|versions?|speculative|assisted|"
                    r"prompt[- ]lookup)", I)
 RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:prompt|completion|mode|text)\b|"
@@ -62,7 +63,7 @@ DRAFT_PARAMETER = re.compile(r"\bdraft(?=[- ](?:depth|lengths?|vocab\w*|trees?|h
 # "keep K fixed", "don't let it adapt": the draft method's K stays as given
 FIXED_K = re.compile(r"\b(?:keep|hold) k (?:fixed|constant)|\bk (?:fixed|constant)\b|"
                      r"\b(?:do ?n[o']?t|not|never) (?:let (?:it|k) )?adapt|"
-                     r"\bfixed k\b|\bno adaptive k\b", I)
+                     r"\bfixed k\b|\b(?:no|without(?: the)?) adaptive k\b", I)
 # "seed the n-gram pool from the prompt": lookahead's pool_from_prompt, in words
 POOL_FROM_PROMPT = re.compile(r"\b(?:seed|fill|prime|start)\w* (?:the )?(?:n-?gram )?pool from the prompt\b", I)
 FIXED_AT = re.compile(r"\bk (?:fixed|constant|held) at (\d+)\b", I)

@@ -31,7 +31,7 @@ TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
-LAST_ONE = re.compile(r"\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
+LAST_ONE = re.compile(r"(?<!as )\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
                       r"(?:\w+ )?run\b(?!s)", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
 OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into|under)|"
@@ -123,7 +123,7 @@ def prompt_filter(text: str, last_prompt: str | None) -> dict:
     named = re.search(r"\b(?:on|for|with|of) the ((?:\w+ ){1,4}\w+) (?:runs|prompts?)\b", text, I)
     if named and not find_methods(named.group(1)) and named.group(1).split()[0].lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "on the capital of France runs"
-    if re.search(r"\b(?:(?:that|the) same|that|this|last|previous) prompt\b", text, I):
+    if re.search(r"\b(?:(?:that|the) same|same|that|this|last|previous) prompt\b", text, I):
         return {"prompt_contains": last_prompt} if last_prompt else {"same_prompt_as_last_run": True}
     return {}
 

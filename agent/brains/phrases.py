@@ -151,13 +151,16 @@ EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
-                           r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|don'?t (?:get|understand)|"
+                           r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|(?:don'?t|"
+                           r"do not) (?:get|understand)|"
+                           r"explanation|"
                            r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
                            r"\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
                            r"when (?:would|should|do)|looks? like)\b", I)
 # a question about how or why a method works, not about which values to give it
-WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|don'?t (?:get|understand)|how does|"
+WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do not) (?:get|understand)|"
+                     r"explanation|how does|"
                      r"how do (?:they|these|it)|how (?:do|does|can) .{0,60}\b(?:manage|"
                      r"know|keep|stay|avoid|decide)|how can (?:a|an|the|it|they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
@@ -167,6 +170,7 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
                         r"audit\w*|every package|"
+                        r"(?:verify|check) (?:the )?(?:required )?(?:python )?packages|required (?:python )?packages|"
                         r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
                         r"set ?up (?:right|correctly)|missing|(?:all )?the packages|packages? (?:for|needed)|"
@@ -186,7 +190,7 @@ TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|mak
                          r"(?:medusa )?heads|\d+ (?:training )?steps|(?:produce|generate|make|build) (?:a few|"
                          r"some|new ones)|steps?[ \t]*[:=][ \t]*\d+)\b",
                          I)  # "heads for X, 500 steps", "steps: 600"
-REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase)\b.*"
+REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wipe|erase|remove|delete)\b.*"
                           r"\b(?:else|rest|others?|old|just|only)\b|"
                           r"\b(?:only these|nothing else)\b|\breplac\w* (?:what|whatever|everything)\b|"
                           r"\boverwrit\w*", I)
@@ -271,7 +275,7 @@ def fix_method_typos(text: str) -> str:
     """Misspelt method names put right ("medsua" -> medusa); only words close to one name, never in the prompt."""
     def fix(match: re.Match) -> str:
         word = match.group(0)
-        if word.lower() in NOT_TYPOS:
+        if word.lower() in NOT_TYPOS or word.lower() in TYPO_NAMES:  # "Explain" keeps its capital
             return word
         close = difflib.get_close_matches(word.lower(), TYPO_NAMES, n=1, cutoff=0.8)
         inflected = close and re.fullmatch(rf"{close[0]}(?:e?s|ed|ing|ations?|ers?)", word.lower()) or \

@@ -104,6 +104,7 @@ def _prompt_in(text: str) -> str | None:
     inside = colon and quoted and colon.end() <= quoted.start() and text[colon.end():quoted.start()].strip()
     instruction = inside and (re.search(rf"\b(?:{'|'.join(METHOD_WORDS.values())})\b", inside, I)  # "ok: run X on 'p'"
                               or FIGURES.search(inside) or SPEED_QUESTION.search(inside)  # "...: how fast on 'p'?"
+                              or COMPARE.search(inside) or EVERY_METHOD.search(inside)  # "...: compare all on 'p'"
                               or (not EXPLICIT_CUE.search(text) and RUN_ANYWHERE.search(inside)))
     if inside and not instruction and unquote(text[colon.end():]) != quoted.group(0).strip("'\"“”`"):
         return text[colon.end():].strip()  # quotes inside the prompt, not around it
