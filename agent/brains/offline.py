@@ -264,7 +264,8 @@ class OfflineBrain:
             return None
         about_values = msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION)
         advice = msg.has(GUIDE_WORDS) or (about_values and (
-            msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and not msg.has(WHY_HOW))))
+            msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and
+                                       not WHY_HOW.search(re.sub(r",?\s*and why\W*$", " ", msg.head, flags=re.I)))))
         if not advice:
             return None
         named = find_methods(DRAFT_SIZES.sub(" ", msg.head)) or msg.methods  # "draft sizes for prompt lookup": ngram

@@ -59,7 +59,7 @@ PARAM_NAMES = _param_names()
 ASSIGNMENT = re.compile(rf"(?<![\w-])(?P<name>{'|'.join(f'(?:{a})' for a in PARAM_NAMES)})(?![\w-]){CONNECTOR}{VALUE}",
                         I)
 # "draft" before a parameter's name names no method ("draft depth 6": EAGLE's depth)
-DRAFT_PARAMETER = re.compile(r"\bdraft(?=[- ](?:depth|lengths?|vocab\w*|trees?|heads?(?! to))\b)", I)
+DRAFT_PARAMETER = re.compile(r"\bdraft(?=[- ](?:depth|lengths?|vocab\w*|trees?|heads?(?! to)|tokens?)\b)", I)
 # "keep K fixed", "don't let it adapt": the draft method's K stays as given
 FIXED_K = re.compile(r"\b(?:keep|hold) k (?:fixed|constant)|\bk (?:fixed|constant)\b|"
                      r"\b(?:do ?n[o']?t|not|never) (?:let (?:it|k) )?adapt|"
@@ -89,7 +89,7 @@ def typed(name: str, raw: str):
         return BOOL_WORDS[low] if name in BOOL_FIELDS else None
     if name in ("target", "draft", "medusa_heads") and re.fullmatch(r"[A-Za-z]+", raw):
         return None  # "the default target: what depth ...": a model reference has a digit, a dash, a dot or a slash
-    return raw if name in MODEL_FIELDS else None
+    return raw.rstrip(".,;:") if name in MODEL_FIELDS else None  # "target X." ends the sentence
 
 
 def assignments(text: str) -> list[tuple[re.Match, str, object]]:
@@ -104,6 +104,7 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         line_start = not text[:match.start()].strip(" \t") or text[:match.start()].rstrip(" \t").endswith("\n")
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
                 (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and not line_start and
+                 raw.lower().rstrip(".,;:") not in BUILTIN_MODELS and
                  not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1
             continue
@@ -143,6 +144,8 @@ def switched_before(text: str) -> str:
     return SWITCH_BEFORE.sub(put, text)
 NOT_THIS = re.compile(r"\b(?:not|no|instead of|rather than|avoid|without|than)\s+$", I)
 BLAMED = re.compile(r"\s+(?:gave|gives|was|is|broke|breaks|caused|had)\b", I)
+GREEDY = re.compile(r"\bgreedy\b(?! (?:acceptance|verification|tree|path))", I)  # "greedy only": temperature 0
+NO_WARMUP = re.compile(r"\bno warm-?ups?\b|\bwithout (?:a |any )?warm-?ups?\b", I)
 KEY_TOKENS = re.compile(r"(?<![\w-])tokens(?=\s*[:=]\s*\d)", I)
 # "at 0.6 temperature": the temperature named after its value
 TEMPERATURE_AFTER = re.compile(r"\b(\d*\.\d+|\d+)\s+(?:temperature|temp)\b(?!\s*[=:]?\s*\d)", I)
@@ -165,6 +168,8 @@ def find_params(text: str) -> dict:
     params |= {"tree": (tree.group(1) or tree.group(2)).lower()} if (tree := TREE_FIRST.search(text)) else {}
     params |= {"medusa_heads": heads.group(1)} if (heads := HEADS_IN.search(text)) else {}
     params |= {"temperature": float(hot.group(1))} if (hot := TEMPERATURE_AFTER.search(text)) else {}
+    params |= {"temperature": 0.0} if "temperature" not in params and GREEDY.search(text) else {}
+    params |= {"warmup": 0} if NO_WARMUP.search(text) else {}
     if quant := DRAFT_QUANT.search(text):
         params["draft_quant"] = "none" if "unquanti" in (quant.group(0).lower()) else "int8"
     params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"

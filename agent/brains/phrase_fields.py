@@ -21,8 +21,9 @@ I = re.IGNORECASE
 # the packages check_deps knows, by pip or import name (an import name that is also a method's names no package)
 KNOWN_PACKAGES = {**{p.module.lower(): p.dist for p in PACKAGES if p.module not in METHOD_NAMES},
                   **{p.dist.lower(): p.dist for p in PACKAGES}}
-TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:from|=|:) ?(?:the )?text|"
+TEXT_LABELS = re.compile(r"\b(?:(?:own|text'?s?) tokens|text labels|labels? (?:taken )?(?:from|=|:) ?(?:the )?text|"
                          r"(?:not|no|rather than|instead of) self-?distill\w*)\b", I)
+SELF_LABELS = re.compile(r"\bself-?distil\w*|\blabels? (?:from|by) the (?:target|model) itself\b", I)
 GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
 MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?(?:b\b(?! ?(?:ytes?|its?))|billion\b|bn\b)", I)
 BARE_FILE = re.compile(r"(?<![\w/.~-])([\w-]+\.(?:txt|jsonl?|md|csv|tsv|parquet))\b", I)  # "notes.txt"
@@ -32,9 +33,10 @@ REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
 LAST_ONE = re.compile(r"(?<!as )\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
-                      r"(?:\w+ )?run\b(?!s)", I)
+                      r"(?:\w+ )?run\b(?!s)|\bthe run (?:you|we|i) just (?:did|ran|made|measured)\b", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
 OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into|under)|"
+                        r"write (?:them|it) (?:to|into)|"
                         r"out(?:put)?(?: to| in|\s*=)|"
                         r"into)\s*((?:~|\.{0,2})/\S+)", I)
 
@@ -42,7 +44,8 @@ OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the
 def known_packages(text: str) -> list[str]:
     """The packages check_deps knows that a message names ("upgrade transformers"), as pip names."""
     found = re.findall(r"([A-Za-z0-9_.-]+)((?:[=<>!~]=?[\w.*]+)?)", text)  # with a version spec: "torch==2.3.1"
-    names = [KNOWN_PACKAGES[w.lower()] + spec for w, spec in found if w.lower() in KNOWN_PACKAGES]
+    found = [(w.lower().rstrip("."), spec) for w, spec in found]  # "Upgrade transformers."
+    names = [KNOWN_PACKAGES[w] + spec for w, spec in found if w in KNOWN_PACKAGES]
     return list(dict.fromkeys(names))
 
 
@@ -105,7 +108,8 @@ def train_fields(text: str) -> dict:
               "data_files": [m.group(1).rstrip(".,;:!?)'\"") for m in (*URL_OR_PATH.finditer(text),
                                                                         *BARE_FILE.finditer(text))
                              if not m.group(1).startswith("http") and not (out and m.start(1) == out.start(1))] or None,
-              "labels": "text" if TEXT_LABELS.search(text) else None, "dtype": find_params(text).get("dtype")}
+              "labels": "text" if TEXT_LABELS.search(text) else "self" if SELF_LABELS.search(text) else None,
+              "dtype": find_params(text).get("dtype")}
     return {k: v for k, v in fields.items() if v}
 
 

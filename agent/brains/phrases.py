@@ -114,7 +114,7 @@ RECALL_STRONG = re.compile(
     r"\b(?:last time|last session|previous (?:session|time|conversation|chat)|(?:our|the|my) history|"
     r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
-    r"(?:did|have) (?:i|we) (?:already )?(?:save|saved|set)|unfinished|left (?:off|undone|open|to do)|"
+    r"(?:did|have) (?:i|we) (?:already )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
     r"where (?:were|did) we|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
@@ -138,7 +138,7 @@ SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|th
 DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
 # "as my default for draft", "the default of lookahead": the parameters' defaults, not the default method
 PARAM_DEFAULT = re.compile(r"\bdefaults?\s+(?:for|of|in)\b", I)
-GUIDE_WORDS = re.compile(r"\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning|"
+GUIDE_WORDS = re.compile(r"^\W*size\b|\b(?:suggest\w*|recommend\w*|guidance|advice|advise|tips?|tune|tuning|"
                          r"starting (?:k|values?|point|settings?|window|tree|depth))\b", I)
 PARAM_WORDS = re.compile(r"\b(?:param\w*|settings?|values?|config\w*|window|n-?gram size|guess|threshold|alpha|drafts|"
                          r"depth|topk|tree[_ ]nodes|"
@@ -169,7 +169,7 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
-                        r"audit\w*|every package|"
+                        r"audit\w*|every package|installed packages|"
                         r"(?:verify|check) (?:the )?(?:required )?(?:python )?packages|required (?:python )?packages|"
                         r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
@@ -200,7 +200,7 @@ SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post(?= (?:it|them|the
                          r"webhook|e-?mail)\b", I)  # not "my draft post"
 REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
                           r"(?:markdown|json) (?:table|file|document)|"
-                          r"write (?:out )?(?:the |my )?(?:last \d+ |latest \d+ )?"
+                          r"write (?:\w+ ){1,2}up\b|write (?:out )?(?:the |my )?(?:last \d+ |latest \d+ )?"
                           r"(?:runs|results) to)\b", I)  # "report the tokens/s": tell
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them |[\w-]+ )?"
@@ -215,7 +215,9 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
-COST_CURVE = re.compile(r"\b(?:cost[- ]curve|pass over \d+ tokens (?:\w+ ){0,2}cost|(?:batched |"
+COST_CURVE = re.compile(r"\b(?:cost[- ]curve|cost of (?:a |one |the )?(?:forward |"
+                        r"target )?pass(?:es)? (?:grows?|scales?|"
+                        r"changes?|increases?)|pass over \d+ tokens (?:\w+ ){0,2}cost|(?:batched |"
                         r"parallel )?verification cost|"
                         r"(?:checking|verifying|scoring) (?:many|several|more|\d+) tokens in one pass|"
                         r"how expensive (?:a |one |the )?(?:single )?(?:forward )?pass (?:gets|becomes)|"
@@ -355,7 +357,7 @@ MODEL_FOLDER = re.compile(r"\b(?:for|on|of|target(?: model)?(?: is)?(?: in| at)?
                           r"model|"
                           r"with)\s+"
                           r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"
-                          r"(?=[\s,;)]|$)", I)
+                          r"(?=[\s,;)?!]|$)", I)
 DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)
 
 

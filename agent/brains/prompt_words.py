@@ -32,7 +32,8 @@ LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"
 # the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
 QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
 EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|"
-                          r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+)"
+                          r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+|"
+                          r"\b(?:on|for) this(?: one| prompt)?\s*[?:.]\s+)"
                           r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
 
 # an unquoted prompt after "on" or "for" that starts as an instruction or a question does ("on Translate to ...")
@@ -125,7 +126,8 @@ def _prompt_in(text: str) -> str | None:
         advice = PARAM_WORDS.search(text) and STRONG_ADVICE.search(tail)  # "lookahead here: which window is best?"
         aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail)
                                                   or advice)
-        other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I)  # "Train: files"
+        other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I) or \
+            re.match(r"\W*(?:please\s+)?(?:train|fit)\b", tail, I)  # "Train heads: files", "heads: train them"
         if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
                 (cued or run_intent(head)):
             return tail

@@ -48,7 +48,7 @@ REWRITES = (
     (re.compile(r"\bsane\b", I), "good"),
     (re.compile(r"\b(?:this|my|the) (?:box|host|rig|node)\b", I), "this machine"),
     (re.compile(r"\bmd\b(?= (?:table|file|report))", I), "markdown"),
-    (re.compile(r"^\W*dump\b", I), "write a report of"),
+    (re.compile(r"^\W*dump\b(?!\s+(?:my\s+|your\s+|the\s+)?memory)", I), "write a report of"),
 )
 # where a second ask begins: "..., then write it up", "After that save ...", "; once done run them on ..."
 NEXT_ASK = re.compile(r"(?:[,;.]\s*|\s+)(?:and\s+)?(?:then|after that|afterwards|once (?:done|finished|"
