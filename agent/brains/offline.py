@@ -135,8 +135,8 @@ class OfflineBrain:
 
     def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
         named = find_hardware(msg.head)
-        if named is None or (msg.has(SAVE_VERBS) and find_params(msg.head)):  # "always int8, even on the GPU": a save
-            return None
+        if named is None or (msg.has(SAVE_VERBS) and find_params(msg.head)) or msg.has(GUIDE_WORDS):  # "always int8,
+            return None  # even on the GPU": a save; "advise on W, N, G on a GPU": guidance for one
         here = detect_hardware("auto")["name"]
         method = msg.methods[0] if msg.methods else None
         lines = [f"specpilot measures only the machine it runs on (this one: {here}); it does not estimate or "
@@ -155,7 +155,8 @@ class OfflineBrain:
         heads = msg.has(TRAIN_WORDS) and re.search(r"\bheads?\b", msg.head, re.I) and not SAVE_ONLY.match(msg.head)
         if not msg.has(SAVE_VERBS) or heads:
             return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train heads ... default"
-        if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE)) and not msg.has(SAVE_ONLY):
+        if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE) or msg.has(COMPARE)) and \
+                not msg.has(SAVE_ONLY):
             return None  # "how much does X buy me on 'p' if I pin torch to 8 threads": a run
         params = find_params(msg.head) or find_params(msg.text)
         if not params:  # "save my settings for lookahead": which values?

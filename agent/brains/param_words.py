@@ -38,7 +38,7 @@ PARAM_ALIASES = {
     "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
     "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
 }
-CONNECTOR = r"[ \t]*(?:=|:|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?[ \t]*"  # on one line
+CONNECTOR = r"[ \t]*(?:=|:|\bset to\b|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?[ \t]*"  # on one line
 NUMBER = r"-?\d+(?:\.\d+)?"
 VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
 MODEL_FIELDS = ("target", "draft", "medusa_heads", "dtype", "device_map", "tree", "draft_quant")
@@ -103,7 +103,7 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         connector = text[match.end("name"):match.start("value")].strip().lower()
         line_start = not text[:match.start()].strip(" \t") or text[:match.start()].rstrip(" \t").endswith("\n")
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
-                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is") and not line_start and
+                (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is", "set to") and not line_start and
                  raw.lower().rstrip(".,;:") not in BUILTIN_MODELS and
                  not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1

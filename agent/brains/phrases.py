@@ -96,7 +96,7 @@ FIGURES = re.compile(r"\b(?:speed-?ups?|(?:the|my|what|whats|what's) speed ups?|
                      r"tokens? (?:per|a) second|scored?|scores|"
                      r"how (?:much )?fast(?:er)?|how quick\w*|timings?|numbers|"
                      r"how (?:did|does|do) .{1,40} (?:do|perform|fare)|"
-                     r"what (?:did|does) (?:\w+ ){1,4}(?:get|score|reach|manage))\b",
+                     r"what (?:did|does) (?:[\w']+ ){1,4}(?:get|score|reach|manage|show))\b",
                      I)
 RUNS_QUESTION = re.compile(r"\bruns\b|\b(?:my|the|that|last|previous|latest|newest|recent|any|every|each) "
                            r"(?:\w+ )?run\b|"
@@ -125,13 +125,17 @@ RECALL_STRONG = re.compile(
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
     r"(?:yesterday'?s?|earlier|previous|last) (?:session|chat|conversation)|"
     r"what(?:'s| is| are) my (?:current |saved )?(?:defaults?|settings?)|did (?:we|i) (?:ever )?finish|"
+    r"everything in (?:your |the )?memory|"
     r"(?:same as|like) (?:yesterday|last time|before)|(?:have|got) (?:\w+ )?stored about (?:me|us))\b", I)
 RECALL_WEAK = re.compile(r"\b(?:so far|before(?! (?:i|we|you|rollout|starting|anything|any|the|my|\w+ing)\b)|"
                          r"earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
 SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|them) (?:going|off|up|running))|"
                         r"change|update|from now on|by default|default|"
-                        r"always|pin|replace|keep (?:only|just)|defaults?(?=\s*(?:→|->|=>))|"
+                        r"always|pin|replace|keep (?:only|just)|(?:want|like|need)\b.{0,30}\b(?:settings?|"
+                        r"param\w*|values?|"
+                        r"config\w*)\b.{0,40}\b(?:stored|saved|remembered|"
+                        r"persisted)|defaults?(?=\s*(?:→|->|=>))|"
                         r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
@@ -153,7 +157,7 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
                            r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|(?:don'?t|"
                            r"do not) (?:get|understand)|"
-                           r"explanation|"
+                           r"explanation|what (?:exactly )?(?:is|are|does) (?:it|they|\w+) (?:doing|do)\b|"
                            r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
                            r"\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
@@ -162,14 +166,15 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
 WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do not) (?:get|understand)|"
                      r"explanation|how does|"
                      r"how do (?:they|these|it)|how (?:do|does|can) .{0,60}\b(?:manage|"
-                     r"know|keep|stay|avoid|decide)|how can (?:a|an|the|it|they)|idea|"
+                     r"know|keep|stay|avoid|decide|produce|generate|propose|verify)|how can (?:a|an|the|it|they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
-                        r"audit\w*|every package|installed packages|"
+                        r"audit\w*|every package|installed packages|depends? on|(?:are|is) present|"
+                        r"imports? (?:correctly|cleanly|fine|ok)|"
                         r"(?:verify|check) (?:the )?(?:required )?(?:python )?packages|required (?:python )?packages|"
                         r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
@@ -197,10 +202,11 @@ REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wip
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post(?= (?:it|them|the|my|these|those|results?|runs?|"
                          r"to|last|latest|all|every)\b)|"
-                         r"webhook|e-?mail)\b", I)  # not "my draft post"
+                         r"webhook|e-?mail|(?:posted|uploaded|shared|sent) to)\b", I)  # not "my draft post"
 REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
                           r"(?:markdown|json) (?:table|file|document)|"
-                          r"write (?:\w+ ){1,2}up\b|write (?:out )?(?:the |my )?(?:last \d+ |latest \d+ )?"
+                          r"write (?:\w+ ){1,2}up\b|(?:json|markdown) dump|write (?:out )?(?:the |"
+                          r"my )?(?:last \d+ |latest \d+ )?"
                           r"(?:runs|results) to)\b", I)  # "report the tokens/s": tell
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them |[\w-]+ )?"
@@ -447,7 +453,8 @@ def find_packages(text: str) -> list[str]:
         re.search(r"^\W*pip\s*:(.*)", text, I | re.DOTALL)  # "pip: gguf>=0.10, llama-cpp-python"
     if not match:
         return []
-    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that)\b", match.group(1), maxsplit=1)[0]
+    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that|from|within|into|inside|in|via)\b",
+                     match.group(1), maxsplit=1)[0]
     words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, asked))
     return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]
 

@@ -25,6 +25,7 @@ PARAGRAPH_CUE = re.compile(r"\b(?:(?:this|the following|my|the) (?:prompt|text|i
 # a question put to the assistant after a colon ("before I try llama.cpp: is gguf installed here?"), no prompt
 ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
 QUESTION = re.compile(r"(?:why|how (?:does|do|is|can|come)|in what sense|what makes|when (?:would|should|do|does)|"
+                      r"what (?:exactly )?(?:is|are|does) (?:it|they)|explain(?=\W*$)|"
                       r"which (?:one|method)|should (?:i|we))\b", I)  # "X: why is it exact?"
 # a pasted traceback or log: not the prompt ("it died with this:\n  File ..., line 88\nOutOfMemoryError: ...")
 LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"]+\", line \d+.*|"
@@ -126,7 +127,8 @@ def _prompt_in(text: str) -> str | None:
         advice = PARAM_WORDS.search(text) and STRONG_ADVICE.search(tail)  # "lookahead here: which window is best?"
         aside = asked and tail.endswith("?") and (ASIDE.search(tail) or IN_SCOPE.search(tail) or QUESTION.match(tail)
                                                   or advice)
-        other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store)\b", head, I) or \
+        other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store|persist|remember|pin)\b", head,
+                         I) or \
             re.match(r"\W*(?:please\s+)?(?:train|fit)\b", tail, I)  # "Train heads: files", "heads: train them"
         if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
                 (cued or run_intent(head)):
