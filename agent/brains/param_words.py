@@ -213,8 +213,11 @@ def count_before(pattern: str, text: str) -> int | None:
 
 
 def without_values(text: str) -> str:
-    """``text`` without its parameter assignments (so "ngram=4 for lookahead" names only lookahead)."""
-    for match, _, _ in reversed(assignments(text)):
+    """``text`` without its parameter assignments (so "ngram=4 for lookahead" names only lookahead); "the draft model
+    X" without "=" still names the draft method."""
+    for match, name, _ in reversed(assignments(text)):
+        if name in MODEL_FIELDS and not text[match.end("name"):match.start("value")].strip():
+            continue
         text = text[:match.start()] + " " + text[match.end():]
     return text
 
