@@ -178,8 +178,10 @@ class OfflineBrain:
         wants = msg.has(COMPARE) or ((msg.has(SUPERLATIVE) or msg.has(BEATS)) and len(msg.methods) >= 2) or \
             (msg.has(SUPERLATIVE) and msg.has(WHICH)) or \
             (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
-        if not wants or msg.has(OTHER_ACTIONS) or (msg.has(RECALL_STRONG) and not msg.prompt):  # "did we finish the
-            return None  # comparison?": memory
+        alone = len([m for m in msg.methods if m != "baseline"]) == 1 and find_params(msg.head).get("peers") and \
+            not msg.has(EVERY_METHOD) and not re.search(r"\b(?:everything|all)\b", msg.head, re.I)  # one and its peers
+        if not wants or alone or msg.has(OTHER_ACTIONS) or (msg.has(RECALL_STRONG) and not msg.prompt):  # "did we
+            return None  # finish the comparison?": memory
         if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
             return self._lookup(session, msg.text)
         if msg.prompt or msg.has(SOME_PROMPT):  # "on a short prompt", "on any prompt": pick one and say which
@@ -293,7 +295,9 @@ class OfflineBrain:
 
     def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
         asking = msg.has(ASKING) or msg.head.rstrip().endswith("?") or (msg.has(FIGURES) and (
-            msg.has(RUNS_QUESTION) or newest_n(msg.head)))  # "lookahead tok/s on the quicksort prompt, last 10"
+            msg.has(RUNS_QUESTION) or newest_n(msg.head) or re.search(r"\b(?:i|we) (?:got|saw|measured)\b", msg.head,
+                                                                     re.I))) or \
+            re.match(r"\W*(?:any|all|my)?\s*runs (?:with|on|for|where)\b", msg.head, re.I)  # "any runs with X in it"
         if RUN_WORDS.match(msg.text) and not msg.has(PAST) and not RUN_ID.search(msg.text.lower()):
             return None  # "try ngram on my prompt and tell me the speedup": a run, its prompt asked for
         if RUN_ID.search(msg.text.lower()) or ((msg.has(FIGURES) or msg.has(RUNS_QUESTION)) and asking):

@@ -15,7 +15,8 @@ I = re.IGNORECASE
 
 # run settings in words: the engine's own modes beside ours, no chat template, a dtype, a built-in model as the
 # target, the llama.cpp backend
-PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own )?(?:assisted|prompt[- ]lookup|implementation|"
+PEERS = re.compile(r"\b(?:hf|hugging ?face|transformers)(?:'s|')? (?:own |built-?in )?(?:assisted|prompt[- ]lookup|"
+                   r"implementation|"
                    r"generate)|\bpeers?\b|\bupstream\b|"
                    r"\breference implementations?\b|\bown (?:modes?|implementations?) of (?:transformers|hf|"
                    r"hugging ?face)\b|"
@@ -104,7 +105,7 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         line_start = not text[:match.start()].strip(" \t") or text[:match.start()].rstrip(" \t").endswith("\n")
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
                 (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is", "set to") and not line_start and
-                 raw.lower().rstrip(".,;:") not in BUILTIN_MODELS and
+                 raw.lower().rstrip(".,;:") not in BUILTIN_MODELS and "/" not in raw and
                  not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
             pos = match.start() + 1
             continue
@@ -117,7 +118,7 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
 TOKENS_FIRST = re.compile(r"\b(\d+)\s+(?:(?:new|max(?:imum)?|output)\s+){0,2}tok(?:en)?s?\b(?!/|\s+per\b)", I)
 # "15 candidate tokens": a parameter named after its number
 NAME_AFTER = re.compile(r"\b(\d+)[\s-]+(candidate tokens|candidates|draft tokens|tree nodes|(?:cpu )?threads?|guesses|"
-                        r"warm-?up(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b"
+                        r"warm-?ups?(?: runs?)?|children(?: per node)?|tokens per candidate|wide window)\b"
                         r"(?!\s*[=:]?\s*\d)", I)
 AFTER_NAMES = {"thread": "threads", "warm": "warmup", "children": "topk",
                "tokens per candidate": "num_candidate_tokens", "wide window": "window"}

@@ -124,6 +124,9 @@ def prompt_filter(text: str, last_prompt: str | None) -> dict:
     named = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, I)
     if named and named.group(1).lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "the runs with the palindrome prompt"
+    inside = re.search(r"\bwith ((?:\w+ ){0,3}\w+) in (?:the|its|their) prompts?\b", text, I)
+    if inside:
+        return {"prompt_contains": inside.group(1)}  # "any runs with bubble sort in the prompt"
     named = re.search(r"\b(?:on|for|with|of) the ((?:\w+ ){1,4}\w+) (?:runs|prompts?)\b", text, I)
     if named and not find_methods(named.group(1)) and named.group(1).split()[0].lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "on the capital of France runs"

@@ -61,7 +61,7 @@ RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\b
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
                     r"(?<!`)`([^`\n]+)`(?!`)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
-URL_OR_PATH = re.compile(r"(https?://\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
+URL_OR_PATH = re.compile(r"(https?://\S+|\\\\\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
 INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "upstream", "latest", "newest", "it", "them",
                   "the", "package", "packages", "please", "for", "me", "and", "then", "a",
                   "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
@@ -157,7 +157,8 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
                            r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|(?:don'?t|"
                            r"do not) (?:get|understand)|"
-                           r"explanation|what (?:exactly )?(?:is|are|does) (?:it|they|\w+) (?:doing|do)\b|"
+                           r"explanation|how (?:on earth|exactly|actually) (?:does|do|can)|"
+                           r"what (?:exactly )?(?:is|are|does) (?:it|they|\w+) (?:doing|do)\b|"
                            r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
                            r"\w+) (?:actually |really )?do|"
                            r"how can (?:a|an|the)|change (?:the|its) output|"
@@ -166,7 +167,8 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
 WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do not) (?:get|understand)|"
                      r"explanation|how does|"
                      r"how do (?:they|these|it)|how (?:do|does|can) .{0,60}\b(?:manage|"
-                     r"know|keep|stay|avoid|decide|produce|generate|propose|verify)|how can (?:a|an|the|it|they)|idea|"
+                     r"know|keep|stay|avoid|decide|produce|generate|propose|verify|make)|how can (?:a|an|the|it|"
+                     r"they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
@@ -174,7 +176,7 @@ DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|li
                         r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
                         r"audit\w*|every package|installed packages|depends? on|(?:are|is) present|"
-                        r"imports? (?:correctly|cleanly|fine|ok)|"
+                        r"imports? (?:correctly|cleanly|fine|ok)|importable|"
                         r"(?:verify|check) (?:the )?(?:required )?(?:python )?packages|required (?:python )?packages|"
                         r"work with (?:what'?s|what is|whats) installed|"
                         r"everything (?:i|we) need|what (?:do )?(?:i|we) need|need to install|ready to (?:run|use)|"
@@ -359,7 +361,8 @@ def find_draft(text: str) -> str | None:
 # a model named by its file or hub id ("on ./models/q4.gguf", "Qwen/Qwen2.5-7B-Instruct"), not a data file or URL
 GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
 HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
-MODEL_FOLDER = re.compile(r"\b(?:for|on|of|target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: \w+)?(?: in| at)|"
+MODEL_FOLDER = re.compile(r"\b(?:for|on|of|(?:sitting|living|lives|stored|located|saved) (?:in|at)|"
+                          r"target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: \w+)?(?: in| at)|"
                           r"model|"
                           r"with)\s+"
                           r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"

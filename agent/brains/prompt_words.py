@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from agent.brains.param_words import DRAFT_PARAMETER, find_params, without_values
+from agent.brains.param_words import DRAFT_PARAMETER, PEERS, find_params, without_values
 from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
-                                  PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE,
+                                  PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, TRAIN_WORDS,
                                   RUN_ANYWHERE, RUN_LOOSE, SPEED_QUESTION, SUPERLATIVE, find_methods, find_target,
                                   fix_method_typos, named_methods, unquote)
 from agent.brains.shorthand import expand_around, first_ask
@@ -27,12 +27,14 @@ ASIDE = re.compile(r"\b(?:i|we|my|our|me|us|here|installed|should)\b", I)
 QUESTION = re.compile(r"(?:why|how (?:does|do|is|can|come)|in what sense|what makes|when (?:would|should|do|does)|"
                       r"what (?:exactly )?(?:is|are|does) (?:it|they)|explain(?=\W*$)|"
                       r"which (?:one|method)|should (?:i|we))\b", I)  # "X: why is it exact?"
+THANKS_AFTER = re.compile(r"(?<=[.?!])\s+(?:thanks?(?: you)?(?: so much| a lot| very much| in advance)?|thx|cheers|"
+                          r"ty)[.!]*\s*$", I)
 # a pasted traceback or log: not the prompt ("it died with this:\n  File ..., line 88\nOutOfMemoryError: ...")
 LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"]+\", line \d+.*|"
                       r"[\w.]*(?:Error|Exception)\b.*|\^+)\s*$")
 # the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
 QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
-EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|"
+EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|(?i:\bprompt is\s+)(?=[A-Z])|"
                           r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+|"
                           r"\b(?:on|for) this(?: one| prompt)?\s*[?:.]\s+)"
                           r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
@@ -80,6 +82,8 @@ def find_prompt(text: str) -> str | None:
     if fenced and (fenced.group(1) or fenced.group(2) or "").strip():
         return (fenced.group(1) or fenced.group(2)).strip("\n")
     prompt = _prompt_in(text)
+    if prompt and (thanked := THANKS_AFTER.search(prompt)) and thanked.start() > 0:  # "...: <prompt> Thank you!"
+        prompt = prompt[:thanked.start()]
     lines = (prompt or "").rstrip().split("\n")
     # the lines from ``at`` on only set run settings ("prompt: ...\nmax 64 new tokens", "2. prompt: ...\n3. 3 repeats");
     # every line a setting ("target X\ndraft Y\nk 5"): no prompt
@@ -129,7 +133,8 @@ def _prompt_in(text: str) -> str | None:
                                                   or advice)
         other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store|persist|remember|pin)\b", head,
                          I) or \
-            re.match(r"\W*(?:please\s+)?(?:train|fit)\b", tail, I)  # "Train heads: files", "heads: train them"
+            re.match(r"\W*(?:please\s+)?(?:train|fit)\b", tail, I) or \
+            (TRAIN_WORDS.search(head) and re.search(r"\bheads?\b", head, I))  # "Train heads: files", "heads: train"
         if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
                 (cued or run_intent(head)):
             return tail
@@ -158,7 +163,7 @@ class Message:
             prompt = None  # "the fibonacci one: what tok/s did medusa get?" asks about a run; it is no prompt
         head = text.replace(prompt, " ", 1) if prompt else text  # the prompt may say anything: read the rest
         head = NOT_ACTION.sub(" ", fix_method_typos(head))
-        named = without_values(DRAFT_PARAMETER.sub(" ", head))
+        named = without_values(DRAFT_PARAMETER.sub(" ", PEERS.sub(" ", head)))  # "HF's assisted generation" is a peer
         return cls(text=text, prompt=prompt, head=head, methods=named_methods(named),
                    target=find_target(head))
 
