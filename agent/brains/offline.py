@@ -26,7 +26,7 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
                                   SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
                                   SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
-                                  WHICH, WHY_HOW, compare_list, find_draft, find_hardware, find_method,
+                                  WHICH, WHY_HOW, asks_for_heads, compare_list, find_draft, find_hardware, find_method,
                                   find_methods, find_packages, find_target, find_topic, leading_methods,
                                   unquote)
 from agent.brains.prompt_words import Message, find_prompt
@@ -152,7 +152,7 @@ class OfflineBrain:
                                                  "this machine; offered to run here or on that machine")
 
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
-        heads = msg.has(TRAIN_WORDS) and re.search(r"\bheads?\b", msg.head, re.I) and not SAVE_ONLY.match(msg.head)
+        heads = asks_for_heads(msg.head) and not SAVE_ONLY.match(msg.head)
         if not msg.has(SAVE_VERBS) or heads:
             return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train heads ... default"
         if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE) or msg.has(COMPARE)) and \

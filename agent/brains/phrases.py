@@ -334,6 +334,11 @@ def named_methods(text: str) -> list[str]:
     return [m for m in ACCELERATED if m not in out] if ALL_BUT.search(text) and out else named
 
 
+def asks_for_heads(text: str) -> bool:
+    """Whether ``text`` asks for heads to be trained ("train 5 heads", "need medusa heads, 500 steps")."""
+    return bool(TRAIN_WORDS.search(text) and re.search(r"\bheads?\b", text, I))
+
+
 def find_topic(text: str) -> str | None:
     """The concept a message asks to have explained, or None."""
     for topic, words in TOPIC_WORDS.items():

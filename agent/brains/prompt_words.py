@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from agent.brains.param_words import DRAFT_PARAMETER, PEERS, find_params, without_values
 from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
-                                  PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, TRAIN_WORDS,
+                                  PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, asks_for_heads,
                                   RUN_ANYWHERE, RUN_LOOSE, SPEED_QUESTION, SUPERLATIVE, find_methods, find_target,
                                   fix_method_typos, named_methods, unquote)
 from agent.brains.shorthand import expand_around, first_ask
@@ -134,7 +134,7 @@ def _prompt_in(text: str) -> str | None:
         other = re.match(r"\W*(?:please\s+)?(?:train|fit|install|share|upload|save|store|persist|remember|pin)\b", head,
                          I) or \
             re.match(r"\W*(?:please\s+)?(?:train|fit)\b", tail, I) or \
-            (TRAIN_WORDS.search(head) and re.search(r"\bheads?\b", head, I))  # "Train heads: files", "heads: train"
+            asks_for_heads(head)  # "Train heads: files", "heads: train them"
         if tail and not head.lower().startswith(("http", "https")) and not aside and not other and \
                 (cued or run_intent(head)):
             return tail
