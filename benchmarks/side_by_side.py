@@ -13,13 +13,17 @@ The draft method loads the target's built-in draft model (`{"sized": {}}` times 
 An EAGLE variant may name its head (`"head": FOLDER`; the shipped one otherwise), to time two heads:
 
     .venv/bin/python benchmarks/side_by_side.py eagle '{"shipped": {}, "new": {"head": "HEAD_DIR"}}' --half eval
+
+A variant may also set environment variables while it runs (`"env": {"SPECPILOT_EAGLE_HEAD": "float32"}`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from contextlib import contextmanager
 
 import torch
 
@@ -50,6 +54,21 @@ def variant_context(ctx: MethodContext, target, head: str | None) -> MethodConte
     return MethodContext(**{**vars(ctx), "eagle_head": load_eagle_for(target, head)})
 
 
+@contextmanager
+def environment(values: dict[str, str]):
+    """``values`` set in the environment while the block runs, the old ones back after."""
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update({key: str(value) for key, value in values.items()})
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("method", choices=["eagle", "lookahead", "ngram", "medusa", "draft"])
@@ -68,6 +87,7 @@ def main() -> None:
         ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
     variants = json.loads(args.variants)
     contexts = {name: variant_context(ctx, target, given.pop("head", None)) for name, given in variants.items()}
+    envs = {name: given.pop("env", {}) for name, given in variants.items()}
     # sized as `run` sizes them: from this machine's stored curve, measured first (and stored) where there is none
     sizings = {name: sized_params([args.method], {args.method: given}, Store(), contexts[name])[args.method]
                for name, given in variants.items()}
@@ -82,7 +102,8 @@ def main() -> None:
         first = run("baseline", ctx, ids, settings, None)
         times, per_step = {name: [] for name in names}, {}
         for name in names + names[::-1]:
-            result = run(args.method, contexts[name], ids, settings, sized[name])
+            with environment(envs[name]):
+                result = run(args.method, contexts[name], ids, settings, sized[name])
             times[name].append(result.wall_time_s)
             per_step[name] = round(result.mean_accepted_per_step, 2)
         last = run("baseline", ctx, ids, settings, None)

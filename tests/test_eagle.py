@@ -424,3 +424,22 @@ def test_a_fused_head_s_cost_counts_the_fusion_once_a_step(target):
     for depth in (1, 4):
         assert eagle.head_overhead(fused, backend, depth) == pytest.approx(
             eagle.head_overhead(plain, backend, depth) + fusion / own)
+
+
+def test_the_packed_copy_is_made_once_and_again_when_the_head_changes(target):
+    from tools.engine import cpu_gemm
+
+    if not cpu_gemm.wanted("cpu", torch.float32):
+        pytest.skip("this torch has no oneDNN")
+    head, backend, settings = random_head(target), eagle.as_backend(target), GenerationSettings(max_new_tokens=5)
+    first = eagle.EagleStep(backend, head, settings, EagleParams())
+    again = eagle.EagleStep(backend, head, settings, EagleParams())
+    assert again.head is first.head and again.rows is first.rows
+    with torch.no_grad():
+        head.fc.weight.add_(1.0)  # trained on: the packed copy is stale
+    changed = eagle.EagleStep(backend, head, settings, EagleParams())
+    assert changed.head is not first.head
+    assert torch.allclose(changed.head.fc.weight, head.fc.weight)
+    base = autoregressive.generate(target, PROMPTS[0], GenerationSettings(max_new_tokens=20)).output_ids
+    got = eagle.generate(target, head, PROMPTS[0], GenerationSettings(max_new_tokens=20), EagleParams())
+    assert_greedy_equal(target, PROMPTS[0], base, got.output_ids)
