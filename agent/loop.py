@@ -19,8 +19,10 @@ from typing import Any, ContextManager
 
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
+from agent.brains.background import request_part
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
 from agent.brains.phrases import QUOTED
+from agent.brains.prompt_words import find_prompt
 from agent.brains.refusals import HARMFUL
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult
@@ -35,11 +37,13 @@ DEPLOY_REQUEST = re.compile(
 
 
 def instruction_part(text: str) -> str:
-    """A message without the prompt it carries (quoted text, or what follows the colon of a run request)."""
-    text = QUOTED.sub(" ", text)
+    """A message without the prompt it carries (quoted text, what follows the colon of a run request, or the prompt
+    the rule planner finds) and without the sentences that only set the scene ("We use sampling in production.")."""
+    prompt = find_prompt(text)
+    text = QUOTED.sub(" ", text.replace(prompt, " ", 1) if prompt else text)
     if RUN_WORDS.match(text) and ":" in text:
         text = text.split(":", 1)[0]
-    return text
+    return request_part(text)
 
 
 def is_deploy_request(text: str) -> bool:

@@ -9,26 +9,28 @@ cannot serve is answered as such and recorded as not done, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
+from agent.brains.approval_words import APPROVED_TOOLS, find_approval_id
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (compare_params, explained_topic, guidance_fields, known_packages,
                                        method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
                                        train_fields)
-from agent.brains.param_words import find_params, method_of_params
-from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BEATS, COMPARE, COPY_TO,
-                                  COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD, EXPLAIN_LEAD,
-                                  EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
-                                  INSTALL_WORDS, IN_SCOPE, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
-                                  PARAM_DEFAULT, PARAM_WORDS, PAST, RECALL_STRONG, RECALL_WEAK, REPLACE_REST,
-                                  REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE, SAVE_ONLY, SAVE_VERBS,
-                                  SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION, STORED, STRONG_ADVICE,
-                                  SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS, UPGRADE_WORDS, URL_OR_PATH,
-                                  WHICH, WHY_HOW, asks_for_heads, compare_list, find_draft, find_hardware, find_method,
-                                  find_methods, find_packages, find_target, find_topic, leading_methods,
-                                  unquote)
+from agent.brains.param_words import find_params, method_of_params, without_values
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BEATS, COMPARE,
+                                  COPY_TO, COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD,
+                                  EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
+                                  INSTALL_WORDS, IN_SCOPE, LOCAL_ONLY, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
+                                  PARAM_DEFAULT, PARAM_WORDS, PAST, PUT_THERE, RECALL_STRONG, RECALL_WEAK,
+                                  REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE,
+                                  SAVE_ONLY, SAVE_VERBS, SHARE_WORDS, SHORT_PROMPT, SOME_PROMPT, SPEED_QUESTION,
+                                  STORED, STRONG_ADVICE, SUPERLATIVE, THANKS, TRADEOFF_QUESTION, TRAIN_WORDS,
+                                  UPGRADE_WORDS, URL_OR_PATH, WHICH, WHY_HOW, asks_for_heads, compare_list, find_draft,
+                                  find_hardware, find_method, find_methods, find_packages, find_target, find_topic,
+                                  first_named, leading_methods, named_methods, unquote)
 from agent.brains.prompt_words import Message, find_prompt
 from agent.brains.refusals import DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
 from agent.loop import Session
@@ -111,6 +113,7 @@ class OfflineBrain:
 
     def _words(self, session: Session, text: str) -> Reply:
         msg = Message.read(text)
+        self.approval = find_approval_id(text)  # "I approved it, the id is apr-4471": passed to the gated call
         for rule in WORD_RULES:
             reply = getattr(self, rule)(session, msg)
             if reply is not None:
@@ -134,7 +137,9 @@ class OfflineBrain:
         return None
 
     def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
-        named = find_hardware(msg.head)
+        named = find_hardware(msg.request or msg.head)  # not "We have a 4090 and got 95 tok/s. Please run X on ..."
+        if named is None and BACK_TO_IT.search(msg.request):  # "She has an M2 Ultra. What would X get on her machine?"
+            named = find_hardware(msg.head)
         if named is None or (msg.has(SAVE_VERBS) and find_params(msg.head)) or msg.has(GUIDE_WORDS):  # "always int8,
             return None  # even on the GPU": a save; "advise on W, N, G on a GPU": guidance for one
         here = detect_hardware("auto")["name"]
@@ -153,7 +158,7 @@ class OfflineBrain:
 
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
         heads = asks_for_heads(msg.head) and not SAVE_ONLY.match(msg.head)
-        if not msg.has(SAVE_VERBS) or heads:
+        if not msg.has(SAVE_VERBS) or heads or msg.has(COST_CURVE):  # "measure the cost curve and store it"
             return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train heads ... default"
         if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE) or msg.has(COMPARE)) and \
                 not msg.has(SAVE_ONLY):
@@ -161,7 +166,8 @@ class OfflineBrain:
         params = find_params(msg.head) or find_params(msg.text)
         if not params:  # "save my settings for lookahead": which values?
             return self._ask_values(msg) if SAVE_ONLY.match(msg.head) and not msg.has(REPORT_WORDS) else None
-        method = next((m for m in msg.methods if m in METHODS), None) or method_of_params(params)
+        method = first_named(without_values(msg.head), [m for m in msg.methods if m in METHODS]) or \
+            method_of_params(params)
         if (draft := find_draft(msg.head)) and method in (None, "draft"):  # "always use X as the draft model"
             params["draft"] = draft
         make_default = bool(DEFAULT_WORD.search(msg.head)) and not PARAM_DEFAULT.search(msg.head)
@@ -175,6 +181,8 @@ class OfflineBrain:
         return Reply(question, awaiting="the parameter values to save")
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
+        if asked_one(msg) is not None and msg.prompt:
+            return None  # a comparison in the scene, one method asked to run: a run
         wants = msg.has(COMPARE) or ((msg.has(SUPERLATIVE) or msg.has(BEATS)) and len(msg.methods) >= 2) or \
             (msg.has(SUPERLATIVE) and msg.has(WHICH)) or \
             (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
@@ -196,16 +204,19 @@ class OfflineBrain:
     def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
         if not msg.prompt or RUN_ID.search(msg.text.lower()):  # a run id: a stored run asked about
             return None
+        if (one := asked_one(msg)) is not None:  # "My advisor says medusa wins over lookahead. Can you run lookahead
+            msg = dataclasses.replace(msg, methods=[one])  # on ...?": the one asked for
+        past = PAST.search(msg.request or msg.head)  # not "Nobody recalls last year's settings. Use draft X on ..."
         if len([m for m in msg.methods if m != "baseline"]) >= 2:  # "benchmark baseline, ngram and medusa on: ..."
             options = run_options(msg.head) | compare_params(msg.head, compare_list(msg.methods))
             return self._compare(session, msg.methods, msg.prompt, msg.target, options)
         asked = RUN_WORDS.match(msg.text) or ((msg.has(RUN_ANYWHERE) or msg.has(SPEED_QUESTION)
-                                               or len(msg.methods) == 1) and not msg.has(PAST)) or \
+                                               or len(msg.methods) == 1) and not past) or \
             (msg.has(AGAIN) and msg.has(RUN_ANYWHERE))  # "that last run was useless; try it again on ..."
-        if not asked:
-            return None
-        method = msg.methods[0] if msg.methods else None
         draft = find_draft(msg.head)
+        if not (asked or (draft and not past)):  # "Use target X and draft Y. The prompt is: ...": draft's run
+            return None
+        method = msg.methods[0] if msg.methods else "draft" if draft else None
         return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
                          options=find_params(msg.head) | ({"draft": draft} if draft else {}))
 
@@ -236,7 +247,10 @@ class OfflineBrain:
         if msg.has(COPY_TO) and URL_OR_PATH.search(msg.text):  # "copy a report of task 4 to /mnt/share"
             return self._share(session, URL_OR_PATH.search(msg.text).group(1), report_fields(msg.head))
         report = report_fields(msg.head)
-        if msg.has(SHARE_WORDS):
+        there = URL_OR_PATH.search(msg.text) if msg.has(REPORT_WORDS) and PUT_THERE.search(msg.head) else None
+        if there:  # "our group's folder is /nfs/results, outside specpilot. Put the report there"
+            return self._share(session, there.group(1), report)
+        if msg.has(SHARE_WORDS) and not msg.has(LOCAL_ONLY):  # not "keep it on this machine, nothing to send"
             found = URL_OR_PATH.search(msg.text)
             return self._share(session, found.group(1) if found else None, report)
         if msg.has(REPORT_WORDS):
@@ -284,6 +298,8 @@ class OfflineBrain:
         lead = explained_topic(msg.head) if led and explained_topic(first_words) else None
         one = [m for m in msg.methods if m != "baseline"]
         single = one[0] if len(one) == 1 and not msg.has(COMPARE) else None  # "the catch with lookahead": lookahead's
+        several = several or bool(re.search(r"\btrade-?offs? (?:between|among|across|of) (?:the |these |those |all )?"
+                                            r"(?:approaches|methods|techniques|them|options)\b", msg.head, re.I))
         topic = lead or ("tradeoffs" if several or (msg.has(TRADEOFF_QUESTION) and not single)
                          else explained_topic(msg.head) or single or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
@@ -336,6 +352,8 @@ class OfflineBrain:
                      + "\n".join(f"{i}. {s}" for i, s in enumerate(steps, start=1)))
 
     def _call(self, session: Session, name: str, tool_input: dict) -> Reply:
+        if name in APPROVED_TOOLS and getattr(self, "approval", None):  # the gate checks the id is for exactly this
+            tool_input = {**tool_input, "approval_id": self.approval}
         result = session.call_tool(name, tool_input)
         return Reply(format_result(result), data=[result])
 
@@ -501,6 +519,15 @@ class OfflineBrain:
                              "Sharing asks for your approval first. To keep it local, say 'write a report'.")
         destination = destination.rstrip(".,;:!?)'\"") if re.search(r"[\w/]", destination[:-1]) else destination
         return self._call(session, "share_results", {"destination": destination, **(report or {})})
+
+
+def asked_one(msg: Message) -> str | None:
+    """The one method the sentences that ask name, where the others name more ("My advisor says medusa wins over
+    lookahead. Can you run lookahead on ...?"), and those sentences compare nothing; else None."""
+    if msg.request == msg.head or COMPARE.search(msg.request):
+        return None
+    named = [m for m in named_methods(msg.request) if m != "baseline"]
+    return named[0] if len(named) == 1 and len([m for m in msg.methods if m != "baseline"]) >= 2 else None
 
 
 SLASH = {

@@ -11,9 +11,9 @@ from __future__ import annotations
 import difflib
 import re
 
-from tools.agent_tools.install import check_package
+from agent.brains.background import sentences
+from agent.brains.package_words import find_packages, is_package  # noqa: F401  (read from here too)
 from tools.engine.params import ACCELERATED, METHOD_NAMES
-from tools.errors import ParameterError
 from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, SMALL_TARGET
 
 I = re.IGNORECASE
@@ -55,20 +55,14 @@ NOT_SPECULATIVE = re.compile(r"\b(?:no|nothing|without|not|non)[- ](?:\w+ )?spec
 LEADING_METHOD = re.compile(rf"[\s,]*({'|'.join(METHOD_WORDS)}|all)(?=[\s,:]|$)", I)
 # a run id or its prefix: hex, with digits and letters (4 characters after the word "run")
 RUN_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,12}\b|(?<=\brun )(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])"
-                    r"[0-9a-f]{4,5}\b")
+                    r"[0-9a-f]{4,5}\b|(?:(?<=starting with )|(?<=beginning with )|"
+                    r"(?<=starts with ))(?=[0-9a-f]*\d)[0-9a-f]{4,5}\b")
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
                     r"(?<!`)`([^`\n]+)`(?!`)")
 # a URL, a path (not the "/medusa" of "draft/medusa"), or dir/file.ext
 URL_OR_PATH = re.compile(r"(https?://\S+|\\\\\S+|(?<![\w/.~])(?:~|\.{1,2})?/\S+|(?<![\w/])[\w.-]+/[\w./-]*\.\w{1,5}\b)")
-INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "upstream", "latest", "newest", "it", "them",
-                  "the", "package", "packages", "please", "for", "me", "and", "then", "a",
-                  "approved", "ok", "okay", "yes", "pip", "install", "with", "using", "to", "this", "that",
-                  # words that name no package ("install something so it goes faster": ask which)
-                  "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
-                  "needed", "necessary", "missing", "required", "what", "is", "are", "i", "we", "need", "make", "run",
-                  "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in"}
 
 # ---- kinds of request (each a few meaning-bearing words) -------------------------------------
 COMPARE = re.compile(r"\b(?:compar\w*|versus|vs\b\.?|side[- ]by[- ]side|head[- ]to[- ]head|pit|stacks? up|"
@@ -120,6 +114,7 @@ RECALL_STRONG = re.compile(
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:\w+ )?(?:have )?(?:saved|stored|set)|"
     r"tasks? (?:are )?(?:still )?(?:pending|open|unfinished|left)|finished (?:ones|tasks)|"
+    r"(?:still|yet) not (?:yet )?done|(?:is|are) (?:still )?not (?:yet )?(?:done|finished)|"
     r"tasks? (?:i|we) (?:finished|completed|did)|open ones|(?:in )?your memory|what do you have on me|"
     r"(?:did|have) (?:i|we) (?:already )?(?:tell|told|give|gave|mention\w*) you|repeat myself|"
     r"(?:anything|something|what(?:'s| is)?) (?:still )?(?:pending|outstanding|unfinished|open)|"
@@ -158,6 +153,7 @@ EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how d
                            r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|(?:don'?t|"
                            r"do not) (?:get|understand)|"
                            r"explanation|how (?:on earth|exactly|actually) (?:does|do|can)|"
+                           r"what (?:actually|exactly|really) (?:is|are)|"
                            r"what (?:exactly )?(?:is|are|does) (?:it|they|\w+) (?:doing|do)\b|"
                            r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
                            r"\w+) (?:actually |really )?do|"
@@ -213,7 +209,7 @@ REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[-
 NOT_DEFAULT = re.compile(r"\b(?:do ?n[o']?t|not|without|never) (?:make|making|set|setting|change|changing) "
                          r"(?:it |this |them |[\w-]+ )?"
                          r"(?:the |my |as (?:the |my )?)?default", I)
-EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is)|whats|explain|describe|eli5)\b", I)
+EXPLAIN_LEAD = re.compile(r"^\W*(?:what(?:'s| is| (?:actually|exactly|really) is)|whats|explain|describe|eli5)\b", I)
 SAVE_ONLY = re.compile(r"^\W*(?:please\s+|pls\s+)?(?:save|store|remember|persist)\b", I)
 DRAFT_SIZES = re.compile(r"\bdraft (?:sizes?|lengths?|tokens)\b|\bdrafts\b", I)
 # "the runs whose prompt mentions quicksort": the words a stored prompt holds
@@ -223,6 +219,12 @@ NOT_A_PROMPT = {"same", "last", "previous", "short", "this", "good", "best", "fi
                 "fast",
                 "slow", "fastest", "slowest", "next"}
 COPY_TO = re.compile(r"\b(?:copy|export|put)\b.*\bto\b", I)
+# a report put into a folder the message named ("Put there the report", "outside of the specpilot directory")
+PUT_THERE = re.compile(r"\b(?:put|copy|place|drop|save|write|store)\b.{0,30}\b(?:there|into it|in it|in that folder)\b|"
+                       r"\boutside (?:of )?(?:the |my |our )?(?:specpilot|reports?)\b", I)
+LOCAL_ONLY = re.compile(r"\bnothing (?:to |gets |is )?(?:send|sent|share|shared|upload\w*|post\w*)\b|"
+                        r"\b(?:do ?n[o']?t|do not|no need to|not|never) (?:send|share|upload|post)\b|"
+                        r"\bkeep (?:it|them|this|the report) (?:on this (?:machine|box|computer)|local\w*|here)\b", I)
 COST_CURVE = re.compile(r"\b(?:cost[- ]curve|cost of (?:a |one |the )?(?:forward |"
                         r"target )?pass(?:es)? (?:grows?|scales?|"
                         r"changes?|increases?)|pass over \d+ tokens (?:\w+ ){0,2}cost|(?:batched |"
@@ -236,6 +238,7 @@ COST_CURVE = re.compile(r"\b(?:cost[- ]curve|cost of (?:a |one |the )?(?:forward
                         r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
                         r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
+                        r"how (?:much )?(?:a |one |the )?(?:forward |target )?pass(?:es)? costs?|"
                         r"per[- ]pass cost|cost per pass|pass cost|how expensive is (?:it to )?(?:verif\w*|a pass|"
                         r"one pass|a forward)|verif\w* \d+ tokens (?:vs|versus|against|compared)|"
                         r"per[- ]pass (?:latency|time)|latency scales|scales? with (?:the )?(?:number of )?tokens|"
@@ -256,6 +259,8 @@ OTHER_HARDWARE = re.compile(
     r"(?:another|other|different|their|a bigger|a faster|a cloud|a remote) (?:gpus?|graphics card|machine|"
     r"computer|server|laptop|hardware|box|cluster|workstation|desktop|phone|instance)|in the cloud|"
     r"on (?:aws|gcp|azure))\b", I)
+BACK_TO_IT = re.compile(r"\b(?:there|on it|(?:her|his|their|that|this|the same) (?:machine|box|laptop|gpu|card|"
+                        r"computer|server|mac|one|setup))\b", I)
 FOLLOW_UP = re.compile(r"^\W*(?:and |but )?(?:on|what about|how about|with|for)\b", I)
 ESTIMATE = re.compile(r"\b(?:estimate\w*|predict\w*|expect\w*|would|will|could|might|guess|how (?:much )?fast\w*|"
                       r"speed-?ups?|faster|perform\w*|benefit|worth|tok(?:ens)?/s|run|measure|benchmark)\b", I)
@@ -412,7 +417,21 @@ def find_hardware(text: str) -> str | None:
         return None
     placed = re.search(r"\b(?:on|with|using|for|to|about)\s+(?:an?\s+|the\s+)?$", text[:match.start()], I)
     follow_up = bool(placed) and (len(text.split()) <= 6 or FOLLOW_UP.match(text))  # "on an H100?"
-    return match.group(0) if follow_up or ESTIMATE.search(text) else None
+    # the sentence naming it asks for figures there ("On our V100 bf16 is slow, so I want float16. Run ...": not)
+    parts = sentences(text)
+    at = next((i for i, part in enumerate(parts) if match.group(0) in part), None)
+    said = text if at is None else " ".join(parts[at: at + 1 + (at + 1 < len(parts) and bool(BACK_TO_IT.search(
+        parts[at + 1])))])  # "My colleague has an M2 Ultra. What would Medusa get on her machine?": the next one too
+    return match.group(0) if follow_up or ESTIMATE.search(said) else None
+
+
+def first_named(text: str, methods: list[str]) -> str | None:
+    """Of ``methods`` (named in ``text``), the one ``text`` names first ("save these medusa settings, most of my runs
+    use draft": medusa)."""
+    valued = r"(?!\s*[:=]?\s*(?:\d|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)"  # "ngram four"
+    where = {m: min((f.start() for f in re.finditer(rf"\b(?:{METHOD_WORDS[m]})\b{valued}", text, I)),
+                    default=len(text)) for m in methods}
+    return min(methods, key=lambda m: where[m]) if methods else None
 
 
 def compare_list(named: list[str]) -> list[str]:
@@ -437,41 +456,4 @@ def unquote(text: str) -> str:
         if len(text) > 2 and text.startswith(left) and text.endswith(right):
             return text[1:-1].strip()
     return text
-
-
-VAGUE_PACKAGES = re.compile(r"\binstall\b.*\b(?:something|anything|whatever|stuff|what(?:'s| is)? needed|"
-                            r"what (?:i|we) need|everything)\b", I | re.DOTALL)
-
-
-# "gguf version 0.10 or newer", "transformers version 4.46": a version in words, written as pip writes it
-VERSION_WORDS = re.compile(r"\b([A-Za-z][\w.-]*)\s+(?:version|v)\s*(\d+(?:\.\d+)*)(\s+(?:or|and)\s+(?:newer|later|"
-                           r"above|up|higher))?", I)
-
-
-def pinned(match: re.Match) -> str:
-    return f"{match.group(1)}{'>=' if match.group(3) else '=='}{match.group(2)}"
-
-
-def find_packages(text: str) -> list[str]:
-    """Package names after the word 'install' (plain names only; filler words skipped); none where the
-    message leaves them open ("install something so it goes faster": the planner asks which)."""
-    if VAGUE_PACKAGES.search(text):
-        return []
-    match = re.search(r"\binstall\b(.*)", text, I | re.DOTALL) or re.search(r"\bget\b(.+)\binstalled\b", text, I) or \
-        re.search(r"^\W*pip\s*:(.*)", text, I | re.DOTALL)  # "pip: gguf>=0.10, llama-cpp-python"
-    if not match:
-        return []
-    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that|from|within|into|inside|in|via)\b",
-                     match.group(1), maxsplit=1)[0]
-    words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, asked))
-    return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]
-
-
-def is_package(word: str) -> bool:
-    """Whether a word is a package name specpilot would install (no option, path, URL or archive)."""
-    try:
-        check_package(word)
-    except ParameterError:
-        return False
-    return True
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from agent.brains.background import request_part
 from agent.brains.param_words import DRAFT_PARAMETER, PEERS, find_params, without_values
 from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
                                   PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, asks_for_heads,
@@ -150,6 +151,7 @@ class Message:
     head: str
     methods: list[str] = field(default_factory=list)
     target: str | None = None
+    request: str = ""  # the sentences of ``head`` that ask, without those that only set the scene
 
     @classmethod
     def read(cls, text: str) -> Message:
@@ -165,7 +167,7 @@ class Message:
         head = NOT_ACTION.sub(" ", fix_method_typos(head))
         named = without_values(DRAFT_PARAMETER.sub(" ", PEERS.sub(" ", head)))  # "HF's assisted generation" is a peer
         return cls(text=text, prompt=prompt, head=head, methods=named_methods(named),
-                   target=find_target(head))
+                   target=find_target(head), request=request_part(head))
 
     def has(self, pattern: re.Pattern) -> bool:
         """Whether the instruction part (not the prompt) matches ``pattern``."""

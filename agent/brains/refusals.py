@@ -23,6 +23,7 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"\bphishing\b|\bpretend\w* to be (?:\w+'?s? ){0,2}(?:bank|paypal|tax office|irs|it department|support team)\b|"
     r"\b(?:grab|steal|take|copy|lift|exfiltrat\w*|harvest)\w* (?:\w+'?s? ){0,2}(?:api keys?|access tokens?|ssh keys?|"
     r"credentials|passwords?)\b|"
+    r"\b(?:crypto ?-?miners?|coin ?miners?|cryptojack\w*|mine (?:crypto\w*|bitcoins?|monero))\b|"
     r"\b(?:flood\w*|ddos\w*|overload\w*|knock\w* (?:\w+ )?(?:over|offline)|take (?:\w+ )?down)\b.{0,60}"
     r"\b(?:api|server|endpoint|site|service)s?\b", I)
 # deleting stored runs or memory: specpilot has no tool for it
@@ -31,5 +32,5 @@ DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)
 # changing or publishing the model itself: quantizing it, pushing it to a hub
 MODEL_CHANGES = re.compile(r"\bquanti[sz]\w*\b|\bpush\w* (?:it |them |the model |my model )?to (?:the |a )?hub\b", I)
 MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
-                          r"\bfine-?tun\w* (?:the |my |a )?(?:model|"
+                          r"\bfine-?tun\w* (?:the |my |a |our )?(?:[\w.]+ )?(?:model|target|"
                           r"qwen|llama|smollm|mistral)", I)
