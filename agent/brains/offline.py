@@ -55,6 +55,7 @@ class OfflineBrain:
 
     def __init__(self):
         self.pending: dict | None = None  # {"tool": name, "input": {...}, "missing": field, "question": text}
+        self.approval: str | None = None  # an approval id the current message gives
 
     # ---- entry ---------------------------------------------------------------------------
 
@@ -63,6 +64,7 @@ class OfflineBrain:
         While a question is pending, anything but a known /command answers it (a path such as
         /tmp/report.md included)."""
         text = text.strip()
+        self.approval = find_approval_id(text)  # "I approved it, the id is apr-4471": for its gated call
         if self.pending is not None and not is_known_command(text):
             pending, self.pending = self.pending, None
             return self._complete(session, pending, text)
@@ -113,7 +115,6 @@ class OfflineBrain:
 
     def _words(self, session: Session, text: str) -> Reply:
         msg = Message.read(text)
-        self.approval = find_approval_id(text)  # "I approved it, the id is apr-4471": passed to the gated call
         for rule in WORD_RULES:
             reply = getattr(self, rule)(session, msg)
             if reply is not None:
@@ -352,7 +353,7 @@ class OfflineBrain:
                      + "\n".join(f"{i}. {s}" for i, s in enumerate(steps, start=1)))
 
     def _call(self, session: Session, name: str, tool_input: dict) -> Reply:
-        if name in APPROVED_TOOLS and getattr(self, "approval", None):  # the gate checks the id is for exactly this
+        if name in APPROVED_TOOLS and self.approval:  # the gate checks the id is for exactly this
             tool_input = {**tool_input, "approval_id": self.approval}
         result = session.call_tool(name, tool_input)
         return Reply(format_result(result), data=[result])
