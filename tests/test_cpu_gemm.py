@@ -1,6 +1,6 @@
-"""Float32 linear layers through oneDNN on the CPU (tools.engine.cpu_gemm): the same products as
-PyTorch's own layers, every method's output still the baseline's, the int8 draft still quantized, the
-weights not held twice, and the opt-out."""
+"""Float32 (and bfloat16 where the CPU multiplies it natively) linear layers through oneDNN on the CPU
+(tools.engine.cpu_gemm): the same products as PyTorch's own layers, every method's output still the
+baseline's, the int8 draft still quantized, the weights not held twice, and the opt-out."""
 
 from __future__ import annotations
 
@@ -101,10 +101,52 @@ def test_the_int8_draft_of_a_swapped_model_is_still_quantized():
 
 def test_where_it_applies_and_the_opt_out(monkeypatch):
     assert cpu_gemm.wanted("cpu", torch.float32)
-    assert not cpu_gemm.wanted("cpu", torch.bfloat16) and not cpu_gemm.wanted("cuda", torch.float32)
+    assert not cpu_gemm.wanted("cuda", torch.float32) and not cpu_gemm.wanted("cpu", torch.float16)
+    native = cpu_gemm.native_bfloat16() and cpu_gemm.can_pack()
+    assert cpu_gemm.wanted("cpu", torch.bfloat16) == native  # emulated bfloat16 stays PyTorch's
     assert versions()["cpu_float32_linear"] == cpu_gemm.PACKED
+    assert versions()["cpu_bfloat16_linear"] == (cpu_gemm.PACKED if native else "pytorch")
     monkeypatch.setenv(cpu_gemm.ENV, "blas")
     assert not cpu_gemm.wanted("cpu", torch.float32) and versions()["cpu_float32_linear"] == "blas"
+    assert not cpu_gemm.wanted("cpu", torch.bfloat16) and versions()["cpu_bfloat16_linear"] == "pytorch"
+
+
+def test_a_cpu_without_bfloat16_instructions_keeps_pytorch_s_bfloat16_layers(monkeypatch):
+    monkeypatch.setattr(cpu_gemm, "native_bfloat16", lambda: False)
+    model = make_tiny_model("qwen2", layers=1).to(torch.bfloat16)
+    assert not cpu_gemm.wanted("cpu", torch.bfloat16) and cpu_gemm.use_onednn(model) == 0
+    assert cpu_gemm.expected_kernels("cpu", "bfloat16") is None
+
+
+needs_bf16 = pytest.mark.skipif(not (cpu_gemm.native_bfloat16() and cpu_gemm.can_pack()),
+                                reason="this CPU has no bfloat16 instructions (AVX512-BF16 or AMX)")
+
+
+@needs_bf16
+def test_bfloat16_layers_compute_what_pytorch_s_compute_for_any_row_count():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 96).to(torch.bfloat16)
+    fast = OneDNNLinear(layer, keep_dense=False)
+    assert fast.packed and fast.dtype == torch.bfloat16 and cpu_gemm.weight_dtype(fast) == torch.bfloat16
+    with torch.inference_mode():
+        for shape in ((1, 64), (1, 1, 64), (1, 2, 64), (1, 3, 64), (2, 5, 64), (1, 13, 64)):  # padded below 3 rows
+            x = torch.randn(*shape, dtype=torch.bfloat16)
+            out = fast(x)
+            assert out.shape == (*shape[:-1], 96) and out.dtype == torch.bfloat16
+            torch.testing.assert_close(out.float(), layer(x).float(), rtol=2e-2, atol=2e-2)
+    assert torch.equal(fast.weight, layer.weight.detach()) and fast.plain().weight.dtype == torch.bfloat16
+
+
+@needs_bf16
+def test_bfloat16_methods_through_onednn_layers_agree_with_their_own_baseline():
+    model = make_tiny_model("qwen2", layers=2).to(torch.bfloat16)
+    assert cpu_gemm.use_onednn(model) == 15 and cpu_gemm.kernels(model) == cpu_gemm.PACKED
+    settings = GenerationSettings(max_new_tokens=24)
+    base = autoregressive.generate(model, PROMPT, settings).output_ids
+    assert len(base) == 24
+    # a tiny random model's logits are far apart: no bfloat16 near-tie between a one-token step and a pass
+    assert speculative.generate(model, model, PROMPT, settings, k=3).output_ids == base
+    assert prompt_lookup.generate(model, PROMPT, settings).output_ids == base
 
 
 def test_runs_load_float32_models_with_onednn_layers(tiny_model_dir, monkeypatch):

@@ -56,7 +56,7 @@ def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | Non
         loaded = _LOADED[key]
         if (backend != "llamacpp" and device_map in (None, "cpu")  # accelerate's placement (offload) left as it is
                 and cpu_gemm.wanted(loaded.device, getattr(loaded.model, "dtype", None))):
-            cpu_gemm.use_onednn(loaded.model)  # float32 passes over a few tokens through oneDNN (tools.engine.cpu_gemm)
+            cpu_gemm.use_onednn(loaded.model)  # passes over a few tokens through oneDNN (tools.engine.cpu_gemm)
     return _LOADED[key]
 
 

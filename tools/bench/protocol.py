@@ -91,8 +91,9 @@ def versions(backend: str = "transformers") -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}
-    if backend == "transformers":  # which library multiplies float32 layers on a CPU (tools.engine.cpu_gemm)
+    if backend == "transformers":  # which library multiplies float32 / bfloat16 layers on a CPU (tools.engine.cpu_gemm)
         out["cpu_float32_linear"] = cpu_gemm.expected_kernels("cpu", "float32") or "blas"
+        out["cpu_bfloat16_linear"] = cpu_gemm.expected_kernels("cpu", "bfloat16") or "pytorch"
     for key, dist in (("specpilot", "specpilot"), *((("llama_cpp_python", "llama-cpp-python"),)
                                                      if backend == "llamacpp" else ())):
         try:

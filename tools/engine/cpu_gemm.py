@@ -1,4 +1,5 @@
-"""Float32 linear layers through oneDNN on a CPU: passes over a few tokens cost what they should.
+"""Float32 (and, on CPUs that multiply bfloat16 natively, bfloat16) linear layers through oneDNN on a CPU:
+passes over a few tokens cost what they should.
 
 PyTorch runs a float32 ``nn.Linear`` on a CPU through its BLAS (MKL in the official builds). For one
 token that is a matrix-vector product, bound by reading the weights. For 2-16 tokens (every
@@ -18,6 +19,17 @@ where it is shared (an LM head tied to the input embeddings), and ``weight`` sti
 tensor for code that inspects it. Plain generation and every method run through the same layers, so
 outputs agree as before (another summation order than MKL's: floating-point near-ties can fall the
 other way, as between any two BLAS). ``SPECPILOT_CPU_GEMM=blas`` keeps PyTorch's own path.
+
+Bfloat16 layers take the same path where the CPU has bfloat16 instructions (AVX512-BF16 or AMX): there
+PyTorch's own bfloat16 product is slow for a few rows. The default target in bfloat16 on a 2-core AMD EPYC
+with AVX512-BF16 measured 197, 178, 192, 221 and 257 ms a pass over 1, 2, 4, 8 and 13 tokens through
+PyTorch, and 132, 146, 105, 144 and 182 ms with its layers packed (benchmarks/cpu_gemm.py --dtype bfloat16
+times a layer). oneDNN's bfloat16 product over one or two rows is slower than over four, so fewer than
+``PAD_BELOW`` rows are multiplied as ``PAD_ROWS`` (zero rows added, their products dropped): a plain
+one-token step then measured 112 ms, 1.8x PyTorch's. Bfloat16 rows are not bit-identical across row
+counts (float32 ones are), so in bfloat16 near-ties can fall either way between a one-token step and a
+verification pass, as they already did. Without those instructions oneDNN emulates bfloat16, and the
+layers stay PyTorch's.
 """
 
 from __future__ import annotations
@@ -31,16 +43,37 @@ from torch import nn
 ENV = "SPECPILOT_CPU_GEMM"
 PACKED = "onednn-packed"  # the kernels' name where the weights are packed (what cost curves are keyed by)
 PACK_ROWS = 8  # the batch oneDNN packs the weights for (packed for 4-16 rows, 1-16 rows ran alike here; for 1, not)
+PAD_BELOW = 3  # a bfloat16 product over fewer rows runs as one over PAD_ROWS (see the module's docstring)
+PAD_ROWS = 4
+_NATIVE_BF16: list[bool] = []  # whether this CPU multiplies bfloat16 natively, read once
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX-BF16: Linux's cpu flags)."""
+    if not _NATIVE_BF16:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        except OSError:
+            flags = []
+        _NATIVE_BF16.append("avx512_bf16" in flags or "amx_bf16" in flags)
+    return _NATIVE_BF16[0]
 
 
 def wanted(device, dtype) -> bool:
-    """Whether float32 layers on ``device`` go through oneDNN (a CPU, float32, oneDNN built in, not opted out)."""
-    return (torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    """Whether ``dtype`` layers on ``device`` go through oneDNN (a CPU, oneDNN built in, not opted out; float32,
+    or bfloat16 where the CPU multiplies it natively and this PyTorch packs weights)."""
+    if dtype == torch.bfloat16:
+        if not (native_bfloat16() and can_pack()):
+            return False
+    elif dtype != torch.float32:
+        return False
+    return (torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
             and os.environ.get(ENV, "onednn").strip().lower() != "blas")
 
 
 def kernels(model) -> str | None:
-    """The kernels ``model``'s float32 layers run on where they are not PyTorch's own: "onednn-packed" (or
+    """The kernels ``model``'s float32 or bfloat16 layers run on where they are not PyTorch's own: "onednn-packed" (or
     "onednn" where this PyTorch cannot pack) when any layer is a OneDNNLinear, else None (what a stored cost
     curve is keyed by beside its dtype)."""
     layers = [m for m in model.modules() if isinstance(m, OneDNNLinear)] if isinstance(model, nn.Module) else []
@@ -58,7 +91,7 @@ def expected_kernels(kind: str, dtype: str | None) -> str | None:
 def weight_dtype(layer: nn.Module) -> torch.dtype:
     """A linear layer's weight dtype without reading its weight (a OneDNNLinear's ``weight`` is rebuilt from the
     packed one: 0.3 s for a 151936x1536 LM head, every time it is read)."""
-    return torch.float32 if isinstance(layer, OneDNNLinear) else layer.weight.dtype
+    return layer.dtype if isinstance(layer, OneDNNLinear) else layer.weight.dtype
 
 
 def weight_shape(layer: nn.Module) -> tuple[int, int]:
@@ -86,13 +119,15 @@ def can_pack() -> bool:
 
 
 class OneDNNLinear(nn.Linear):
-    """An ``nn.Linear`` whose float32 product runs in oneDNN (see the module's docstring)."""
+    """An ``nn.Linear`` whose float32 or bfloat16 product runs in oneDNN (see the module's docstring)."""
 
     def __init__(self, linear: nn.Linear, keep_dense: bool, pack: bool = True):  # noqa: D107 - not nn.Linear's init
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = pack and can_pack()  # pack=False: the plain oneDNN layout (benchmarks/cpu_gemm.py times both)
         dense = linear.weight.detach()
+        self.dtype = dense.dtype
+        self.packed = self.packed or self.dtype != torch.float32  # bfloat16 only packed (``wanted``)
         self._w = torch.ops.mkldnn._reorder_linear_weight(dense, PACK_ROWS) if self.packed else dense.to_mkldnn()
         bias = linear.bias.detach() if linear.bias is not None else None
         self._b = bias if self.packed or bias is None else bias.to_mkldnn()
@@ -107,16 +142,22 @@ class OneDNNLinear(nn.Linear):
         return kept if kept is not None else self._w.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+        if x.dtype != self.dtype or x.device.type != "cpu" or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
         if self.packed:
+            rows = x.numel() // self.in_features
+            if self.dtype == torch.bfloat16 and rows < PAD_BELOW:  # see PAD_BELOW
+                padded = x.new_zeros(PAD_ROWS, self.in_features)
+                padded[:rows] = x.reshape(rows, self.in_features)
+                out = torch.ops.mkldnn._linear_pointwise(padded, self._w, self._b, "none", [], "")
+                return out[:rows].reshape(*x.shape[:-1], self.out_features)
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._w, self._b, "none", [], "")
         rows = x.reshape(-1, self.in_features).contiguous().to_mkldnn()
         return torch._C._nn.mkldnn_linear(rows, self._w, self._b).to_dense().view(*x.shape[:-1], self.out_features)
 
     def plain(self) -> nn.Linear:
         """A dense ``nn.Linear`` copy (for int8 quantization, which takes plain layers)."""
-        out = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        out = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.dtype)
         with torch.no_grad():
             out.weight.copy_(self.weight)
             if self.bias is not None:
@@ -125,14 +166,15 @@ class OneDNNLinear(nn.Linear):
 
 
 def use_onednn(model: nn.Module) -> int:
-    """Swap ``model``'s float32 CPU ``nn.Linear`` layers for :class:`OneDNNLinear` in place; how many."""
+    """Swap ``model``'s CPU ``nn.Linear`` layers in a dtype :func:`wanted` for :class:`OneDNNLinear` in place; how
+    many."""
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     shared = {id(embeddings.weight)} if embeddings is not None and hasattr(embeddings, "weight") else set()
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             weight = child.weight if type(child) is nn.Linear else None
-            if weight is not None and weight.dtype == torch.float32 and weight.device.type == "cpu" \
+            if weight is not None and wanted(weight.device, weight.dtype) \
                     and not getattr(child, "_hf_hook", None):  # a layer accelerate places or offloads stays its own
                 setattr(parent, name, OneDNNLinear(child, keep_dense=id(child.weight) in shared))
                 swapped += 1
