@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -316,13 +315,9 @@ def _require_gguf() -> None:
 
 def cpu_supports_fast_bf16() -> bool:
     """True when this CPU has native bfloat16 or AVX-512 (where bf16 matmuls beat float32)."""
-    if platform.system() != "Linux":
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16", "avx512f"))
+    from tools.engine.cpu_gemm import cpu_flags
+
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512f"})
 
 
 def resolve_dtype(dtype: str, device: str = "cpu"):

@@ -46,11 +46,8 @@ CPU_ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX
 def cpu_isa() -> str | None:
     """The CPU's widest matrix instruction set ("AVX2", "AVX-512", "AVX512-BF16", "AMX"), None where the OS does
     not say (no /proc/cpuinfo)."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return isa_of(set(line.split(":", 1)[1].split()))
-    return None
+    flags = cpu_gemm.cpu_flags()
+    return isa_of(set(flags)) if flags else None
 
 
 def isa_of(flags: set[str]) -> str | None:

@@ -45,19 +45,24 @@ PACKED = "onednn-packed"  # the kernels' name where the weights are packed (what
 PACK_ROWS = 8  # the batch oneDNN packs the weights for (packed for 4-16 rows, 1-16 rows ran alike here; for 1, not)
 PAD_BELOW = 3  # a bfloat16 product over fewer rows runs as one over PAD_ROWS (see the module's docstring)
 PAD_ROWS = 4
-_NATIVE_BF16: list[bool] = []  # whether this CPU multiplies bfloat16 natively, read once
+_FLAGS: list[frozenset] = []  # this CPU's flags, read once
 
 
-def native_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX-BF16: Linux's cpu flags)."""
-    if not _NATIVE_BF16:
+def cpu_flags() -> frozenset:
+    """This CPU's instruction-set flags as Linux lists them (empty elsewhere or where they cannot be read)."""
+    if not _FLAGS:
         try:
             with open("/proc/cpuinfo", encoding="utf-8") as f:
                 flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
         except OSError:
             flags = []
-        _NATIVE_BF16.append("avx512_bf16" in flags or "amx_bf16" in flags)
-    return _NATIVE_BF16[0]
+        _FLAGS.append(frozenset(flags))
+    return _FLAGS[0]
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX-BF16)."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def wanted(device, dtype) -> bool:
