@@ -145,8 +145,26 @@ def test_bfloat16_methods_through_onednn_layers_agree_with_their_own_baseline():
     base = autoregressive.generate(model, PROMPT, settings).output_ids
     assert len(base) == 24
     # a tiny random model's logits are far apart: no bfloat16 near-tie between a one-token step and a pass
-    assert speculative.generate(model, model, PROMPT, settings, k=3).output_ids == base
-    assert prompt_lookup.generate(model, PROMPT, settings).output_ids == base
+    outputs = {
+        "draft": speculative.generate(model, model, PROMPT, settings, k=3).output_ids,
+        "lookahead": lookahead.generate(model, PROMPT, settings, LookaheadParams(window=3, ngram=3, guess=2)).output_ids,
+        "ngram": prompt_lookup.generate(model, PROMPT, settings).output_ids,
+    }
+    heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, num_heads=2, num_layers=1).eval()
+    outputs["medusa"] = medusa.generate(model, heads.to(torch.bfloat16), PROMPT, settings).output_ids
+    assert all(out == base for out in outputs.values()), {m: o for m, o in outputs.items() if o != base}
+
+
+@needs_bf16
+def test_runs_load_bfloat16_models_with_onednn_layers_where_the_cpu_has_the_instructions(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(context, "_LOADED", {})
+    loaded = context.load_cached(str(tiny_model_dir), "bfloat16", None)
+    layers = [m for m in loaded.model.modules() if isinstance(m, OneDNNLinear)]
+    assert layers and all(m.dtype == torch.bfloat16 for m in layers)
+    monkeypatch.setattr(context, "_LOADED", {})
+    monkeypatch.setattr(cpu_gemm, "native_bfloat16", lambda: False)  # emulated bfloat16: PyTorch's layers
+    loaded = context.load_cached(str(tiny_model_dir), "bfloat16", None)
+    assert not any(isinstance(m, OneDNNLinear) for m in loaded.model.modules())
 
 
 def test_runs_load_float32_models_with_onednn_layers(tiny_model_dir, monkeypatch):

@@ -301,7 +301,7 @@ def measure_cost_curve(inp, ctx) -> dict:
     """The measure_cost_curve tool's work for ``inp`` (a tools.agent_tools.guidance.CostCurveInput)."""
     target, _ = resolve_target(ctx.store, None, inp.target)
     ctx.report(f"loading {target}")
-    loaded = load_cached(target, inp.dtype, None)  # the model as runs load it (float32 on a CPU: oneDNN layers)
+    loaded = load_cached(target, inp.dtype, None)  # the model as runs load it (on a CPU: oneDNN layers, cpu_gemm)
     ctx.report("timing forward passes")
     curve = forward_cost_curve(loaded.model, repeats=inp.repeats)
     hw_kind = "gpu" if loaded.device.startswith("cuda") else "cpu"
