@@ -324,6 +324,28 @@ def test_on_a_cpu_in_float32_the_head_runs_on_packed_layers_of_its_own_copy(targ
     assert cpu_gemm.weights_numel(step.head) == sum(p.numel() for p in head.parameters())
 
 
+def test_beside_a_packed_bfloat16_target_the_head_drafts_in_bfloat16_and_the_output_is_the_baseline(monkeypatch):
+    from tools.bench.protocol import diagnose_divergence
+    from tools.engine import cpu_gemm
+
+    if not cpu_gemm.wanted("cpu", torch.bfloat16):
+        pytest.skip("this CPU has no bfloat16 instructions (AVX512-BF16 or AMX)")
+    model = make_tiny_model("qwen2", layers=2, seed=0).to(torch.bfloat16)
+    cpu_gemm.use_onednn(model)
+    head = random_head(model)
+    step = eagle.EagleStep(eagle.as_backend(model), head, GenerationSettings(max_new_tokens=5), EagleParams())
+    assert step.dtype == torch.bfloat16 and next(step.head.parameters()).dtype == torch.bfloat16
+    assert cpu_gemm.kernels(step.head) == cpu_gemm.PACKED and next(head.parameters()).dtype == torch.float32
+    settings, params = GenerationSettings(max_new_tokens=40), EagleParams(depth=4, topk=3, tree_nodes=8)
+    for prompt in PROMPTS:  # equal to the baseline, or leaving it only at a bfloat16 near-tie the product diagnoses
+        base = autoregressive.generate(model, prompt, settings).output_ids
+        got = eagle.generate(model, head, prompt, settings, params).output_ids
+        assert (diagnose_divergence(model, prompt, base, got, "bfloat16") or {"kind": "near_tie"})["kind"] == "near_tie"
+    monkeypatch.setenv(eagle.HEAD_ENV, "float32")  # the opt-out
+    step = eagle.EagleStep(eagle.as_backend(model), head, GenerationSettings(max_new_tokens=5), EagleParams())
+    assert step.dtype == torch.float32 and next(step.head.parameters()).dtype == torch.float32
+
+
 def test_the_head_s_rows_of_the_lm_head_are_picked_once_per_vocabulary(target):
     backend = eagle.as_backend(target)
     ids = torch.tensor([3, 7, 11])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import weakref
 from dataclasses import dataclass
 
@@ -271,19 +272,31 @@ def expected_tokens(head: EagleHead, depth: int) -> float | None:
 # a head's packed copy and draft-logit product, kept while the head and its rows are unchanged (packing the
 # layers of the shipped head took 0.2 s a run here: 7% of a short answer's time)
 _PACKED: "weakref.WeakKeyDictionary[EagleHead, tuple]" = weakref.WeakKeyDictionary()
+HEAD_ENV = "SPECPILOT_EAGLE_HEAD"  # "float32": the head drafts in float32 even beside a packed bfloat16 target
 
 
-def _packed(head: EagleHead, rows: torch.Tensor, device) -> tuple[EagleHead, object]:
-    """The head to draft with and its draft logits' product ``feats -> feats @ rows.T``: on a CPU in float32
-    a copy on packed oneDNN layers (the caller's head stays a plain, trainable module), else the head itself."""
-    if not cpu_gemm.wanted(device, torch.float32):
+def head_dtype(device, target_dtype) -> torch.dtype:
+    """The dtype the head drafts in: the target's bfloat16 where bfloat16 layers are packed for oneDNN on this
+    CPU (half the bytes a draft pass reads, through the same fast products), else float32 (PyTorch's own bfloat16 products over a few rows are no faster, and on a GPU
+    the head's passes are a small part of a step)."""
+    if (target_dtype == torch.bfloat16 and cpu_gemm.wanted(device, torch.bfloat16)
+            and os.environ.get(HEAD_ENV, "").strip().lower() != "float32"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def _packed(head: EagleHead, rows: torch.Tensor, device, dtype=torch.float32) -> tuple[EagleHead, object]:
+    """The head to draft with and its draft logits' product ``feats -> feats @ rows.T``: on a CPU whose ``dtype``
+    layers run in oneDNN a copy in ``dtype`` on packed oneDNN layers (the caller's head stays a plain, trainable
+    float32 module), else the head itself."""
+    if not cpu_gemm.wanted(device, dtype):
         return head, cpu_gemm.rows_product(rows.to(torch.float32))
-    key = (rows.data_ptr(), rows._version, tuple((p.data_ptr(), p._version) for p in head.parameters()))
+    key = (dtype, rows.data_ptr(), rows._version, tuple((p.data_ptr(), p._version) for p in head.parameters()))
     kept = _PACKED.get(head)
     if kept is None or kept[0] != key:
-        packed = copy.deepcopy(head)
+        packed = copy.deepcopy(head).to(dtype)
         cpu_gemm.use_onednn(packed)  # the head's passes over a few rows, as the target's
-        kept = _PACKED[head] = (key, packed, cpu_gemm.rows_product(rows.to(torch.float32)), rows)  # rows: kept alive
+        kept = _PACKED[head] = (key, packed, cpu_gemm.rows_product(rows.to(dtype)), rows)  # rows: kept alive
     return kept[1], kept[2]
 
 
@@ -298,7 +311,8 @@ class EagleStep(DecodeStep):
             raise ParameterError("EAGLE needs a target whose logits are hidden @ lm_head.T (no softcapping or scale)",
                                  hint="use another method for this model")
         self.head.to(device=backend.device, dtype=torch.float32).eval()
-        self.head, self.rows = _packed(self.head, rows, backend.device)
+        self.dtype = head_dtype(backend.device, backend.dtype)
+        self.head, self.rows = _packed(self.head, rows, backend.device, self.dtype)
         self.generator = make_generator(settings, backend.device)
         self.positions = params.depth
         self.gate = (StepGate(params.pass_costs, params.depth + 1, params.tree_nodes + 1,
@@ -307,8 +321,9 @@ class EagleStep(DecodeStep):
         # trimming (``params.trim`` with a cost curve): the head's cost per depth in one-token target passes, and
         # how the head's path probabilities compare with what this run's trees got accepted
         self.trim = bool(params.trim and params.pass_costs)
-        # (the head runs in float32: against a bfloat16 target each of its weights reads twice the bytes)
-        self.depth_cost = head_overhead(head, backend, 1) * 4 / torch.empty((), dtype=backend.dtype).element_size()
+        # (a float32 head against a bfloat16 target reads twice the bytes per weight)
+        self.depth_cost = (head_overhead(head, backend, 1) * torch.empty((), dtype=self.dtype).element_size()
+                           / torch.empty((), dtype=backend.dtype).element_size())
         self.predicted = self.accepted = CALIBRATION_PRIOR
         self.depth_passes = self.verified_nodes = self.tree_steps = 0
         self.tree_mass = self.spent = 0.0
@@ -319,7 +334,7 @@ class EagleStep(DecodeStep):
         if embedded is None:
             raise ParameterError("EAGLE needs the target's input embeddings; this backend does not expose them",
                                  hint="run EAGLE on the transformers backend")
-        return embedded.to(torch.float32)
+        return embedded.to(self.dtype)
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         b = self.backend
@@ -331,7 +346,7 @@ class EagleStep(DecodeStep):
         first = next_token(b.lm_head(feats[-1:])[0], self.settings, self.generator)
         self.tokens = input_ids[0].tolist() + [first]
         self.read = 0
-        self.dk, self.dv = self.head.empty_kv(b.device, torch.float32)
+        self.dk, self.dv = self.head.empty_kv(b.device, self.dtype)
         return first
 
     def _target(self, ids: torch.Tensor, positions: torch.Tensor,
@@ -345,7 +360,7 @@ class EagleStep(DecodeStep):
 
     def _keep(self, hidden: torch.Tensor, inner: torch.Tensor | None, rows: torch.Tensor | None = None) -> None:
         """Rows of a target pass (all when ``rows`` is None) whose features the head reads at its next catch-up."""
-        feats = (hidden if rows is None else hidden[rows]).to(torch.float32)
+        feats = (hidden if rows is None else hidden[rows]).to(self.dtype)
         self.feats = feats if self.feats is None else torch.cat([self.feats, feats])
         if inner is not None:
             inner = inner if rows is None else inner[rows]
@@ -367,7 +382,7 @@ class EagleStep(DecodeStep):
         return out[0, -1]
 
     def _logp(self, feats: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.rows(feats), dim=-1)
+        return torch.log_softmax(self.rows(feats).to(torch.float32), dim=-1)
 
     def grow(self, root_feat: torch.Tensor, depth: int) -> DraftTree:
         """EAGLE-2's dynamic tree: expand the ``topk`` most probable frontier nodes, one head pass per depth."""
