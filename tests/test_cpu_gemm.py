@@ -145,9 +145,10 @@ def test_bfloat16_methods_through_onednn_layers_agree_with_their_own_baseline():
     base = autoregressive.generate(model, PROMPT, settings).output_ids
     assert len(base) == 24
     # a tiny random model's logits are far apart: no bfloat16 near-tie between a one-token step and a pass
+    params = LookaheadParams(window=3, ngram=3, guess=2)
     outputs = {
         "draft": speculative.generate(model, model, PROMPT, settings, k=3).output_ids,
-        "lookahead": lookahead.generate(model, PROMPT, settings, LookaheadParams(window=3, ngram=3, guess=2)).output_ids,
+        "lookahead": lookahead.generate(model, PROMPT, settings, params).output_ids,
         "ngram": prompt_lookup.generate(model, PROMPT, settings).output_ids,
     }
     heads = MedusaHeads(model.config.hidden_size, model.config.vocab_size, num_heads=2, num_layers=1).eval()

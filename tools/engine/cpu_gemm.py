@@ -21,15 +21,14 @@ outputs agree as before (another summation order than MKL's: floating-point near
 other way, as between any two BLAS). ``SPECPILOT_CPU_GEMM=blas`` keeps PyTorch's own path.
 
 Bfloat16 layers take the same path where the CPU has bfloat16 instructions (AVX512-BF16 or AMX): there
-PyTorch's own bfloat16 product is slow for a few rows. The default target in bfloat16 on a 2-core AMD EPYC
-with AVX512-BF16 measured 197, 178, 192, 221 and 257 ms a pass over 1, 2, 4, 8 and 13 tokens through
-PyTorch, and 132, 146, 105, 144 and 182 ms with its layers packed (benchmarks/cpu_gemm.py --dtype bfloat16
-times a layer). oneDNN's bfloat16 product over one or two rows is slower than over four, so fewer than
-``PAD_BELOW`` rows are multiplied as ``PAD_ROWS`` (zero rows added, their products dropped): a plain
-one-token step then measured 112 ms, 1.8x PyTorch's. Bfloat16 rows are not bit-identical across row
-counts (float32 ones are), so in bfloat16 near-ties can fall either way between a one-token step and a
-verification pass, as they already did. Without those instructions oneDNN emulates bfloat16, and the
-layers stay PyTorch's.
+PyTorch's own bfloat16 product is slow for a few rows. A whole pass of the default target in bfloat16 on a
+2-core AMD EPYC with AVX512-BF16 measured 199, 191, 215, 246 and 294 ms over 1, 2, 4, 8 and 13 tokens through
+PyTorch, and 115, 108, 104, 143 and 184 ms with its layers packed (``benchmarks/cpu_gemm.py --model ...
+--dtype bfloat16``). oneDNN's bfloat16 product over one or two rows is slower than over four (143 ms for a
+one-token pass unpadded), so fewer than ``PAD_BELOW`` rows are multiplied as ``PAD_ROWS`` (zero rows added,
+their products dropped). Bfloat16 rows are not bit-identical across row counts (float32 ones are), so in
+bfloat16 near-ties can fall either way between a one-token step and a verification pass, as they already did.
+Without those instructions oneDNN emulates bfloat16, and the layers stay PyTorch's.
 """
 
 from __future__ import annotations
@@ -78,9 +77,9 @@ def wanted(device, dtype) -> bool:
 
 
 def kernels(model) -> str | None:
-    """The kernels ``model``'s float32 or bfloat16 layers run on where they are not PyTorch's own: "onednn-packed" (or
-    "onednn" where this PyTorch cannot pack) when any layer is a OneDNNLinear, else None (what a stored cost
-    curve is keyed by beside its dtype)."""
+    """The kernels ``model``'s float32 or bfloat16 layers run on where they are not PyTorch's own:
+    "onednn-packed" (or "onednn" where this PyTorch cannot pack) when any layer is a OneDNNLinear, else None
+    (what a stored cost curve is keyed by beside its dtype)."""
     layers = [m for m in model.modules() if isinstance(m, OneDNNLinear)] if isinstance(model, nn.Module) else []
     return None if not layers else PACKED if all(m.packed for m in layers) else "onednn"
 

@@ -277,8 +277,8 @@ HEAD_ENV = "SPECPILOT_EAGLE_HEAD"  # "float32": the head drafts in float32 even 
 
 def head_dtype(device, target_dtype) -> torch.dtype:
     """The dtype the head drafts in: the target's bfloat16 where bfloat16 layers are packed for oneDNN on this
-    CPU (half the bytes a draft pass reads, through the same fast products), else float32 (PyTorch's own bfloat16 products over a few rows are no faster, and on a GPU
-    the head's passes are a small part of a step)."""
+    CPU (half the bytes a draft pass reads, through the same fast products), else float32 (PyTorch's own
+    bfloat16 products over a few rows are no faster, and on a GPU the head's passes are a small part of a step)."""
     if (target_dtype == torch.bfloat16 and cpu_gemm.wanted(device, torch.bfloat16)
             and os.environ.get(HEAD_ENV, "").strip().lower() != "float32"):
         return torch.bfloat16
