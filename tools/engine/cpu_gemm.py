@@ -149,8 +149,8 @@ class OneDNNLinear(nn.Linear):
         if x.dtype != self.dtype or x.device.type != "cpu" or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
         if self.packed:
-            rows = x.numel() // self.in_features
-            if self.dtype == torch.bfloat16 and rows < PAD_BELOW:  # see PAD_BELOW
+            rows = x.numel() // self.in_features if self.dtype == torch.bfloat16 else PAD_BELOW
+            if rows < PAD_BELOW:  # bfloat16 over 1-2 rows: see PAD_BELOW
                 padded = x.new_zeros(PAD_ROWS, self.in_features)
                 padded[:rows] = x.reshape(rows, self.in_features)
                 out = torch.ops.mkldnn._linear_pointwise(padded, self._w, self._b, "none", [], "")
