@@ -23,7 +23,7 @@ def byte_tokens() -> list[str]:
 
 
 MERGES = ["h e", "l l", "o Ġ", "Ġ w"]
-VOCAB = byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|end|>"]
+VOCAB = byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>"]  # the name transformers expects: no token added
 EOS = len(VOCAB) - 1
 
 

@@ -58,6 +58,19 @@ def test_draft_model_greedy_equals_the_target_in_float32(pair, cases, options):
         assert result.tokens_accepted > 0
 
 
+def test_the_draft_on_llamacpp_greedy_equals_the_target_in_float32(pair, cases):
+    pytest.importorskip("llama_cpp")
+    from tools.bench.context import load_cached
+
+    target, _ = pair
+    gguf = load_cached(models.DEFAULT_DRAFT, "gguf", None, None, "llamacpp", role="gguf_draft")
+    settings, rows = cases
+    for ids, expected in rows:
+        result = speculative.generate(target, gguf, ids, settings, k=4, draft_quant="gguf")
+        assert result.output_ids == expected
+        assert result.tokens_accepted > 0 and result.extra["draft_quant"] == "gguf"
+
+
 def test_lookahead_and_prompt_lookup_greedy_equal_the_target_in_float32(pair, cases):
     target, _ = pair
     settings, rows = cases

@@ -32,7 +32,8 @@ CLI_HELP = {
     "adaptive_k": "adapt K to acceptance and to this machine's costs, no draft where a plain step is cheaper "
                   "(default on; --no-adaptive-k for a fixed K every step)",
     "draft_vocab": "draft over the N lowest token ids",
-    "draft_quant": "int8 copy of the draft on a CPU (default auto); the output is unchanged",
+    "draft_quant": "a cheaper draft on a CPU: int8 (an int8 copy) or gguf (its GGUF file on llama.cpp); default auto "
+                   "(the one this machine runs faster); the output is unchanged",
     "tree": "tree name or JSON file of choices",
     "window": "W",
     "ngram": "N",

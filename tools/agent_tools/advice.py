@@ -137,8 +137,9 @@ def draft_advice(store, size_b: float | None, hw: dict, target: str,
                    "the waste when it is not")
     if hw["kind"] == "cpu" and backend == "transformers":
         reasons.append("on a CPU a target pass over a handful of tokens costs about as much as over one, but the "
-                       "draft's own passes are not free: a cheaper draft matters more than a larger k (the "
-                       "draft runs as an int8 copy by default here; the output is unchanged)")
+                       "draft's own passes are not free: a cheaper draft matters more than a larger k (the draft "
+                       "runs as an int8 copy, or from its GGUF file on llama.cpp where that is faster, by default "
+                       "here; the output is unchanged)")
     source = (f"k and k_max sized as run and compare size them, {sized_to(stored, hw)}; the rest: source defaults "
               "(Leviathan et al. 2022; Chen et al. 2023)")
     return params, reasons + sizing.lines(), source, sizing
@@ -195,7 +196,24 @@ def machine_sizing(store, method: str, target: str, hw: dict, draft: str | None 
     d_dtype = (LLAMACPP_DTYPE if backend == "llamacpp" else draft_dtype(store, hw, dtype)) if draft else None
     machine, stored = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, d_dtype)
     machine.backend = backend  # the notes then name the engine's own measuring command
+    if draft and backend == "transformers" and hw["kind"] == "cpu":
+        remembered_gguf_draft(store, machine, target, hw, dtype, draft)
     return size_params(method, machine), stored
+
+
+def remembered_gguf_draft(store, machine, target: str, hw: dict, dtype: str, draft: str) -> None:
+    """As run sizes a draft on a CPU (tools.bench.machine_cost.prefer_gguf): its GGUF file on llama.cpp where that
+    token's stored cost is below the int8 copy's (or draft_quant gguf is saved)."""
+    quant = str((store.get_params("draft") or {}).get("draft_quant") or "auto")
+    if quant not in ("auto", "gguf"):
+        return
+    gguf, _ = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, LLAMACPP_DTYPE)
+    if gguf.draft_ratio is None or (quant == "auto" and machine.draft_ratio is not None
+                                    and machine.draft_ratio <= gguf.draft_ratio):
+        return
+    than = f", less than {machine.draft_source}" if machine.draft_source else ""
+    machine.draft_quant = ("gguf", f"the draft's GGUF file on llama.cpp ({gguf.draft_source}{than})")
+    machine.draft_ratio, machine.draft_source = gguf.draft_ratio, gguf.draft_source
 
 
 def draft_dtype(store, hw: dict, dtype: str) -> str:

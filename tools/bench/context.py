@@ -22,7 +22,7 @@ from memory import Store
 from tools import models
 from tools.bench import llamacpp_server, peers, upstream
 from tools.bench.protocol import Runner
-from tools.bench.machine_cost import machine_cost, measure_curve
+from tools.bench.machine_cost import machine_cost, measure_curve, prefer_gguf
 from tools.bench.sizing import SizedParam, Sizing, size_params
 from tools.engine import cpu_gemm, quantize
 from tools.engine.llamacpp import LlamaCppBackend, LlamaCppModel, LlamaReference, as_loaded, draft_generate, load_gguf
@@ -51,7 +51,7 @@ def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | Non
     and the draft are two backends even for one file (a backend holds one KV cache at a time)."""
     key = ("llamacpp", role, ref, threads) if backend == "llamacpp" else (ref, dtype, device_map)
     if key not in _LOADED:
-        _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role == "target") if backend == "llamacpp"
+        _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role != "draft") if backend == "llamacpp"
                         else models.load(ref, dtype=dtype, device_map=device_map, threads=threads))
         loaded = _LOADED[key]
         if (backend != "llamacpp" and device_map in (None, "cpu")  # accelerate's placement (offload) left as it is
@@ -276,6 +276,7 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
     draft_methods = [m for m in methods if METHODS[m].needs_draft]
     if draft_methods or (getattr(inp, "peers", False) and backend == "transformers"):
         ctx.draft = load_draft(inp, target, draft_methods, unavailable, strict, progress)
+        ctx.gguf_draft = load_gguf_draft(inp, ctx.draft, draft_methods, progress)
     for method in (m for m in methods if METHODS[m].needs_heads and m not in unavailable):
         if heads_path is None and not strict:
             unavailable[method] = (f"no Medusa heads for this target: train them with `specpilot medusa train "
@@ -329,6 +330,26 @@ def load_draft(inp: BaseModel, target, draft_methods: list[str], unavailable: di
     return draft
 
 
+def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=None) -> LlamaCppModel | None:
+    """The draft again on llama.cpp, from its GGUF file, for draft_quant "gguf" (auto picks it on a CPU where it is
+    cheaper than the int8 copy: the sizing times both): loaded for the draft methods of a transformers target on a
+    CPU where llama-cpp-python is installed and the draft has a GGUF file (a built-in model's, or a .gguf given);
+    else None, and the draft runs as before."""
+    if (not draft_methods or draft is None or getattr(inp, "backend", "transformers") != "transformers"
+            or str(draft.device) != "cpu"):
+        return None
+    ref = inp.draft or draft.ref
+    try:
+        gguf_file(ref)
+        if progress:
+            progress(f"loading draft {ref} on llama.cpp too (its GGUF file)")
+        return load_cached(ref, "gguf", None, inp.threads, "llamacpp", role="gguf_draft")
+    except SpecpilotError as exc:
+        log.info("the draft %s does not run on llama.cpp here (%s): int8 or its own dtype only", ref,
+                 exc.user_message())
+        return None
+
+
 def eagle_heads_given(inp: BaseModel) -> str | None:
     """The EAGLE head folder a run or compare was given in its parameters (run: ``params``; compare:
     ``params["eagle"]``), else None (the shipped head)."""
@@ -352,7 +373,10 @@ def sized_params(methods: list[str], given: dict[str, dict], store, ctx: MethodC
     chosen = {m: {**saved[m], **(given.get(m) or {})} for m in wanted}
     needs_draft = [m for m in wanted if METHODS[m].needs_draft and ctx.draft is not None]
     quant = next((chosen[m].get("draft_quant") for m in needs_draft if chosen[m].get("draft_quant")), "auto")
-    machine = machine_cost(store, ctx.target, ctx.draft if needs_draft else None, quant, allow_measure, progress)
+    machine = machine_cost(store, ctx.target, ctx.draft if needs_draft else None, "auto" if quant == "gguf" else quant,
+                           allow_measure, progress)
+    if needs_draft:
+        prefer_gguf(machine, store, ctx.gguf_draft, quant, allow_measure, progress)
     heads = ctx.medusa_heads
     sized = {m: size_params(m, machine, given.get(m), saved[m], num_heads=getattr(heads, "num_heads", None),
                             heads_tree=getattr(heads, "tree_choices", None)) for m in wanted}
@@ -407,7 +431,7 @@ def size_candidates(candidates: list, given: dict[str, dict], store, ctx: Method
 def uses_int8_draft(method: str, params: BaseModel, ctx: MethodContext) -> bool:
     """Whether ``method`` drafts with the int8 copy of the draft model (draft_quant resolved here)."""
     return (METHODS[method].needs_draft and ctx.draft is not None and backend_of(ctx) == "transformers"
-            and quantize.resolve(params.draft_quant, ctx.draft.device) == "int8")
+            and params.draft_quant != "gguf" and quantize.resolve(params.draft_quant, ctx.draft.device) == "int8")
 
 
 def peer_runners(ctx: MethodContext, prompt_ids: list[int], int8_draft: bool = False,

@@ -71,6 +71,7 @@ class MachineCost:
     draft_ratio: float | None = None  # one draft token's time / one target token's time
     draft_source: str = ""
     backend: str = "transformers"  # the engine the curve was timed on: transformers or llamacpp
+    draft_quant: tuple[str, str] | None = None  # (draft_quant, why) where the sizing picked the draft's engine
 
 
 # ---------------------------------------------------------------------------- the curve
@@ -112,6 +113,22 @@ def machine_cost(store, target, draft=None, draft_quant: str = "auto", allow_mea
         machine.draft_ratio, machine.draft_source = _draft_ratio(store, draft, draft_quant, hardware, curve,
                                                                  allow_measure, progress)
     return machine
+
+
+def prefer_gguf(machine: MachineCost, store, gguf_draft, draft_quant: str, allow_measure: bool = True,
+                progress=None) -> None:
+    """Where the draft also runs on llama.cpp from its GGUF file (``gguf_draft``) and ``draft_quant`` is auto or
+    gguf: time one token of it (stored like any draft's) and size with it, for auto only where it costs less
+    than the draft ``machine`` was sized with (its int8 copy on a CPU); ``machine.draft_quant`` then says so."""
+    if (gguf_draft is None or draft_quant not in ("auto", "gguf") or not machine.curve
+            or machine.curve == CPU_FALLBACK_CURVE):
+        return
+    ratio, source = _draft_ratio(store, gguf_draft, "gguf", machine.hardware, machine.curve, allow_measure, progress)
+    if ratio is None or (draft_quant == "auto" and machine.draft_ratio is not None and machine.draft_ratio <= ratio):
+        return
+    than = f", less than {machine.draft_source}" if machine.draft_source else ""
+    machine.draft_ratio, machine.draft_source = ratio, source
+    machine.draft_quant = ("gguf", f"the draft's GGUF file on llama.cpp ({source}{than})")
 
 
 def _stored_curve(store, ref: str, hardware: str, dtype: str, kernels: str | None) -> dict | None:

@@ -245,7 +245,8 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
             "pass_costs": (pass_costs(machine.curve, k_max + 1),
                            f"this machine's pass costs over 1..{k_max + 1} tokens: each step drafts the length the "
                            "expected acceptance pays for, none when a plain step is cheaper"),
-            "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})")}
+            "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})"),
+            **({"draft_quant": machine.draft_quant} if machine.draft_quant else {})}
 
 
 def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:

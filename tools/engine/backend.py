@@ -35,6 +35,7 @@ class Backend(ABC):
     device: torch.device
     dtype: torch.dtype
     vocab_size: int  # rows of the LM head (logits width)
+    engine = "transformers"  # what runs the model ("llamacpp": tools.engine.llamacpp)
 
     @abstractmethod
     def new_cache(self) -> Any: ...

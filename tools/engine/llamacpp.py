@@ -136,6 +136,8 @@ def tree_of(visible: torch.Tensor, positions: list[int], start: int, max_paths: 
 class LlamaCppBackend(Backend):
     """A GGUF model run by llama.cpp (CPU) behind the Backend seam. See the module docstring."""
 
+    engine = "llamacpp"
+
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_threads: int | None = None, n_batch: int = 512,
                  n_seq_max: int = 64, flash_attn: bool = False):
         lib = self._lib = _lib()

@@ -27,6 +27,7 @@ class MethodContext:
 
     target: object  # tools.models.LoadedModel
     draft: object | None = None  # LoadedModel
+    gguf_draft: object | None = None  # the same draft on llama.cpp (tools.engine.llamacpp), for draft_quant="gguf"
     medusa_heads: object | None = None  # MedusaHeads
     eagle_head: object | None = None  # EagleHead
 
@@ -42,7 +43,9 @@ def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Genera
     if method == "baseline":
         return autoregressive.generate(target, prompt_ids, settings)
     if method == "draft":
-        decoder = SpeculativeDecoder.for_settings(ctx.target, ctx.draft, settings, **params.model_dump())
+        gguf = params.draft_quant == "gguf" and ctx.gguf_draft is not None
+        draft = ctx.gguf_draft if gguf else ctx.draft
+        decoder = SpeculativeDecoder.for_settings(ctx.target, draft, settings, **params.model_dump())
         return decoder.run(prompt_ids, settings)
     if method == "medusa":
         return medusa.generate(target, ctx.medusa_heads, prompt_ids, settings, params)

@@ -77,9 +77,10 @@ class DraftParams(BaseModel):
     draft_confidence: float | None = Field(
         0.4, ge=0.0, lt=1.0, description="stop drafting when the draft's top probability falls below this"
     )
-    draft_quant: Literal["auto", "none", "int8"] = Field(
-        "auto", description="int8 copy of the draft on CPUs (auto: int8 on a CPU, none on a GPU); output unchanged"
-    )
+    draft_quant: Literal["auto", "none", "int8", "gguf"] = Field(
+        "auto", description="a cheaper draft on CPUs: int8 (an int8 copy) or gguf (the draft's GGUF file on llama.cpp, "
+                            "its own quantized weights); auto: on a CPU the one this machine runs faster (gguf where "
+                            "llama-cpp-python and the file are here), none on a GPU; output unchanged")
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
     )

@@ -15,7 +15,8 @@ Levers for CPUs (where the draft costs a large share of a target token): ``draft
 over the N lowest token ids only (BPE ids are roughly ordered by merge frequency; the prompt's own
 tokens and the stop tokens are always added) so the draft's LM head reads fewer bytes — the target
 still verifies over its full vocabulary, so output is unchanged; ``draft_quant="int8"`` drafts with
-an int8 copy of the draft (half the bytes of bfloat16 per token; see tools/decoding/quantize.py);
+an int8 copy of the draft (half the bytes of bfloat16 per token; see tools/engine/quantize.py), and a
+draft given as a llama.cpp backend drafts with its GGUF file's own weights (``draft_quant="gguf"``);
 ``adaptive_k`` grows K after a
 fully accepted step and shrinks it after an early rejection; ``draft_confidence`` stops drafting
 when the draft's top probability falls below a threshold.
@@ -388,7 +389,7 @@ class SpeculativeDecoder:
         self.target, self.target_tokenizer = unwrap(target)
         self.draft_model, self.draft_tokenizer = unwrap(drafter)
         n_vocab = shared_vocab_size(self.target, self.draft_model, self.target_tokenizer, self.draft_tokenizer)
-        quant = quantize.resolve(draft_quant, self.draft_model.device)
+        quant = quantize.resolve(draft_quant, self.draft_model.device, as_backend(self.draft_model).engine)
         proposer = quantize.int8_draft(self.draft_model) if quant == "int8" else self.draft_model
         backend = TransformersBackend(self.target)
         drafter = _Drafter(as_backend(proposer), n_vocab, backend.vocab_size, lookup=validate_lookup(draft_lookup))

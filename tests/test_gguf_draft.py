@@ -1,0 +1,145 @@
+"""The draft on llama.cpp beside a transformers target (draft_quant "gguf"): the draft's GGUF file run with its
+own quantized weights proposes, the transformers target verifies, so the output is the target's own.
+
+On tiny GGUF files written here (tests/gguf_tiny.py; the target loaded by transformers from its file, the
+draft by llama.cpp from a perturbed copy): greedy output equals the target's baseline; the bench context
+loads the llama.cpp draft for a CPU run and the sizing drafts with it where its stored token cost is below
+the int8 copy's, the int8 copy where not; a given gguf without such a draft is a clear error. Skipped when
+llama-cpp-python is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+from agent.cli.main import main  # noqa: E402
+from gguf_tiny import write_tiny_llama  # noqa: E402
+from memory import Store  # noqa: E402
+from tools.bench import context  # noqa: E402
+from tools.bench.protocol import hardware_name  # noqa: E402
+from tools.engine import autoregressive, cpu_gemm, methods, quantize  # noqa: E402
+from tools.engine.params import DraftParams  # noqa: E402
+from tools.engine.speculative import SpeculativeDecoder  # noqa: E402
+from tools.engine.types import GenerationSettings  # noqa: E402
+from tools.errors import ParameterError  # noqa: E402
+
+PROMPTS = [[5, 6, 7, 40, 41, 42, 43, 5, 6, 7, 50, 51, 52, 9, 10, 5, 6, 7], list(range(70, 90)) + list(range(70, 80))]
+SETTINGS = GenerationSettings(max_new_tokens=32)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    weights = write_tiny_llama(folder / "target.gguf", seed=0)
+    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
+    yield str(folder / "target.gguf"), str(folder / "draft.gguf")
+    context.release_models()
+
+
+@pytest.fixture(scope="module")
+def ctx(files):
+    """The target and its draft on transformers (float32), and the draft again on llama.cpp."""
+    target = context.load_cached(files[0], "float32", None, 1)
+    draft = context.load_cached(files[1], "float32", None, 1)
+    gguf = context.load_cached(files[1], "gguf", None, 1, "llamacpp", role="gguf_draft")
+    return methods.MethodContext(target=target, draft=draft, gguf_draft=gguf)
+
+
+@pytest.fixture(scope="module")
+def baselines(ctx):
+    return [autoregressive.generate(ctx.target.model, p, SETTINGS).output_ids for p in PROMPTS]
+
+
+def test_draft_quant_resolves_by_the_drafts_engine():
+    assert quantize.resolve("auto", "cpu", "llamacpp") == "gguf" == quantize.resolve("gguf", "cpu", "llamacpp")
+    assert quantize.resolve("none", "cpu", "llamacpp") == "none"
+    with pytest.raises(ParameterError, match="runs on llama.cpp"):
+        quantize.resolve("int8", "cpu", "llamacpp")
+    with pytest.raises(ParameterError, match="loaded with transformers") as err:
+        quantize.resolve("gguf", "cpu")
+    assert "llama-cpp-python" in err.value.hint
+
+
+@pytest.mark.parametrize("params", [DraftParams(draft_quant="gguf"),
+                                    DraftParams(k=4, adaptive_k=False, draft_confidence=None, draft_quant="gguf"),
+                                    DraftParams(draft_quant="gguf", draft_lookup=0, draft_vocab=100),
+                                    DraftParams(draft_quant="gguf", pass_costs=[1.0, 1.05, 1.1, 1.2], draft_cost=0.1)])
+def test_a_llamacpp_draft_for_a_transformers_target_equals_the_baseline(ctx, baselines, params):
+    drafted = 0
+    for prompt, expected in zip(PROMPTS, baselines):
+        result = methods.run("draft", ctx, prompt, SETTINGS, params)
+        assert result.output_ids == expected
+        assert result.extra["draft_quant"] == "gguf"
+        drafted += result.tokens_drafted
+    assert drafted > 0
+
+
+def test_an_int8_copy_of_a_draft_transformers_read_from_a_gguf_file(ctx, baselines):
+    if not quantize.int8_available():
+        pytest.skip("this torch build has no CPU int8 engine")
+    result = methods.run("draft", ctx, PROMPTS[0], SETTINGS, DraftParams(draft_quant="int8"))
+    assert result.output_ids == baselines[0] and result.extra["draft_quant"] == "int8"
+
+
+def test_sampling_with_a_llamacpp_draft_is_reproducible(ctx):
+    settings = SETTINGS.model_copy(update={"temperature": 0.9, "top_p": 0.95, "seed": 3})
+    runs = [methods.run("draft", ctx, PROMPTS[0], settings, DraftParams(draft_quant="gguf")) for _ in range(2)]
+    assert runs[0].output_ids == runs[1].output_ids and len(runs[0].output_ids) == SETTINGS.max_new_tokens
+    assert all(0 <= t < ctx.target.vocab_size for t in runs[0].output_ids)
+
+
+def test_gguf_without_a_llamacpp_draft_says_what_to_do(ctx):
+    with pytest.raises(ParameterError, match="loaded with transformers"):
+        methods.run("draft", methods.MethodContext(target=ctx.target, draft=ctx.draft), PROMPTS[0], SETTINGS,
+                    DraftParams(draft_quant="gguf"))
+    with pytest.raises(ParameterError):
+        SpeculativeDecoder(inference=ctx.target, draft=ctx.gguf_draft, draft_quant="int8")
+
+
+def store_with(ctx, int8_ms: float, gguf_ms: float) -> Store:
+    """A store holding the target's curve and a draft token's cost as an int8 copy and on llama.cpp."""
+    store = Store()
+    hardware = hardware_name(str(ctx.target.device))
+    store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
+                          kernels=cpu_gemm.kernels(ctx.target.model))
+    int8 = "int8" if quantize.int8_available() else "float32"
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000}, dtype=int8,
+                          kernels=None if int8 == "int8" else cpu_gemm.kernels(ctx.draft.model))
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000}, dtype="gguf")
+    return store
+
+
+def test_the_sizing_drafts_on_llamacpp_where_it_is_cheaper(ctx):
+    sizing = context.sized_params(["draft"], {}, store_with(ctx, 30, 20), ctx, allow_measure=False)["draft"]
+    field = sizing.fields["draft_quant"]
+    assert (field.value, field.source) == ("gguf", "sized")
+    assert "GGUF file on llama.cpp" in field.reason and "20 ms" in field.reason and "30 ms" in field.reason
+    assert sizing.params["draft_cost"] == pytest.approx(0.2)
+
+
+def test_the_sizing_keeps_the_int8_copy_where_llamacpp_is_dearer(ctx):
+    sizing = context.sized_params(["draft"], {}, store_with(ctx, 20, 30), ctx, allow_measure=False)["draft"]
+    assert sizing.params["draft_quant"] == "auto" and sizing.params["draft_cost"] == pytest.approx(0.2)
+    given = context.sized_params(["draft"], {"draft": {"draft_quant": "gguf"}}, store_with(ctx, 20, 30), ctx,
+                                 allow_measure=False)["draft"]
+    assert given.fields["draft_quant"].source == "given" and given.params["draft_cost"] == pytest.approx(0.3)
+    kept = context.sized_params(["draft"], {"draft": {"draft_quant": "int8"}}, store_with(ctx, 30, 20), ctx,
+                                allow_measure=False)["draft"]
+    assert kept.params["draft_quant"] == "int8" and kept.params["draft_cost"] == pytest.approx(0.3)
+
+
+def test_run_on_transformers_drafts_on_llamacpp_and_records_it(capsys, files):
+    capsys.readouterr()
+    assert main(["run", "--method", "draft", "--target", files[0], "--draft", files[1], "--dtype", "float32",
+                 "--draft-quant", "gguf", "--prompt", "hello world hello world hello", "--raw",
+                 "--max-new-tokens", "12", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["backend"] == "transformers" and record["params"]["draft_quant"] == "gguf"
+    assert record["matches_baseline"] is True and record["new_tokens"] == 12
+    assert torch.tensor(record["output_ids"]).numel() == 12
