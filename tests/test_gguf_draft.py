@@ -109,9 +109,9 @@ def store_with(ctx, int8_ms: float, gguf_ms: float) -> Store:
     store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
                           kernels=cpu_gemm.kernels(ctx.target.model))
     int8 = "int8" if quantize.int8_available() else "float32"
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000}, dtype=int8,
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000, 256: 256 * 0.0016}, dtype=int8,
                           kernels=None if int8 == "int8" else cpu_gemm.kernels(ctx.draft.model))
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000}, dtype="gguf")
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000, 256: 256 * 0.0048}, dtype="gguf")
     return store
 
 
@@ -121,6 +121,19 @@ def test_the_sizing_drafts_on_llamacpp_where_it_is_cheaper(ctx):
     assert (field.value, field.source) == ("gguf", "sized")
     assert "GGUF file on llama.cpp" in field.reason and "20 ms" in field.reason and "30 ms" in field.reason
     assert sizing.params["draft_cost"] == pytest.approx(0.2)
+    # llama.cpp reads a prompt token in 4.8 ms, the int8 copy in 1.6: 10 ms saved a draft forward pays for
+    # 10 * 0.85 / 3.2 = 2.66 prompt tokens per new token
+    until = sizing.fields["gguf_draft_until"]
+    assert until.source == "sized" and until.value == pytest.approx(2.66, abs=0.01) and "4.8 ms" in until.reason
+
+
+@pytest.mark.parametrize("until, engine", [(None, "gguf"), (2.0, "gguf"), (0.5, "int8")])
+def test_a_long_prompt_is_drafted_by_the_int8_copy(ctx, baselines, until, engine):
+    """PROMPTS[0] has 18 tokens for 32 new ones: past 0.5 prompt tokens per new token, not past 2."""
+    if engine == "int8" and not quantize.int8_available():
+        pytest.skip("this torch build has no CPU int8 engine")
+    result = methods.run("draft", ctx, PROMPTS[0], SETTINGS, DraftParams(draft_quant="gguf", gguf_draft_until=until))
+    assert result.output_ids == baselines[0] and result.extra["draft_quant"] == engine
 
 
 def test_the_sizing_keeps_the_int8_copy_where_llamacpp_is_dearer(ctx):

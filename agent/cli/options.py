@@ -20,7 +20,7 @@ from tools.errors import ParameterError
 
 # parameter-model fields that have no command-line flag (set them in memory or through the tools)
 NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens", "pass_costs",
-                        "acceptance_prior", "draft_cost"})
+                        "acceptance_prior", "draft_cost", "gguf_draft_until"})
 # fields whose flag is not named after the field, so it is written by hand: field -> (flag, argparse options)
 HAND_WRITTEN = {
     "prompt_lookup": ("--prompt-lookup-drafts", {

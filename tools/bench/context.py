@@ -376,7 +376,7 @@ def sized_params(methods: list[str], given: dict[str, dict], store, ctx: MethodC
     machine = machine_cost(store, ctx.target, ctx.draft if needs_draft else None, "auto" if quant == "gguf" else quant,
                            allow_measure, progress)
     if needs_draft:
-        prefer_gguf(machine, store, ctx.gguf_draft, quant, allow_measure, progress)
+        prefer_gguf(machine, store, ctx.draft, ctx.gguf_draft, quant, allow_measure, progress)
     heads = ctx.medusa_heads
     sized = {m: size_params(m, machine, given.get(m), saved[m], num_heads=getattr(heads, "num_heads", None),
                             heads_tree=getattr(heads, "tree_choices", None)) for m in wanted}

@@ -57,6 +57,10 @@ MEASURE_STOP_FROM = 16
 DISTURBED_RATIO = 1.4  # a measured pass over n tokens above 1.4 x n one-token passes: the machine was busy
 DISTURBED_SPREAD = 1.3  # repeated passes whose median is 1.3x their fastest: the machine was busy
 DISTURBED_MIN_S = 0.005
+# a draft's prompt reading is timed over this many tokens (llama.cpp's against the int8 copy's, for draft_quant auto)
+PROMPT_TOKENS = 256
+# draft forwards per new token, the int8 draft's on the fit half (bfloat16, 128 new tokens: 0.83-0.94 in five runs)
+DRAFT_FORWARDS_PER_TOKEN = 0.85
 _DISTURBED: dict[tuple, str] = {}  # (target, hardware, dtype) -> why this process's measurement was not used
 
 
@@ -72,6 +76,7 @@ class MachineCost:
     draft_source: str = ""
     backend: str = "transformers"  # the engine the curve was timed on: transformers or llamacpp
     draft_quant: tuple[str, str] | None = None  # (draft_quant, why) where the sizing picked the draft's engine
+    gguf_until: tuple[float, str] | None = None  # (gguf_draft_until, why): where llama.cpp's slower prompt reading
 
 
 # ---------------------------------------------------------------------------- the curve
@@ -115,20 +120,47 @@ def machine_cost(store, target, draft=None, draft_quant: str = "auto", allow_mea
     return machine
 
 
-def prefer_gguf(machine: MachineCost, store, gguf_draft, draft_quant: str, allow_measure: bool = True,
+def prefer_gguf(machine: MachineCost, store, draft, gguf_draft, draft_quant: str, allow_measure: bool = True,
                 progress=None) -> None:
     """Where the draft also runs on llama.cpp from its GGUF file (``gguf_draft``) and ``draft_quant`` is auto or
     gguf: time one token of it (stored like any draft's) and size with it, for auto only where it costs less
-    than the draft ``machine`` was sized with (its int8 copy on a CPU); ``machine.draft_quant`` then says so."""
+    than the draft ``machine`` was sized with (its int8 copy on a CPU); ``machine.draft_quant`` then says so.
+    For auto, llama.cpp also reads prompts slower than the int8 copy: both are timed over ``PROMPT_TOKENS`` and
+    ``machine.gguf_until`` says past how many prompt tokens per new token the int8 copy costs less."""
     if (gguf_draft is None or draft_quant not in ("auto", "gguf") or not machine.curve
             or machine.curve == CPU_FALLBACK_CURVE):
         return
-    ratio, source = _draft_ratio(store, gguf_draft, "gguf", machine.hardware, machine.curve, allow_measure, progress)
-    if ratio is None or (draft_quant == "auto" and machine.draft_ratio is not None and machine.draft_ratio <= ratio):
+    sizes = (1,) if draft_quant == "gguf" else (1, PROMPT_TOKENS)
+    found, where = _draft_curve(store, gguf_draft, False, machine.hardware, allow_measure, progress, sizes)
+    if found is None:
         return
+    t1 = one_token_time(found)
+    ratio = t1 / one_token_time(machine.curve)
+    if draft_quant == "auto" and machine.draft_ratio is not None and machine.draft_ratio <= ratio:
+        return
+    source = f"{_draft_name(gguf_draft, False)}: {t1 * 1000:.0f} ms a token, {where}"
     than = f", less than {machine.draft_source}" if machine.draft_source else ""
+    if draft_quant == "auto" and machine.draft_ratio is not None:
+        machine.gguf_until = _gguf_until(store, draft, found, machine, allow_measure, progress)
     machine.draft_ratio, machine.draft_source = ratio, source
     machine.draft_quant = ("gguf", f"the draft's GGUF file on llama.cpp ({source}{than})")
+
+
+def _gguf_until(store, draft, gguf: dict[int, float], machine: MachineCost, allow_measure: bool,
+                progress) -> tuple[float, str] | None:
+    """(prompt tokens per new token past which the int8 copy's faster prompt reading outweighs llama.cpp's
+    faster tokens, why); None where llama.cpp reads prompts as fast (or the int8 copy's cannot be timed)."""
+    int8, _ = _draft_curve(store, draft, True, machine.hardware, allow_measure, progress, (1, PROMPT_TOKENS))
+    if int8 is None or PROMPT_TOKENS not in gguf:
+        return None
+    read_g, read_i = gguf[PROMPT_TOKENS] / PROMPT_TOKENS, int8[PROMPT_TOKENS] / PROMPT_TOKENS
+    saved = one_token_time(int8) - one_token_time(gguf)
+    if read_g <= read_i or saved <= 0:
+        return None
+    until = round(saved * DRAFT_FORWARDS_PER_TOKEN / (read_g - read_i), 2)
+    return until, (f"llama.cpp reads a prompt token in {read_g * 1000:.1f} ms, the int8 copy in {read_i * 1000:.1f}, "
+                   f"and drafts {saved * 1000:.0f} ms faster, about {DRAFT_FORWARDS_PER_TOKEN} draft forwards a new "
+                   f"token: llama.cpp pays up to {until} prompt tokens per new token")
 
 
 def _stored_curve(store, ref: str, hardware: str, dtype: str, kernels: str | None) -> dict | None:
@@ -280,24 +312,35 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
         int8 = _backend(draft) == "transformers" and quantize.resolve(draft_quant, draft.device) == "int8"
     except ParameterError:
         int8 = False
+    found, where = _draft_curve(store, draft, int8, hardware, allow_measure, progress)
+    if found is None:
+        return None, ""
+    t1 = one_token_time(found)
+    return t1 / one_token_time(curve), f"{_draft_name(draft, int8)}: {t1 * 1000:.0f} ms a token, {where}"
+
+
+def _draft_name(draft, int8: bool) -> str:
+    return f"{draft.ref} in {'int8' if int8 else draft.dtype}" + (" on llama.cpp" if _backend(draft) == "llamacpp" else "")
+
+
+def _draft_curve(store, draft, int8: bool, hardware: str, allow_measure: bool, progress,
+                 sizes: tuple[int, ...] = (1,)) -> tuple[dict[int, float] | None, str]:
+    """The draft's stored curve (its int8 copy's with ``int8``) holding ``sizes``, else measured now over them and
+    stored when ``allow_measure``: (curve, where it came from); None where neither."""
     dtype = "int8" if int8 else draft.dtype
     model_kernels = None if int8 else cpu_gemm.kernels(draft.model)
     stored = _stored_curve(store, draft.ref, hardware, dtype, model_kernels)
-    if stored is not None:
-        t1, where = one_token_time(stored["curve"]), f"stored on {stored['measured_at'][:10]}"
-    elif allow_measure and (draft.ref, hardware, dtype) not in _DISTURBED:
-        if progress:
-            progress("timing one draft token (once: it is stored for later runs)")
-        model = quantize.int8_draft(draft.model) if int8 else draft.model
-        raw: dict[int, list[float]] = {}
-        measured = _curve(model, (1,), MEASURE_REPEATS, raw)
-        problem = disturbed(measured, raw)
-        if problem:  # as for the target: this process does not spend the time again (and sizes the same way)
-            _DISTURBED[(draft.ref, hardware, dtype)] = problem
-            return None, ""
-        saved = _save_curve(store, draft.ref, hardware, measured, dtype, model_kernels)
-        t1, where = one_token_time(measured), f"measured now, {saved}"
-    else:
+    if stored is not None and all(n in stored["curve"] for n in sizes):
+        return stored["curve"], f"stored on {stored['measured_at'][:10]}"
+    if not allow_measure or (draft.ref, hardware, dtype) in _DISTURBED:
         return None, ""
-    engine = " on llama.cpp" if _backend(draft) == "llamacpp" else ""
-    return t1 / one_token_time(curve), f"{draft.ref} in {dtype}{engine}: {t1 * 1000:.0f} ms a token, {where}"
+    if progress:
+        progress("timing the draft (once: it is stored for later runs)")
+    model = quantize.int8_draft(draft.model) if int8 else draft.model
+    raw: dict[int, list[float]] = {}
+    measured = _curve(model, sizes, MEASURE_REPEATS, raw)
+    problem = disturbed(measured, raw)
+    if problem:  # as for the target: this process does not spend the time again (and sizes the same way)
+        _DISTURBED[(draft.ref, hardware, dtype)] = problem
+        return None, ""
+    return measured, f"measured now, {_save_curve(store, draft.ref, hardware, measured, dtype, model_kernels)}"

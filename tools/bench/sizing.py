@@ -246,7 +246,8 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
                            f"this machine's pass costs over 1..{k_max + 1} tokens: each step drafts the length the "
                            "expected acceptance pays for, none when a plain step is cheaper"),
             "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})"),
-            **({"draft_quant": machine.draft_quant} if machine.draft_quant else {})}
+            **({"draft_quant": machine.draft_quant} if machine.draft_quant else {}),
+            **({"gguf_draft_until": machine.gguf_until} if machine.gguf_until else {})}
 
 
 def size_ngram(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, str]]:

@@ -43,9 +43,16 @@ def run(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Genera
     if method == "baseline":
         return autoregressive.generate(target, prompt_ids, settings)
     if method == "draft":
-        gguf = params.draft_quant == "gguf" and ctx.gguf_draft is not None
-        draft = ctx.gguf_draft if gguf else ctx.draft
-        decoder = SpeculativeDecoder.for_settings(ctx.target, draft, settings, **params.model_dump())
+        options = params.model_dump()
+        if params.draft_quant == "gguf" and ctx.gguf_draft is not None:
+            until = params.gguf_draft_until
+            if until is None or ctx.draft is None or len(prompt_ids) <= until * settings.max_new_tokens:
+                draft = ctx.gguf_draft
+            else:  # a long prompt: the int8 copy reads it faster than llama.cpp
+                draft, options["draft_quant"] = ctx.draft, "auto"
+        else:
+            draft = ctx.draft
+        decoder = SpeculativeDecoder.for_settings(ctx.target, draft, settings, **options)
         return decoder.run(prompt_ids, settings)
     if method == "medusa":
         return medusa.generate(target, ctx.medusa_heads, prompt_ids, settings, params)

@@ -84,6 +84,10 @@ class DraftParams(BaseModel):
     draft_vocab: int | None = Field(
         None, ge=1, description="draft over the N lowest token ids only (output unchanged; cheaper draft LM head)"
     )
+    gguf_draft_until: float | None = Field(
+        None, gt=0, description="with draft_quant gguf: a prompt longer than this many tokens per new token asked for "
+                                "is drafted by the int8 copy instead (llama.cpp reads prompts slower than it and "
+                                "drafts faster; sized from both measured costs); None: llama.cpp whatever the prompt")
     draft_lookup: int = Field(
         4, ge=0, le=16, description="greedy: each draft forward also checks up to N tokens that followed the text's "
                                     "last words earlier in it, and keeps those the draft itself would have proposed "

@@ -401,7 +401,9 @@ class SpeculativeDecoder:
     @classmethod
     def for_settings(cls, target, draft, settings: GenerationSettings, **options) -> SpeculativeDecoder:
         """A decoder for ``settings`` (temperature, top-p, top-k, seed, EOS); ``options`` are the
-        keyword arguments (DraftParams' fields: k, adaptive_k, k_max, draft_confidence, ...)."""
+        keyword arguments (DraftParams' fields: k, adaptive_k, k_max, draft_confidence, ...; gguf_draft_until is
+        not one: it chooses the draft, which tools.engine.methods.run does before this)."""
+        options.pop("gguf_draft_until", None)
         return cls(inference=target, draft=draft, temperature=settings.temperature, top_p=settings.top_p,
                    top_k=settings.top_k, seed=settings.seed, eos_token_ids=settings.eos_token_ids, **options)
 
