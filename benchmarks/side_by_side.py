@@ -9,7 +9,8 @@ every variant alike. Parameters not given are sized as `run` sizes them.
     .venv/bin/python benchmarks/side_by_side.py eagle '{"trim": {}, "full": {"trim": false}}' \\
         --categories coding,math,writing,qa,summarization
 
-The draft method loads the target's built-in draft model (`{"sized": {}}` times the sized default).
+The draft method loads the target's built-in draft model, also on llama.cpp where it runs here (`{"sized": {}}`
+times the sized default; `{"int8": {"draft_quant": "int8"}}` the int8 copy).
 An EAGLE variant may name its head (`"head": FOLDER`; the shipped one otherwise), to time two heads:
 
     .venv/bin/python benchmarks/side_by_side.py eagle '{"shipped": {}, "new": {"head": "HEAD_DIR"}}' --half eval
@@ -29,7 +30,7 @@ import torch
 
 from memory import Store
 from prompts.spec_bench import half_path, read_jsonl
-from tools.bench.context import eos_ids_for, load_cached, prompt_ids_for, sized_params
+from tools.bench.context import eos_ids_for, load_cached, load_gguf_draft, prompt_ids_for, sized_params
 from tools.engine.methods import MethodContext, parse_params, run
 from tools.engine.types import GenerationSettings
 from tools.medusa.checkpoint import default_medusa_heads_path, load_medusa_heads
@@ -81,8 +82,9 @@ def main() -> None:
     torch.set_num_threads(2)
     target = load_cached(TARGET, args.dtype, None, 2)
     ctx = MethodContext(target=target, eagle_head=load_eagle_for(target, None) if args.method == "eagle" else None)
-    if args.method == "draft":
+    if args.method == "draft":  # the built-in draft, and on llama.cpp too (draft_quant gguf) where it runs here
         ctx.draft = load_cached(builtin_draft_for(TARGET), args.dtype, None, 2)
+        ctx.gguf_draft = load_gguf_draft(argparse.Namespace(draft=None, threads=2), ctx.draft, ["draft"])
     if args.method == "medusa":
         ctx.medusa_heads = load_medusa_heads(target, str(default_medusa_heads_path(TARGET)))
     variants = json.loads(args.variants)

@@ -221,3 +221,10 @@ def test_paths_and_the_topic_asked_about_first():
     assert train_fields("train medusa on data/a.txt and data/b.txt")["data_files"] == ["data/a.txt", "data/b.txt"]
     assert URL_OR_PATH.search("compare draft/medusa") is None
     assert explained_topic("what is EAGLE and how is it different from a draft model") == "eagle"
+
+
+@pytest.mark.parametrize("text, quant", [("draft quantised to int8", "int8"), ("use a gguf draft", "gguf"),
+                                         ("the draft model from its gguf file", "gguf"), ("quantize as none", "none"),
+                                         ("keep the draft unquantised", "none")])
+def test_how_the_draft_is_made_cheaper_in_words(text, quant):
+    assert find_params(text)["draft_quant"] == quant

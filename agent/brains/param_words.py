@@ -153,9 +153,10 @@ TEMPERATURE_AFTER = re.compile(r"\b(\d*\.\d+|\d+)\s+(?:temperature|temp)\b(?!\s*
 TREE_FIRST = re.compile(rf"\b({'|'.join(map(re.escape, TREES))})\s+tree\b|"  # "the cpu16 tree"
                         rf"(?<![\w/.-])({'|'.join(map(re.escape, TREES))})(?![\w/.-])", I)  # a tree's name alone
 HEADS_IN = re.compile(r"\bheads?\s+(?:in|at|from|under)\s+((?:~|\.{1,2})?/[\w./-]*[\w-])", I)  # "the heads in ./h"
-DRAFT_QUANT = re.compile(r"\bquanti[sz](?:e|ed|ing)\s+(?:to\s+|in\s+|as\s+)?(int8|none)\b|"
-                         r"\b(int8|unquanti[sz]ed)\s+draft\b|\bdraft(?: model)? (?:unquanti[sz]ed|in int8)\b",
-                         I)  # "the draft model quantised to int8"
+DRAFT_QUANT = re.compile(r"\bquanti[sz](?:e|ed|ing)\s+(?:to\s+|in\s+|as\s+)?(int8|none|gguf)\b|"
+                         r"\b(int8|gguf|unquanti[sz]ed)\s+draft\b|"
+                         r"\bdraft(?: model)? (?:unquanti[sz]ed|in int8|in gguf|from (?:its|the) gguf(?: file)?)\b",
+                         I)  # "the draft model quantised to int8", "a gguf draft"
 
 
 def find_params(text: str) -> dict:
@@ -172,7 +173,8 @@ def find_params(text: str) -> dict:
     params |= {"temperature": 0.0} if "temperature" not in params and GREEDY.search(text) else {}
     params |= {"warmup": 0} if NO_WARMUP.search(text) else {}
     if quant := DRAFT_QUANT.search(text):
-        params["draft_quant"] = "none" if "unquanti" in (quant.group(0).lower()) else "int8"
+        said = quant.group(0).lower()
+        params["draft_quant"] = "none" if "unquanti" in said or "none" in said else "gguf" if "gguf" in said else "int8"
     params |= {"target": named.group(1)} if (named := AS_TARGET.search(text)) else {}  # "smollm2-... as the target"
     params |= {after_name(m.group(2)): int(m.group(1)) for m in NAME_AFTER.finditer(text)}
     if grams := re.search(r"\bn-?grams?\b", text, I):  # "n-grams up to 4 long, at least 2"
