@@ -74,3 +74,10 @@ def write_tiny_llama(path, seed: int, noise_of: dict | None = None, noise: float
     writer.write_tensors_to_file()
     writer.close()
     return weights
+
+
+def write_pair(folder) -> tuple[str, str]:
+    """A tiny target and its draft (the target's weights with noise) in ``folder``: their paths as text."""
+    weights = write_tiny_llama(folder / "target.gguf", seed=0)
+    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
+    return str(folder / "target.gguf"), str(folder / "draft.gguf")

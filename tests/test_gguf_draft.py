@@ -19,7 +19,7 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
 from agent.cli.main import main  # noqa: E402
-from gguf_tiny import write_tiny_llama  # noqa: E402
+from gguf_tiny import write_pair  # noqa: E402
 from memory import Store  # noqa: E402
 from tools.bench import context  # noqa: E402
 from tools.bench.protocol import hardware_name  # noqa: E402
@@ -35,10 +35,7 @@ SETTINGS = GenerationSettings(max_new_tokens=32)
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gguf")
-    weights = write_tiny_llama(folder / "target.gguf", seed=0)
-    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
-    yield str(folder / "target.gguf"), str(folder / "draft.gguf")
+    yield write_pair(tmp_path_factory.mktemp("gguf"))
     context.release_models()
 
 

@@ -22,7 +22,7 @@ pytest.importorskip("gguf")
 
 from agent.cli.main import main  # noqa: E402
 from agent.cli.options import BACKEND_CHOICES  # noqa: E402
-from gguf_tiny import write_tiny_llama  # noqa: E402
+from gguf_tiny import write_pair  # noqa: E402
 from memory import Store  # noqa: E402
 from tools.bench import context  # noqa: E402
 from tools.bench.machine_cost import CPU_FALLBACK_CURVE, backend_cost_curve, machine_cost  # noqa: E402
@@ -37,10 +37,7 @@ LLAMACPP_PEERS = {"llamacpp_plain", "llamacpp_prompt_lookup"}
 
 @pytest.fixture(scope="module")
 def gguf_files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gguf")
-    weights = write_tiny_llama(folder / "target.gguf", seed=0)
-    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
-    yield str(folder / "target.gguf"), str(folder / "draft.gguf")
+    yield write_pair(tmp_path_factory.mktemp("gguf"))
     context.release_models()  # the models this module's in-process runs loaded
 
 
