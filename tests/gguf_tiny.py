@@ -23,7 +23,8 @@ def byte_tokens() -> list[str]:
 
 
 MERGES = ["h e", "l l", "o Ġ", "Ġ w"]
-VOCAB = byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>"]  # the name transformers expects: no token added
+# the end token under the name transformers' GGUF reader expects (another name makes it add a 262nd token)
+VOCAB = byte_tokens() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>"]
 EOS = len(VOCAB) - 1
 
 

@@ -150,6 +150,8 @@ def _gguf_until(store, draft, gguf: dict[int, float], machine: MachineCost, allo
                 progress) -> tuple[float, str] | None:
     """(prompt tokens per new token past which the int8 copy's faster prompt reading outweighs llama.cpp's
     faster tokens, why); None where llama.cpp reads prompts as fast (or the int8 copy's cannot be timed)."""
+    if not quantize.int8_available():
+        return None
     int8, _ = _draft_curve(store, draft, True, machine.hardware, allow_measure, progress, (1, PROMPT_TOKENS))
     if int8 is None or PROMPT_TOKENS not in gguf:
         return None
@@ -320,7 +322,8 @@ def _draft_ratio(store, draft, draft_quant: str, hardware: str, curve: dict[int,
 
 
 def _draft_name(draft, int8: bool) -> str:
-    return f"{draft.ref} in {'int8' if int8 else draft.dtype}" + (" on llama.cpp" if _backend(draft) == "llamacpp" else "")
+    engine = " on llama.cpp" if _backend(draft) == "llamacpp" else ""
+    return f"{draft.ref} in {'int8' if int8 else draft.dtype}{engine}"
 
 
 def _draft_curve(store, draft, int8: bool, hardware: str, allow_measure: bool, progress,
