@@ -12,7 +12,7 @@ import tools.agent_tools.advice as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext
-from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost
+from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost, one_token_time
 from tools.bench.sizing import size_params
 from tools.engine import cpu_gemm
 
@@ -184,3 +184,22 @@ def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
                           measured_at="2026-01-01T00:00:00", kernels=cpu_gemm.expected_kernels("cpu", dtype))
     sized = advise(store, monkeypatch, method="lookahead")
     assert sized["source"].startswith("sized to the cost curve") and "next_step" not in sized
+
+
+def test_draft_guidance_drafts_on_llamacpp_as_runs_would(store, monkeypatch):
+    """With both drafts' costs stored (one token and a 256-token prompt), guidance sizes the draft as run does:
+    on llama.cpp where its token is cheaper, with the prompt threshold from the two prompt costs."""
+    dtype = guidance.run_dtype(store, "draft", CPU)
+    target, draft = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+    store.save_cost_curve(target, CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,
+                          kernels=cpu_gemm.expected_kernels("cpu", dtype))
+    store.save_cost_curve(draft, CPU["name"], {1: 0.030, 256: 0.49}, dtype="int8")
+    store.save_cost_curve(draft, CPU["name"], {1: 0.021, 256: 1.66}, dtype="gguf")
+    sizing, _ = guidance.machine_sizing(store, "draft", target, CPU, draft=draft)
+    t1 = one_token_time(DESIGN_CPU_CURVE)
+    assert sizing.params["draft_quant"] == "gguf" and sizing.params["draft_cost"] == pytest.approx(0.021 / t1, abs=1e-3)
+    # 9 ms saved a draft forward, 0.85 forwards a new token, 4.57 ms more a prompt token: 1.67
+    assert sizing.params["gguf_draft_until"] == pytest.approx(1.67, abs=0.01)
+    store.save_params("draft", {"draft_quant": "int8"})  # a saved choice stands
+    kept, _ = guidance.machine_sizing(store, "draft", target, CPU, draft=draft)
+    assert kept.params["draft_cost"] == pytest.approx(0.030 / t1, abs=1e-3)

@@ -25,7 +25,7 @@ from tools.engine import cpu_gemm, quantize
 from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.params import PARAM_MODELS
-from tools.bench.machine_cost import MachineCost
+from tools.bench.machine_cost import MachineCost, prompt_threshold
 from tools.bench.context import check_backend, load_cached
 from tools.bench.protocol import hardware_info
 from tools.bench.sizing import Sizing, remembered_machine, size_params
@@ -213,6 +213,10 @@ def remembered_gguf_draft(store, machine, target: str, hw: dict, dtype: str, dra
         return
     than = f", less than {machine.draft_source}" if machine.draft_source else ""
     machine.draft_quant = ("gguf", f"the draft's GGUF file on llama.cpp ({gguf.draft_source}{than})")
+    if quant == "auto" and machine.draft_ratio is not None:
+        curves = [store.get_cost_curve(draft, hw["name"], d, kernels=None) for d in (LLAMACPP_DTYPE, "int8")]
+        if all(curves):
+            machine.gguf_until = prompt_threshold(curves[0]["curve"], curves[1]["curve"])
     machine.draft_ratio, machine.draft_source = gguf.draft_ratio, gguf.draft_source
 
 

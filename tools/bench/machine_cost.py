@@ -153,7 +153,13 @@ def _gguf_until(store, draft, gguf: dict[int, float], machine: MachineCost, allo
     if not quantize.int8_available():
         return None
     int8, _ = _draft_curve(store, draft, True, machine.hardware, allow_measure, progress, (1, PROMPT_TOKENS))
-    if int8 is None or PROMPT_TOKENS not in gguf:
+    return prompt_threshold(gguf, int8) if int8 is not None else None
+
+
+def prompt_threshold(gguf: dict[int, float], int8: dict[int, float]) -> tuple[float, str] | None:
+    """From the two drafts' curves (one token and a ``PROMPT_TOKENS`` prompt each): (gguf_draft_until, why), or None
+    where either lacks the prompt or llama.cpp reads prompts as fast or drafts no faster."""
+    if PROMPT_TOKENS not in gguf or PROMPT_TOKENS not in int8:
         return None
     read_g, read_i = gguf[PROMPT_TOKENS] / PROMPT_TOKENS, int8[PROMPT_TOKENS] / PROMPT_TOKENS
     saved = one_token_time(int8) - one_token_time(gguf)
