@@ -77,8 +77,8 @@ def write_tiny_llama(path, seed: int, noise_of: dict | None = None, noise: float
     return weights
 
 
-def write_pair(folder) -> tuple[str, str]:
-    """A tiny target and its draft (the target's weights with noise) in ``folder``: their paths as text."""
+def write_pair(folder, noise: float = 0.3) -> tuple[str, str]:
+    """A tiny target and its draft (the target's weights with ``noise``) in ``folder``: their paths as text."""
     weights = write_tiny_llama(folder / "target.gguf", seed=0)
-    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=0.3)
+    write_tiny_llama(folder / "draft.gguf", seed=1, noise_of=weights, noise=noise)
     return str(folder / "target.gguf"), str(folder / "draft.gguf")

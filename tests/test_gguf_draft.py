@@ -22,6 +22,7 @@ from agent.cli.main import main  # noqa: E402
 from gguf_tiny import write_pair  # noqa: E402
 from memory import Store  # noqa: E402
 from tools.bench import context  # noqa: E402
+from tools.bench.inputs import CompareInput, RunInput  # noqa: E402
 from tools.bench.protocol import hardware_name  # noqa: E402
 from tools.engine import autoregressive, cpu_gemm, methods, quantize  # noqa: E402
 from tools.engine.params import DraftParams  # noqa: E402
@@ -153,3 +154,14 @@ def test_run_on_transformers_drafts_on_llamacpp_and_records_it(capsys, files):
     assert record["backend"] == "transformers" and record["params"]["draft_quant"] == "gguf"
     assert record["matches_baseline"] is True and record["new_tokens"] == 12
     assert torch.tensor(record["output_ids"]).numel() == 12
+
+
+@pytest.mark.parametrize("given, loaded", [({}, True), ({"draft_quant": "gguf"}, True), ({"draft_quant": "int8"}, False),
+                                           ({"draft_quant": "none"}, False)])
+def test_prepare_loads_the_llamacpp_draft_only_where_it_may_run(files, given, loaded):
+    run_inp = RunInput(method="draft", prompt="hello", target=files[0], draft=files[1], dtype="float32", params=given)
+    compare_inp = CompareInput(prompt="hello", methods=["draft"], target=files[0], draft=files[1], dtype="float32",
+                               params={"draft": given})
+    for inp in (run_inp, compare_inp):
+        ctx = context.prepare(inp, ["draft"], None, strict=True).ctx
+        assert (ctx.gguf_draft is not None) is loaded and ctx.draft is not None

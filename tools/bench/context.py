@@ -336,7 +336,8 @@ def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=No
     CPU where llama-cpp-python is installed and the draft has a GGUF file (a built-in model's, or a .gguf given);
     else None, and the draft runs as before."""
     if (not draft_methods or draft is None or getattr(inp, "backend", "transformers") != "transformers"
-            or str(draft.device) != "cpu"):
+            or str(draft.device) != "cpu" or all(_given(inp, m, "draft_quant") not in (None, "auto", "gguf")
+                                                 for m in draft_methods)):
         return None
     ref = inp.draft or draft.ref
     try:
@@ -351,11 +352,16 @@ def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=No
 
 
 def eagle_heads_given(inp: BaseModel) -> str | None:
-    """The EAGLE head folder a run or compare was given in its parameters (run: ``params``; compare:
-    ``params["eagle"]``), else None (the shipped head)."""
+    """The EAGLE head folder a run or compare was given in its parameters, else None (the shipped head)."""
+    return _given(inp, "eagle", "eagle_heads")
+
+
+def _given(inp: BaseModel, method: str, name: str):
+    """The value of parameter ``name`` a run or compare was given for ``method`` (run: ``params``; compare:
+    ``params[method]``), else None."""
     params = getattr(inp, "params", None) or {}
-    own = params.get("eagle") if isinstance(params.get("eagle"), dict) else params
-    return own.get("eagle_heads") if isinstance(own, dict) else None
+    own = params.get(method) if isinstance(params.get(method), dict) else params
+    return own.get(name) if isinstance(own, dict) else None
 
 
 # ---------------------------------------------------------------------------- parameters
