@@ -48,3 +48,19 @@ def request_part(text: str) -> str:
     if not asking or len(asking) == len(parts):
         return text
     return " ".join(asking)
+
+
+QUOTED_LINE = re.compile(r"^\s*>(?!>)")  # "> what even is medusa": a line quoted from a thread (">>>" is a cue)
+MENTION = re.compile(r"^(\s*)@[\w.-]+[,:]?\s+(?=\S)", re.MULTILINE)  # "@specpilot can you ...", "@sam let's check"
+
+
+def without_thread(text: str) -> str:
+    """``text`` without the lines it quotes from a thread before the request ("> medusa says no heads found\\nright,
+    train medusa heads ...") and without the @mentions that start its lines; ``text`` itself where nothing but
+    quoted lines is left."""
+    lines = text.split("\n")
+    lead = 0
+    while lead < len(lines) and (QUOTED_LINE.match(lines[lead]) or not lines[lead].strip()):
+        lead += 1
+    rest = "\n".join(lines[lead:]) if 0 < lead < len(lines) else text
+    return MENTION.sub(r"\1", rest).strip() or text

@@ -13,6 +13,7 @@ import dataclasses
 import re
 from typing import Any
 
+from agent.brains.background import without_thread
 from agent.brains.approval_words import APPROVED_TOOLS, find_approval_id
 from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
@@ -20,7 +21,7 @@ from agent.brains.phrase_fields import (compare_params, explained_topic, guidanc
                                        method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
                                        train_fields)
 from agent.brains.param_words import find_params, method_of_params, without_values
-from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BEATS, COMPARE,
+from agent.brains.phrases import (ADVICE_QUESTION, HOW_SPEEDS, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BEATS, COMPARE,
                                   COPY_TO, COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD,
                                   EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
                                   INSTALL_WORDS, IN_SCOPE, LOCAL_ONLY, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
@@ -32,7 +33,7 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   find_hardware, find_method, find_methods, find_packages, find_target, find_topic,
                                   first_named, leading_methods, named_methods, unquote)
 from agent.brains.prompt_words import Message, find_prompt
-from agent.brains.refusals import DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
+from agent.brains.refusals import CONTENT_WRITING, DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
 from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
@@ -42,6 +43,10 @@ from tools.models import BUILTIN_MODELS, builtin_draft_for
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
            "find_topic", "find_params", "find_target", "find_hardware", "leading_methods", "unquote"]
 
+BASELINE_ONLY = re.compile(r"\b(?:just|only)\b(?:\s+(?!vs\b|and\b|or\b)\w+){0,3}\s+baseline\b(?!\s+(?:vs|and|or|against)\b)|"
+                           r"\bbaseline (?:alone|only)\b", re.IGNORECASE)
+WITHOUT_DRAFT = re.compile(r"\b(?:without|no need for|no) (?:a |an |the |any )?(?:separate |extra |second |small )?"
+                           r"(?:draft(?:er)?|helper)(?:[- ]model)?\b", re.IGNORECASE)
 # rules for plain words, tried in this order (each returns a Reply, or None to pass)
 WORD_RULES = ("_social", "_refusals", "_other_hardware", "_save_words", "_cost_curve_words", "_compare_words",
               "_run_on_prompt", "_gated_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",
@@ -114,7 +119,7 @@ class OfflineBrain:
     # ---- words ---------------------------------------------------------------------------
 
     def _words(self, session: Session, text: str) -> Reply:
-        msg = Message.read(text)
+        msg = Message.read(without_thread(text))
         for rule in WORD_RULES:
             reply = getattr(self, rule)(session, msg)
             if reply is not None:
@@ -130,7 +135,12 @@ class OfflineBrain:
         return None
 
     def _refusals(self, session: Session, msg: Message) -> Reply | None:
-        """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain)."""
+        """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain);
+        nor does any write a person's own text."""
+        if msg.has(CONTENT_WRITING) and not msg.prompt:
+            return Reply("I only write reports of the runs specpilot measured (write_report); your own text, such as a "
+                         "section of a report or an essay, is outside what I do.",
+                         not_done="writing the user's own text is outside specpilot")
         if DELETE_WORDS.search(msg.head) and not (msg.has(REPLACE_REST) and find_params(msg.head)):  # "...keep k=4"
             return Reply(f"I do not delete stored runs or memory from the chat. Everything specpilot remembers is in "
                          f"one SQLite file, {session.store.path}; move or delete it yourself to start afresh.",
@@ -159,7 +169,10 @@ class OfflineBrain:
 
     def _save_words(self, session: Session, msg: Message) -> Reply | None:
         heads = asks_for_heads(msg.head) and not SAVE_ONLY.match(msg.head)
-        if not msg.has(SAVE_VERBS) or heads or msg.has(COST_CURVE):  # "measure the cost curve and store it"
+        numbers = [v for v in find_params(msg.head).values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        saving = msg.has(SAVE_VERBS) or (bool(re.search(r"\b(?:drop|discard|keep)\b", msg.head, re.I) or
+                                          msg.has(REPLACE_REST)) and not msg.prompt and bool(numbers))
+        if not saving or heads or msg.has(COST_CURVE):  # "measure the cost curve and store it"
             return None  # "save", "set", "remember", "from now on", "as my default", ..., not "train heads ... default"
         if msg.prompt and (msg.has(SPEED_QUESTION) or msg.has(RUN_ANYWHERE) or msg.has(COMPARE)) and \
                 not msg.has(SAVE_ONLY):
@@ -182,13 +195,16 @@ class OfflineBrain:
         return Reply(question, awaiting="the parameter values to save")
 
     def _compare_words(self, session: Session, msg: Message) -> Reply | None:
+        if msg.prompt and BASELINE_ONLY.search(msg.head):  # "I just want plain baseline tok/s here ... use: <prompt>"
+            return self._run(session, "baseline", msg.prompt, target=msg.target, options=find_params(msg.head))
         if asked_one(msg) is not None and msg.prompt:
             return None  # a comparison in the scene, one method asked to run: a run
         wants = msg.has(COMPARE) or ((msg.has(SUPERLATIVE) or msg.has(BEATS)) and len(msg.methods) >= 2) or \
             (msg.has(SUPERLATIVE) and msg.has(WHICH)) or \
             (msg.has(EVERY_METHOD) and (msg.prompt or msg.has(RUN_ANYWHERE)))  # "benchmark every technique on ..."
         alone = len([m for m in msg.methods if m != "baseline"]) == 1 and find_params(msg.head).get("peers") and \
-            not msg.has(EVERY_METHOD) and not re.search(r"\b(?:everything|all)\b", msg.head, re.I)  # one and its peers
+            not msg.has(EVERY_METHOD) and not re.search(r"\b(?:everything|all)\b", msg.head, re.I) and \
+            not ("baseline" in msg.methods and msg.has(COMPARE))  # one and its peers, not "compare baseline and X"
         if not wants or alone or msg.has(OTHER_ACTIONS) or (msg.has(RECALL_STRONG) and not msg.prompt):  # "did we
             return None  # finish the comparison?": memory
         if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
@@ -267,6 +283,8 @@ class OfflineBrain:
     def _recall_words(self, session: Session, msg: Message) -> Reply | None:
         if (msg.methods or msg.target) and (msg.has(FIGURES) or msg.has(RUNS_QUESTION)):  # stored runs, not memory
             return None
+        if msg.has(GUIDE_WORDS) and msg.has(PARAM_WORDS) and not msg.has(PAST):  # "recommend parameters for my setup"
+            return None
         if (msg.has(PACKAGE_PRESENCE) and known_packages(msg.head)) or msg.has(DEPS_WORDS):  # "before I try llama.cpp:
             return None  # is gguf here?", "an ImportError last time I tried EAGLE: what's missing?"
         if msg.has(RECALL_STRONG) or (msg.has(RECALL_WEAK) and not msg.methods and not msg.has(FIGURES)):
@@ -278,8 +296,8 @@ class OfflineBrain:
         return self._explain(session, topic) if topic else None
 
     def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
-        if RUN_WORDS.match(msg.text):  # "run EAGLE with depth 8": a run (its prompt asked for), not advice
-            return None
+        if RUN_WORDS.match(msg.text) or re.search(HOW_SPEEDS, msg.head, re.I):  # "run EAGLE with depth 8": a run
+            return None  # (its prompt asked for), not advice; "how can lookahead speed anything up?": how it works
         about_values = msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION)
         advice = msg.has(GUIDE_WORDS) or (about_values and (
             msg.has(STRONG_ADVICE) or (msg.has(ADVICE_QUESTION) and not msg.has(FIGURES) and
@@ -293,6 +311,9 @@ class OfflineBrain:
     def _explain_words(self, session: Session, msg: Message) -> Reply | None:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
             return None
+        if WITHOUT_DRAFT.search(msg.head):  # "how can lookahead speed anything up without a draft model?": lookahead's
+            msg = dataclasses.replace(msg, head=WITHOUT_DRAFT.sub(" ", msg.head),
+                                      methods=named_methods(WITHOUT_DRAFT.sub(" ", msg.head)))
         several = len([m for m in msg.methods if m != "baseline"]) >= 2 and not explained_topic(msg.head)
         led = EXPLAIN_LEAD.match(msg.head)  # "what is EAGLE and how is it ...", not "what's the difference between ..."
         first_words = " ".join(msg.head[led.end():].split()[:2]) if led else ""

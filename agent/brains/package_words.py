@@ -17,7 +17,8 @@ INSTALL_FILLER = {"now", "also", "both", "all", "those", "these", "upstream", "l
                   # words that name no package ("install something so it goes faster": ask which)
                   "something", "anything", "everything", "stuff", "whatever", "so", "go", "goes", "faster", "quicker",
                   "needed", "necessary", "missing", "required", "what", "is", "are", "i", "we", "need", "make", "run",
-                  "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in"}
+                  "all", "can", "you", "could", "would", "should", "will", "just", "some", "any", "of", "on", "in",
+                  "ones", "one", "deps", "dependencies", "dependency", "requirements", "libraries", "libs", "things"}
 VAGUE_PACKAGES = re.compile(r"\binstall\b.*\b(?:something|anything|whatever|stuff|what(?:'s| is)? needed|"
                             r"what (?:i|we) need|everything)\b", I | re.DOTALL)
 

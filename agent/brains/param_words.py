@@ -27,7 +27,7 @@ RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
 AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)"
                        r"\s+as (?:the |my |a )?target\b", I)
-BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b|\bgguf\b", I)
+BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b(?!-python)|\bgguf\b", I)  # not the package llama-cpp-python
 
 # ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------
 PARAM_ALIASES = {
@@ -38,7 +38,9 @@ PARAM_ALIASES = {
     "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
     "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
     "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
+    "min_ngram_size": r"min(?:imum)? n-?gram(?: size)?",
 }
+QUANT_MODES = ("int8", "gguf", "none", "auto")
 CONNECTOR = r"[ \t]*(?:=|:|\bset to\b|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?[ \t]*"  # on one line
 NUMBER = r"-?\d+(?:\.\d+)?"
 VALUE = rf"(?P<value>{NUMBER}(?!\w|\.\d)|true|false|yes|no|on|off|[\w./~][\w.:/~-]*)"
@@ -106,7 +108,8 @@ def assignments(text: str) -> list[tuple[re.Match, str, object]]:
         if value is None or (len(match.group("name")) == 1 and not re.fullmatch(NUMBER, raw)) or \
                 (name in MODEL_FIELDS and connector not in ("=", ":", "to", "is", "set to") and not line_start and
                  raw.lower().rstrip(".,;:") not in BUILTIN_MODELS and "/" not in raw and
-                 not (name == "tree" and raw.lower().rstrip(".,;:") in TREES)):  # "tree chain4" names a tree
+                 not (name == "tree" and raw.lower().rstrip(".,;:") in TREES) and  # "tree chain4" names a tree
+                 not (name == "draft_quant" and raw.lower().rstrip(".,;:") in QUANT_MODES)):  # "draft_quant gguf"
             pos = match.start() + 1
             continue
         found.append((match, name, value))
@@ -186,7 +189,8 @@ def find_params(text: str) -> dict:
     params |= {"pool_from_prompt": True} if POOL_FROM_PROMPT.search(text) else {}
     params |= {"k": int(fixed.group(1))} if (fixed := FIXED_AT.search(text)) else {}  # "K fixed at 3"
     params |= {"peers": True} if PEERS.search(text) else {}
-    params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(text) else {}
+    engine = re.sub(r"\bgguf\b", " ", text, flags=I) if params.get("draft_quant") == "gguf" else text  # the draft's
+    params |= {"backend": "llamacpp"} if BACKEND_WORDS.search(engine) else {}
     params |= asked_dtype(text)
     if "top_k" in params and re.search(r"\beagle\b", text, I) and re.search(r"\btopk\b", text, I):
         params["topk"] = params.pop("top_k")  # EAGLE's children per node, not sampling's top-k

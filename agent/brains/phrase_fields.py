@@ -113,6 +113,9 @@ def train_fields(text: str) -> dict:
     return {k: v for k, v in fields.items() if v}
 
 
+WHEN_WORDS = {"yesterday", "today", "earlier", "last", "before", "this", "that", "morning", "tonight", "week"}
+
+
 def prompt_filter(text: str, last_prompt: str | None) -> dict:
     """lookup_runs' prompt filter from words: a quoted phrase, "the palindrome prompt", "the runs whose prompt
     mentions quicksort", or "that same prompt" (the session's last prompt, else the last run's)."""
@@ -130,6 +133,11 @@ def prompt_filter(text: str, last_prompt: str | None) -> dict:
     named = re.search(r"\b(?:on|for|with|of) the ((?:\w+ ){1,4}\w+) (?:runs|prompts?)\b", text, I)
     if named and not find_methods(named.group(1)) and named.group(1).split()[0].lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "on the capital of France runs"
+    did = re.search(r"\b(?:did|ran|tried|timed|measured|benchmarked) (?:something|some runs|a few runs|stuff|a run|"
+                    r"runs) (?:with|on|about|for) (?:a |the |some )?([\w+#-]{4,}(?: [\w+#-]+)?)\b", text, I)
+    words = [w for w in (did.group(1).split() if did else []) if w.lower() not in WHEN_WORDS]
+    if words and words[0].lower() not in NOT_A_PROMPT:
+        return {"prompt_contains": " ".join(words)}  # "I did something with quicksort yesterday"
     if re.search(r"\b(?:(?:that|the) same|same|that|this|last|previous) prompt\b", text, I):
         return {"prompt_contains": last_prompt} if last_prompt else {"same_prompt_as_last_run": True}
     return {}

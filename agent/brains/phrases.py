@@ -108,7 +108,9 @@ RECALL_STRONG = re.compile(
     r"\b(?:last time|last session|previous (?:session|time|conversation|chat)|(?:our|the|my) history|"
     r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
-    r"(?:did|have) (?:i|we) (?:already )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
+    r"(?:did|have) (?:i|we) (?:al+re?a?dy )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
+    r"(?:stored|saved|kept|held) in (?:your |the )?memory|what(?:'s| is) (?:stored|saved|remembered)\b(?! (?:as|under))|"
+    r"(?:answer\w*|said|told you|chose|picked) (?:in|during|at) (?:the |my )?onboarding|onboarding answers?|"
     r"where (?:were|did) we|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
@@ -131,7 +133,7 @@ SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|th
                         r"param\w*|values?|"
                         r"config\w*)\b.{0,40}\b(?:stored|saved|remembered|"
                         r"persisted)|defaults?(?=\s*(?:→|->|=>))|"
-                        r"keep using|switch|persist|stick with|(?:for|in) (?:all )?future|going forward|go-?to|"
+                        r"keep using|switch|persist|stick with|(?:settings?|param\w*|values?) to keep|(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
 DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
@@ -147,12 +149,14 @@ ADVICE_QUESTION = re.compile(r"\b(?:should|good|best|optimal|ideal|right|recomme
 STRONG_ADVICE = re.compile(r"\b(?:should|good|best|optimal|ideal|recommended|pick|choose|tune|sensible|make sense|"
                            r"makes sense)\b", I)
 EXPLAIN_VERB = re.compile(r"^\W*(?:please\s+)?(?:explain|describe|tell me about|teach me|introduce|eli5)\b", I)
+HOW_SPEEDS = r"how (?:can|could|would|is|does) (?:it|this|that|\w+) (?:\w+ )?speed (?:\w+ )?up"  # how it works
 EXPLAIN_WORDS = re.compile(r"\b(?:explain\w*|what is|what's|whats|what are|how does|how do|how is|tell me about|why|"
                            r"describe|teach|overview|intro\w*|differen\w*|trade-?offs?|work|eli5|idea|intuition|"
                            r"concept|principle|guarantee\w*|in (?:simple|plain) (?:terms|words|english)|lossless|exact|"
                            r"lossy|in what sense|what makes|manage to|walk (?:me|us) through|(?:don'?t|"
                            r"do not) (?:get|understand)|"
                            r"explanation|how (?:on earth|exactly|actually) (?:does|do|can)|"
+                           rf"{HOW_SPEEDS}|"
                            r"what (?:actually|exactly|really) (?:is|are)|"
                            r"what (?:exactly )?(?:is|are|does) (?:it|they|\w+) (?:doing|do)\b|"
                            r"how (?:are|is) .{0,40}\b(?:checked|verified|accepted|chosen|built)|what does (?:it|"
@@ -169,7 +173,7 @@ WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do
                      r"looks? like|explain\w*|like i'?m)\b", I)
 DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
-                        r"what (?:it|they|this|that) needs?|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
+                        r"what (?:it|they|this|that) needs?|what (?:the |a )?\w+(?: method)? needs\b|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
                         r"audit\w*|every package|installed packages|depends? on|(?:are|is) present|"
                         r"imports? (?:correctly|cleanly|fine|ok)|importable|"
@@ -186,7 +190,7 @@ PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have
                               r"available|set up|importable|in this env\w*|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
 # not "don't install"; "pip: gguf, accelerate"
-INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )\binstall\b|\bget\b.+\binstalled\b|^\W*pip\s*:|"
+INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )(?<!the )\binstall\b(?!\s+(?:commands?|lines?|instructions?|hints?))|\bget\b.+\binstalled\b|^\W*pip\s*:|"
                            r"\bgo ahead and (?:add|get|grab) (?:it|them)\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
@@ -201,7 +205,8 @@ GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
 SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post(?= (?:it|them|the|my|these|those|results?|runs?|"
                          r"to|last|latest|all|every)\b)|"
                          r"webhook|e-?mail|(?:posted|uploaded|shared|sent) to)\b", I)  # not "my draft post"
-REPORT_WORDS = re.compile(r"\b(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
+REPORT_WORDS = re.compile(r"\b(?<!lab )(?<!book )(?<!school )(?<!expense )(?<!bug )(?<!news )(?<!term )"
+                          r"(?:report(?!\s+(?:the|its|back)\b)|summary|write[- ]?up|"
                           r"(?:markdown|json) (?:table|file|document)|"
                           r"write (?:\w+ ){1,2}up\b|(?:json|markdown) dump|write (?:out )?(?:the |"
                           r"my )?(?:last \d+ |latest \d+ )?"
@@ -235,7 +240,8 @@ COST_CURVE = re.compile(r"\b(?:cost[- ]curve|cost of (?:a |one |the )?(?:forward
                         r"to) \d+ tokens .{0,50}\bcost|pass over \d+ (?:versus|vs\.?|or|and|against) \d+ tokens|"
                         r"how (?:expensive|costly) (?:the |this |my )?model is|"
                         r"how (?:expensive|costly|slow) is (?:a |one |the |each )?(?:forward )?pass|"
-                        r"(?:forward )?pass(?:es)? scales?|verif\w* \d+ tokens in one pass|"
+                        r"(?:forward )?pass(?:es)?(?: of (?:the |my |this |a )?(?:target|model))? scales?|"
+                        r"verif\w* \d+ tokens in one pass|"
                         r"forward[- ]?pass(?:es)? cost|cost of (?:a |one )?forward|"
                         r"cost per forward|forward cost|how (?:much|long) (?:does )?(?:a |one )?forward|"
                         r"how (?:much )?(?:a |one |the )?(?:forward |target )?pass(?:es)? costs?|"
@@ -377,6 +383,8 @@ MODEL_FOLDER = re.compile(r"\b(?:for|on|of|(?:sitting|living|lives|stored|locate
                           r"with)\s+"
                           r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"
                           r"(?=[\s,;)?!]|$)", I)
+FILE_IN = re.compile(r"\s+(?:(?:is |are )?(?:sitting|living|lives|stored|located|saved|kept|that'?s|which is) )?"
+                     r"(?:in|at|under)\s+((?:~|\.{1,2})?(?:/[\w.-]+)+/?)", I)  # the folder a bare file name is in
 DATA_FILE = re.compile(r"\.(?:txt|jsonl?|md|csv|tsv|py|bin|safetensors|pt|ya?ml|html?)$", I)
 
 
@@ -384,7 +392,8 @@ def named_model(text: str) -> str | None:
     """A GGUF file or a hub id a message names as a model, or None."""
     found = GGUF_FILE.search(text) or MODEL_FOLDER.search(text)
     if found and not DATA_FILE.search(found.group(1)):
-        return found.group(1)
+        where = FILE_IN.match(text[found.end():]) if "/" not in found.group(1) else None
+        return f"{where.group(1).rstrip('/')}/{found.group(1)}" if where else found.group(1)  # "X.gguf sitting in /m"
     return next((m.group(1).rstrip(".") for m in HUB_ID.finditer(text) if not DATA_FILE.search(m.group(1))), None)
 
 

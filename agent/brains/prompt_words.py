@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.brains.background import request_part
-from agent.brains.param_words import DRAFT_PARAMETER, PEERS, find_params, without_values
+from agent.brains.param_words import DRAFT_PARAMETER, PEERS, assignments, find_params, without_values
 from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
                                   PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, asks_for_heads,
                                   RUN_ANYWHERE, RUN_LOOSE, SPEED_QUESTION, SUPERLATIVE, find_methods, find_target,
@@ -39,6 +39,22 @@ EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|(
                           r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+|"
                           r"\b(?:on|for) this(?: one| prompt)?\s*[?:.]\s+)"
                           r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
+
+NO_PROMPT_VERB = re.compile(r"\W*(?:please\s+)?(?:train|fit|install|upgrade|share|upload|save|store|persist|"
+                            r"remember|check)\b(?!.*\b(?:on|prompt)\W*$)", I)
+RUN_LEVEL = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "repeats", "warmup", "dtype", "threads")
+# what follows a colon that asks the assistant, not the model ("tom's settings: please save eagle depth 6 ...")
+ASKS_ASSISTANT = re.compile(r"^\W*(?:please|pls|kindly)\s+(?:save|store|remember|keep|set|compare|measure|time|"
+                            r"benchmark|install|train|share|check|run|rerun|look up|recall)\b", I)
+
+
+def instruction_not_prompt(prompt: str) -> bool:
+    """Whether the text read as a prompt is the instruction itself: a request to the assistant, or a method's
+    parameter values ("medusa: posterior_threshold 0.05, posterior_alpha 0.2, and drop the rest")."""
+    first = assignments(prompt[:60])
+    return bool(ASKS_ASSISTANT.match(prompt)) or bool(first and first[0][0].start() == 0 and
+                                                       first[0][1] not in ("target", "draft", "dtype"))
+
 
 # an unquoted prompt after "on" or "for" that starts as an instruction or a question does ("on Translate to ...")
 ON_INSTRUCTION = re.compile(r"\s(?:on|for)\s+(?=(?:Write|Translate|Explain|Summari[sz]e|List|Tell|Describe|Give|"
@@ -91,6 +107,20 @@ def find_prompt(text: str) -> str | None:
     for at in range(len(lines)):
         if all(not line.strip() or (len(line.split()) <= 8 and find_params(line)) for line in lines[at:]):
             return "\n".join(lines[:at]).strip() or None
+    return without_settings_sentence(prompt)
+
+
+# "...: Write a palindrome checker. Use 256 new tokens.": a last sentence that only sets the run
+SETTINGS_SENTENCE = re.compile(r"(?<=[.!?])\s+((?:please\s+)?(?:use|with|at|set|generate|limit|cap|run|do|make it|"
+                               r"and|max)\b(?:[^.!?\n]|\.(?=\d)){0,60}[.!]?)\s*$", I)
+
+
+def without_settings_sentence(prompt: str | None) -> str | None:
+    """``prompt`` without a last sentence that only sets run settings ("Use 256 new tokens.")."""
+    last = SETTINGS_SENTENCE.search(prompt or "")
+    if last and len(last.group(1).split()) <= 8 and find_params(last.group(1)) and \
+            set(find_params(last.group(1))) <= set(RUN_LEVEL):
+        return prompt[:last.start()].strip()
     return prompt
 
 
@@ -120,8 +150,8 @@ def _prompt_in(text: str) -> str | None:
     first, _, rest = text.strip().partition("\n")
     # "..., prompt below\n<prompt>"
     cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)
-    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)):
-        return rest.strip()
+    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)) and not NO_PROMPT_VERB.match(first):
+        return rest.strip()  # not "- train medusa heads\n- 3 heads\n- 500 steps": its settings
     if (on := ON_INSTRUCTION.search(text)) and run_intent(text[:on.start()]):  # "A vs B on Translate to German: ..."
         return text[on.end():].strip()
     colon = re.search(r":(?!//)(?!\s*\d)", text)  # not the colon of a URL, nor of "k: 6"
@@ -156,6 +186,8 @@ class Message:
     @classmethod
     def read(cls, text: str) -> Message:
         prompt = find_prompt(text)
+        if prompt and not QUOTED.search(text) and instruction_not_prompt(prompt):
+            prompt = None
         text = expand_around(text, prompt)
         if (second := first_ask(text, prompt)) is not None:  # "run it, then save those": the first ask
             prompt, text = (prompt if prompt and text.find(prompt) < second else None), text[:second]

@@ -1,0 +1,77 @@
+"""The rule planner on messages pasted from team threads and on a few kinds of request it misread before: lines
+quoted from the thread before the ask, @mentions, an instruction after a colon, a settings sentence after the prompt,
+a model file named apart from its folder, the baseline alone, stored runs by what was done, how a method can be
+faster, what a method needs, draft_quant and n-gram bounds by name, and writing that is no report. Each kind in
+phrasings of its own, not those of the set it was fitted on (planned with ``ask --plan-only``; nothing runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.brains.background import without_thread
+from agent.brains.package_words import find_packages
+from agent.brains.param_words import find_params
+from test_offline_planner_phrases import assert_planned, store  # noqa: F401  (the fixture)
+
+REQUESTS = [
+    # quoted thread lines and @mentions before the ask
+    ("> the lookahead numbers looked odd on my machine\n> maybe the window is too big\nwhich window would you start "
+     "lookahead with?", "guidance", {"method": "lookahead"}),
+    ("> is llama-cpp-python even built here?\n@bot could you check the draft method's dependencies?", "check_deps",
+     {"method": "draft"}),
+    ("> no Medusa heads for the small model yet\nok, train medusa heads for smollm2-135m-instruct, 300 steps",
+     "train_medusa", {"target": "smollm2-135m-instruct", "steps": 300}),
+    ("@lena what's saved in memory for this project?", "recall", {}),
+    # an instruction after a colon, not a prompt
+    ("Copied from the tuning doc (5 prompts): please store lookahead window 6, ngram 4 for me", "save_params",
+     {"method": "lookahead", "params": {"window": 6, "ngram": 4}}),
+    ("eagle: depth 5, topk 6, and drop whatever else was saved for it", "save_params",
+     {"method": "eagle", "params": {"depth": 5, "topk": 6}, "replace": True}),
+    ("draft settings to keep: k 5, k_max 9", "save_params", {"method": "draft", "params": {"k": 5, "k_max": 9}}),
+    # a settings sentence after the prompt
+    ("Run ngram on the prompt: List the planets of the solar system. Use 48 new tokens.", "run_method",
+     {"method": "ngram", "prompt": "List the planets of the solar system.", "max_new_tokens": 48}),
+    # a model file named apart from its folder
+    ("my-model-q4_k_m.gguf is stored in /data/llm, run prompt lookup on it through llama.cpp. Prompt: Say hi",
+     "run_method", {"method": "ngram", "target": "/data/llm/my-model-q4_k_m.gguf", "backend": "llamacpp"}),
+    # the baseline alone; the baseline and one method compared with peers
+    ("I only want the baseline numbers first, on: Describe a sunset in two sentences.", "run_method",
+     {"method": "baseline", "prompt": "Describe a sunset in two sentences."}),
+    ("compare baseline and draft, with transformers' own assisted generation alongside: 'Sort a list in Go'",
+     "compare_methods", {"methods": ["baseline", "draft"], "peers": True, "prompt": "Sort a list in Go"}),
+    # stored runs by what was done
+    ("we ran some runs on fizzbuzz this morning, how fast were they?", "lookup_runs", {"prompt_contains": "fizzbuzz"}),
+    # how a method can be faster: an explanation
+    ("how does medusa speed decoding up with no separate draft model at all?", "explain", {"topic": "medusa"}),
+    # what a method needs
+    ("tell me what the eagle method needs before I try it", "check_deps", {"method": "eagle"}),
+    ("go through every dependency and give me the install command for what's missing", "check_deps", {}),
+    # parameters by their names
+    ("save draft_quant int8 for draft", "save_params", {"method": "draft", "params": {"draft_quant": "int8"}}),
+    ("for prompt lookup keep min ngram 1 and max ngram 3", "save_params",
+     {"method": "ngram", "params": {"min_ngram_size": 1, "max_ngram_size": 3}}),
+    # writing that is no report of runs
+    ("can you write the results section of my book report?", None, {}),
+]
+
+
+@pytest.mark.parametrize("text,tool,args", REQUESTS)
+def test_thread_messages_map_onto_the_right_tool_and_arguments(store, text, tool, args):
+    assert_planned(store, text, tool, args)
+
+
+def test_quoted_lines_and_mentions_are_dropped_only_before_the_ask():
+    assert without_thread("> a quoted line\n@sam run draft on 'x'") == "run draft on 'x'"
+    assert without_thread("> only a quoted line") == "> only a quoted line"
+    assert without_thread("run draft on:\n> Write a haiku") == "run draft on:\n> Write a haiku"  # a quoted prompt stays
+
+
+def test_a_gguf_draft_is_no_llamacpp_backend_nor_is_the_package_name():
+    assert find_params("store draft_quant gguf") == {"draft_quant": "gguf"}
+    assert find_params("now that llama-cpp-python is installed, k=4") == {"k": 4}
+    assert find_params("run it on llama.cpp with a gguf draft") == {"draft_quant": "gguf", "backend": "llamacpp"}
+
+
+def test_words_that_name_no_package_are_not_installed():
+    assert find_packages("install the missing ones") == []
+    assert find_packages("install the missing dependencies and lade") == ["lade"]
