@@ -52,6 +52,34 @@ REQUESTS = [
      {"method": "ngram", "params": {"min_ngram_size": 1, "max_ngram_size": 3}}),
     # writing that is no report of runs
     ("can you write the results section of my book report?", None, {}),
+    ("please write me a 300-word essay about the Roman Empire", None, {}),
+    # an issue's title line over its body
+    ("Draft K not remembered?\nI saved a K for draft on Monday. What does memory hold now?", "recall", {}),
+    ("How does lookahead verify its guesses?\nI read the blog post but the verification branch lost me.", "explain",
+     {"topic": "lookahead"}),
+    ("ngram speed on a refactoring prompt\n\nRun ngram on this, 3 repeats:\nRename the variable x to count in: x = 0",
+     "run_method", {"method": "ngram", "repeats": 3, "prompt": "Rename the variable x to count in: x = 0"}),
+    ("Cost curve out of date\nspecpilot 0.5 now packs the layers. Measure the cost curve again, 2 repeats.",
+     "measure_cost_curve", {"repeats": 2}),
+    # a quoted error message or a method in backticks is no prompt
+    ("`eagle` fails with 'no head for this target' on smollm2-135m-instruct. What does it need?", "check_deps",
+     {"method": "eagle"}),
+    # settings in a long last sentence, values in words, a parameter's connector is no save
+    ("Time draft on this prompt: Name three prime numbers. Please generate sixty-four new tokens, use a k of three "
+     "and keep the temperature at zero.", "run_method",
+     {"method": "draft", "prompt": "Name three prime numbers.", "max_new_tokens": 64, "params": {"k": 3}}),
+    ("I'd like to see lookahead on the following prompt with the guess set to 5:\nList three colours.", "run_method",
+     {"method": "lookahead", "prompt": "List three colours.", "params": {"guess": 5}}),
+    ("please remember these for lookahead so I stop retyping them: a window of nine and an n-gram size of three",
+     "save_params", {"method": "lookahead", "params": {"window": 9, "ngram": 3}}),
+    # memory, packages, reports and shares in other words
+    ("which K do we have saved for draft at the moment?", "recall", {}),
+    ("Is the eagle method fine dependency-wise on this box?", "check_deps", {"method": "eagle"}),
+    ("approved: pip install lade==0.4.1, approval id ok-1234", "install_packages",
+     {"packages": ["lade==0.4.1"], "approval_id": "ok-1234"}),
+    ("a markdown report of task number 7, kept on this machine", "write_report", {"task_id": 7}),
+    ("ship the runs of task 3 to https://example.org/drop", "share_results",
+     {"task_id": 3, "destination": "https://example.org/drop"}),
 ]
 
 

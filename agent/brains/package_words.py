@@ -49,7 +49,8 @@ def find_packages(text: str) -> list[str]:
 
 
 def _packages_in(tail: str) -> list[str]:
-    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that|from|within|into|inside|in|via|we|i)\b",
+    asked = re.split(r"[.;!?](?:\s|$)|\b(?:so|because|since|as|which|that|from|within|into|inside|in|via|we|i|"
+                     r"approval|approved)\b",
                      tail, maxsplit=1)[0]
     words = re.split(r"[\s,;]+", VERSION_WORDS.sub(pinned, asked))
     return [w for w in (w.strip(".!?'\"") for w in words) if w and w.lower() not in INSTALL_FILLER and is_package(w)]

@@ -32,7 +32,7 @@ BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b(?!-python)|\bgguf\b", I)  # not 
 # ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------
 PARAM_ALIASES = {
     "k_max": r"k[_ ]max|max(?:imum)? k", "adaptive_k": r"adaptive[_ ]k", "k": r"k|draft length",
-    "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?:es)?",
+    "window": r"w|window(?: size)?", "ngram": r"n|n-?gram(?: size)?", "guess": r"g|guess(?: set(?: size)?)?(?:es)?",
     "posterior_threshold": r"(?:posterior[_ ])?threshold", "posterior_alpha": r"(?:posterior[_ ])?alpha",
     "max_new_tokens": r"max[_ ]new(?:[_ ]tokens)?|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
     "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",

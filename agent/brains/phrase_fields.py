@@ -28,14 +28,14 @@ GPU_WORDS = re.compile(r"\b(?:gpus?|cuda|nvidia)\b", I)
 MODEL_SIZE = re.compile(r"\b(\d+(?:\.\d+)?)\s?(?:b\b(?! ?(?:ytes?|its?))|billion\b|bn\b)", I)
 BARE_FILE = re.compile(r"(?<![\w/.~-])([\w-]+\.(?:txt|jsonl?|md|csv|tsv|parquet))\b", I)  # "notes.txt"
 SHORT_IDS = re.compile(r"\bruns?\b((?:[\s,]+(?:and\s+)?(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{4,12}\b)+)", I)
-TASK_ID = re.compile(r"\btask\s*#?\s*(\d+)\b", I)
+TASK_ID = re.compile(r"\btask\s*(?:#|number|no\.?|nr\.?|id)?\s*(\d+)\b", I)
 REPORT_JSON = re.compile(r"\bjson\b", I)
 NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
                       r"\b(\d+)\s+(?:newest|latest|most recent|last)\b", I)
 LAST_ONE = re.compile(r"(?<!as )\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
                       r"(?:\w+ )?run\b(?!s)|\bthe run (?:you|we|i) just (?:did|ran|made|measured)\b", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into|under)|"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|save (?:them |it |the heads )?(?:in|to|into|under)(?: the folder| the directory)?|"
                         r"write (?:them|it) (?:to|into)|"
                         r"out(?:put)?(?: to| in|\s*=)|"
                         r"into)\s*((?:~|\.{0,2})/\S+)", I)
@@ -123,7 +123,7 @@ def prompt_filter(text: str, last_prompt: str | None) -> dict:
     if quoted:
         return {"prompt_contains": next(g for g in quoted.groups() if g)}
     if mentions:
-        return {"prompt_contains": mentions.group(1)}
+        return {"prompt_contains": re.sub(r"^(?:the|a|an)\s+", "", mentions.group(1), flags=I)}
     named = re.search(r"\b(?:the|my|that) (\w{4,}) (?:prompt|one)\b", text, I)
     if named and named.group(1).lower() not in NOT_A_PROMPT:
         return {"prompt_contains": named.group(1)}  # "the runs with the palindrome prompt"

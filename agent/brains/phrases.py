@@ -111,7 +111,8 @@ RECALL_STRONG = re.compile(
     r"(?:did|have) (?:i|we) (?:al+re?a?dy )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
     r"(?:stored|saved|kept|held) in (?:your |the )?memory|what(?:'s| is) (?:stored|saved|remembered)\b(?! (?:as|under))|"
     r"(?:answer\w*|said|told you|chose|picked) (?:in|during|at) (?:the |my )?onboarding|onboarding answers?|"
-    r"where (?:were|did) we|"
+    r"where (?:were|did) we|(?:do|did) (?:i|we) have (?:\w+ )?(?:saved|stored)|have (?:i|we) (?:\w+ )?saved|"
+    r"\b(?:left|leave|leaving) (?:\w+ ){0,3}half[- ](?:done|finished)|(?:what does|what's in|what is in) (?:your |the |my )?memory|memory holds?\b|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:\w+ )?(?:have )?(?:saved|stored|set)|"
@@ -127,7 +128,7 @@ RECALL_STRONG = re.compile(
 RECALL_WEAK = re.compile(r"\b(?:so far|before(?! (?:i|we|you|rollout|starting|anything|any|the|my|\w+ing)\b)|"
                          r"earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
-SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|them) (?:going|off|up|running))|"
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|them) (?:going|off|up|running))(?!\s*(?:to|=|at|of)\s*-?\d)|"
                         r"change|update|from now on|by default|default|"
                         r"always|pin|replace|keep (?:only|just)|(?:want|like|need)\b.{0,30}\b(?:settings?|"
                         r"param\w*|values?|"
@@ -171,9 +172,9 @@ WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do
                      r"they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
-DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|prerequisites?|libraries|packages? (?:are )?missing|"
+DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|packages?[- ]wise|prerequisites?|libraries|packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
-                        r"what (?:it|they|this|that) needs?|what (?:the |a )?\w+(?: method)? needs\b|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
+                        r"what (?:it|they|this|that) needs?|what (?:does|do) (?:it|they|this|that|\w+)(?: method)? need\b|what (?:the |a )?\w+(?: method)? needs\b|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
                         r"audit\w*|every package|installed packages|depends? on|(?:are|is) present|"
                         r"imports? (?:correctly|cleanly|fine|ok)|importable|"
@@ -202,7 +203,7 @@ REPLACE_REST = re.compile(r"\b(?:throw away|discard|drop|replace|reset|clear|wip
                           r"\b(?:only these|nothing else)\b|\breplac\w* (?:what|whatever|everything)\b|"
                           r"\boverwrit\w*", I)
 GET_VERBS = re.compile(r"\b(?:grab|get|fetch|add|pull in|set up)\b", I)
-SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|post(?= (?:it|them|the|my|these|those|results?|runs?|"
+SHARE_WORDS = re.compile(r"\b(?:share|upload|publish|send|ship|post(?= (?:it|them|the|my|these|those|results?|runs?|"
                          r"to|last|latest|all|every)\b)|"
                          r"webhook|e-?mail|(?:posted|uploaded|shared|sent) to)\b", I)  # not "my draft post"
 REPORT_WORDS = re.compile(r"\b(?<!lab )(?<!book )(?<!school )(?<!expense )(?<!bug )(?<!news )(?<!term )"

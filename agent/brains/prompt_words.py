@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.brains.background import request_part
+from agent.brains.number_words import digits
 from agent.brains.param_words import DRAFT_PARAMETER, PEERS, assignments, find_params, without_values
 from agent.brains.phrases import (COMPARE, EVERY_METHOD, FIGURES, GREETING, IN_SCOPE, METHOD_WORDS, NOT_ACTION,
                                   PARAM_WORDS, PAST, QUOTED, STRONG_ADVICE, asks_for_heads,
@@ -51,7 +52,7 @@ ASKS_ASSISTANT = re.compile(r"^\W*(?:please|pls|kindly)\s+(?:save|store|remember
 def instruction_not_prompt(prompt: str) -> bool:
     """Whether the text read as a prompt is the instruction itself: a request to the assistant, or a method's
     parameter values ("medusa: posterior_threshold 0.05, posterior_alpha 0.2, and drop the rest")."""
-    first = assignments(prompt[:60])
+    first = assignments(digits(re.sub(r"^\W*(?:a|an|the)\s+", "", prompt[:60], flags=I)))
     return bool(ASKS_ASSISTANT.match(prompt)) or bool(first and first[0][0].start() == 0 and
                                                        first[0][1] not in ("target", "draft", "dtype"))
 
@@ -73,9 +74,15 @@ def without_log(text: str) -> str:
     return "\n".join(kept)
 
 
+# a quoted error message is no prompt ("`medusa` fails with 'no heads found'")
+ERROR_CUE = re.compile(r"\b(?:fails?|failed|failing|errors?(?: out)?|errored|crash\w*|dies|died|complains?|"
+                       r"message|throws|raised?|says)\s+(?:with\s+)?(?:an? |the )?(?:error |message )?$", I)
+
+
 def first_quote(text: str) -> re.Match | None:
     """The quoted prompt: the first quote after a cue ("on", "prompt", ":"), else the first quote."""
-    quotes = list(QUOTED.finditer(text))
+    quotes = [q for q in QUOTED.finditer(text) if not ERROR_CUE.search(text[max(0, q.start() - 30):q.start()])
+              and not (len(q.group(0).split()) == 1 and find_methods(q.group(0)))]  # "`medusa` fails": a method
     cued = [q for q in quotes if QUOTE_CUE.search(text[max(0, q.start() - 12):q.start()])]
     return (cued or quotes or [None])[0]
 
@@ -85,6 +92,18 @@ def run_intent(text: str) -> bool:
     question): what a prompt in the message is for; "cat memory: saved params" or a quoted remark holds none."""
     return bool(find_methods(text) or RUN_LOOSE.search(text) or COMPARE.search(text) or EVERY_METHOD.search(text)
                 or SPEED_QUESTION.search(text) or SUPERLATIVE.search(text) or re.search(r"\bprompt\b", text, I))
+
+
+# the body under an issue's title starts as a person tells it ("I set k for draft last week. ...")
+BODY_START = re.compile(r"(?:I|I'm|I've|I'd|We|We're|We've|My|Our|Just|Since|After|Upgraded|Read|Tried|Missed|"
+                        r"Using|Running|On|Xeon|specpilot|torch|transformers|python|version|`)\b|v?\d+\.\d+", I)
+
+
+def titled(first: str, rest: str) -> bool:
+    """Whether a message is a title line over a body ("Saved draft params not picked up?\nI set k ..."): the rest is
+    then no prompt but the body of the ask."""
+    return first.rstrip().endswith("?") or (not RUN_LOOSE.search(first) and not COMPARE.search(first)
+                                            and bool(BODY_START.match(rest.lstrip())))
 
 
 def find_prompt(text: str) -> str | None:
@@ -112,14 +131,15 @@ def find_prompt(text: str) -> str | None:
 
 # "...: Write a palindrome checker. Use 256 new tokens.": a last sentence that only sets the run
 SETTINGS_SENTENCE = re.compile(r"(?<=[.!?])\s+((?:please\s+)?(?:use|with|at|set|generate|limit|cap|run|do|make it|"
-                               r"and|max)\b(?:[^.!?\n]|\.(?=\d)){0,60}[.!]?)\s*$", I)
+                               r"and|max|keep)\b(?:[^.!?\n]|\.(?=\d)){0,200}[.!]?)\s*$", I)
 
 
 def without_settings_sentence(prompt: str | None) -> str | None:
     """``prompt`` without a last sentence that only sets run settings ("Use 256 new tokens.")."""
     last = SETTINGS_SENTENCE.search(prompt or "")
-    if last and len(last.group(1).split()) <= 8 and find_params(last.group(1)) and \
-            set(find_params(last.group(1))) <= set(RUN_LEVEL):
+    said = find_params(last.group(1)) if last else {}
+    if said and (len(last.group(1).split()) <= 8 and set(said) <= set(RUN_LEVEL) or
+                 len(last.group(1).split()) <= 30 and len(said) >= 2):  # "Please generate 256 new tokens, depth 6 ..."
         return prompt[:last.start()].strip()
     return prompt
 
@@ -129,6 +149,9 @@ def _prompt_in(text: str) -> str | None:
     quoted = first_quote(text)
     parts = re.split(r"\n\s*\n", text.strip(), maxsplit=1)
     if len(parts) == 2 and PARAGRAPH_CUE.search(parts[0]) and not (quoted and quoted.start() < len(parts[0])):
+        announced = parts[1].strip().partition("\n")
+        if announced[2].strip() and re.search(r":\s*$", announced[0]) and run_intent(announced[0]):
+            return announced[2].strip()  # "title\n\nRun ngram on this, 5 repeats:\n<prompt>"
         return parts[1].strip()
     # "use this prompt: Rewrite 'the cat sat' ...": all of it
     colon = EXPLICIT_CUE.search(text)
@@ -150,7 +173,11 @@ def _prompt_in(text: str) -> str | None:
     first, _, rest = text.strip().partition("\n")
     # "..., prompt below\n<prompt>"
     cue = re.search(r"(?::|\b(?:below|following|follows|this|next line))\W*$", first, I)
-    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)) and not NO_PROMPT_VERB.match(first):
+    if rest.strip() and (cue or not re.search(r":(?!//)(?!\s*\d)", first)) and not NO_PROMPT_VERB.match(first) \
+            and (cue or not titled(first, rest)):
+        asked, _, after = rest.strip().partition("\n")
+        if not cue and after.strip() and re.search(r":\s*$", asked) and run_intent(asked):
+            return after.strip()  # "a title\nRun ngram on this, 5 repeats:\n<prompt>"
         return rest.strip()  # not "- train medusa heads\n- 3 heads\n- 500 steps": its settings
     if (on := ON_INSTRUCTION.search(text)) and run_intent(text[:on.start()]):  # "A vs B on Translate to German: ..."
         return text[on.end():].strip()

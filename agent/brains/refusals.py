@@ -35,6 +35,6 @@ MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|
                           r"\bfine-?tun\w* (?:the |my |a |our )?(?:[\w.]+ )?(?:model|target|"
                           r"qwen|llama|smollm|mistral)", I)
 # writing someone's own text (a section of their report, an essay, a cover letter): no tool writes that
-CONTENT_WRITING = re.compile(r"\bwrite (?:\w+ ){0,3}(?:section|chapter|essay|cover letter|abstract|homework|"
+CONTENT_WRITING = re.compile(r"\bwrite (?:[\w'-]+ ){0,3}(?:section|chapter|essay|cover letter|abstract|homework|"
                              r"thesis|conclusion|introduction)s?\b(?! (?:of|for|about|on) (?:the |my |our |these "
                              r")?(?:runs|results|measurements|figures|speedups))", I)
