@@ -23,6 +23,7 @@ from gguf_tiny import write_pair  # noqa: E402
 from memory import Store  # noqa: E402
 from tools.bench import context  # noqa: E402
 from tools.bench.inputs import CompareInput, RunInput  # noqa: E402
+from tools.bench.machine_cost import PROMPT_TOKENS  # noqa: E402
 from tools.bench.protocol import hardware_name  # noqa: E402
 from tools.engine import autoregressive, cpu_gemm, methods, quantize  # noqa: E402
 from tools.engine.params import DraftParams  # noqa: E402
@@ -107,9 +108,9 @@ def store_with(ctx, int8_ms: float, gguf_ms: float) -> Store:
     store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
                           kernels=cpu_gemm.kernels(ctx.target.model))
     int8 = "int8" if quantize.int8_available() else "float32"
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000, 256: 256 * 0.0016}, dtype=int8,
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000, PROMPT_TOKENS: PROMPT_TOKENS * 0.0016}, dtype=int8,
                           kernels=None if int8 == "int8" else cpu_gemm.kernels(ctx.draft.model))
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000, 256: 256 * 0.0048}, dtype="gguf")
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000, PROMPT_TOKENS: PROMPT_TOKENS * 0.0048}, dtype="gguf")
     return store
 
 
@@ -165,3 +166,25 @@ def test_prepare_loads_the_llamacpp_draft_only_where_it_may_run(files, given, lo
     for inp in (run_inp, compare_inp):
         ctx = context.prepare(inp, ["draft"], None, strict=True).ctx
         assert (ctx.gguf_draft is not None) is loaded and ctx.draft is not None
+
+
+def test_both_drafts_time_a_prompt_for_its_last_row_only(ctx, monkeypatch):
+    """A draft reads a prompt for its last row's logits: the sizing times both drafts' prompt reading that way
+    (every row's logits would add a vocabulary-wide projection per prompt token) and stores both curves."""
+    if not quantize.int8_available():
+        pytest.skip("this torch build has no CPU int8 engine")
+    passes, backend = [], ctx.gguf_draft.model
+    forward = backend.forward
+
+    def spy(ids, cache, positions, visible=None, rows=0):
+        passes.append((ids.shape[-1], rows))
+        return forward(ids, cache, positions, visible, rows)
+    monkeypatch.setattr(backend, "forward", spy)
+    store = Store()
+    hardware = hardware_name(str(ctx.target.device))
+    store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
+                          kernels=cpu_gemm.kernels(ctx.target.model))
+    context.sized_params(["draft"], {}, store, ctx, allow_measure=True)
+    assert (PROMPT_TOKENS, 1) in passes and not [r for n, r in passes if n == PROMPT_TOKENS and r != 1]
+    for dtype in ("gguf", "int8"):
+        assert PROMPT_TOKENS in store.get_cost_curve(ctx.draft.ref, hardware, dtype)["curve"]

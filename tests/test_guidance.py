@@ -12,7 +12,7 @@ import tools.agent_tools.advice as guidance
 from memory import Store
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolContext
-from tools.bench.machine_cost import CPU_FALLBACK_CURVE, MachineCost, one_token_time
+from tools.bench.machine_cost import CPU_FALLBACK_CURVE, PROMPT_TOKENS, MachineCost, one_token_time
 from tools.bench.sizing import size_params
 from tools.engine import cpu_gemm
 
@@ -187,14 +187,14 @@ def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
 
 
 def test_draft_guidance_drafts_on_llamacpp_as_runs_would(store, monkeypatch):
-    """With both drafts' costs stored (one token and a 256-token prompt), guidance sizes the draft as run does:
+    """With both drafts' costs stored (one token and a prompt read for its last row), guidance sizes the draft as run does:
     on llama.cpp where its token is cheaper, with the prompt threshold from the two prompt costs."""
     dtype = guidance.run_dtype(store, "draft", CPU)
     target, draft = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
     store.save_cost_curve(target, CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,
                           kernels=cpu_gemm.expected_kernels("cpu", dtype))
-    store.save_cost_curve(draft, CPU["name"], {1: 0.030, 256: 0.49}, dtype="int8")
-    store.save_cost_curve(draft, CPU["name"], {1: 0.021, 256: 1.66}, dtype="gguf")
+    store.save_cost_curve(draft, CPU["name"], {1: 0.030, PROMPT_TOKENS: PROMPT_TOKENS * 0.49 / 256}, dtype="int8")
+    store.save_cost_curve(draft, CPU["name"], {1: 0.021, PROMPT_TOKENS: PROMPT_TOKENS * 1.66 / 256}, dtype="gguf")
     sizing, _ = guidance.machine_sizing(store, "draft", target, CPU, draft=draft)
     t1 = one_token_time(DESIGN_CPU_CURVE)
     assert sizing.params["draft_quant"] == "gguf" and sizing.params["draft_cost"] == pytest.approx(0.021 / t1, abs=1e-3)

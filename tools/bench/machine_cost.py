@@ -57,8 +57,9 @@ MEASURE_STOP_FROM = 16
 DISTURBED_RATIO = 1.4  # a measured pass over n tokens above 1.4 x n one-token passes: the machine was busy
 DISTURBED_SPREAD = 1.3  # repeated passes whose median is 1.3x their fastest: the machine was busy
 DISTURBED_MIN_S = 0.005
-# a draft's prompt reading is timed over this many tokens (llama.cpp's against the int8 copy's, for draft_quant auto)
-PROMPT_TOKENS = 256
+# a draft's prompt reading is timed over this many tokens (llama.cpp's against the int8 copy's, for draft_quant auto),
+# the last row's logits only, as a prefill asks (curves stored at 256 tokens were timed with every row's: re-timed)
+PROMPT_TOKENS = 250
 # draft forwards per new token, the int8 draft's on the fit half (bfloat16, 128 new tokens: 0.83-0.94 in five runs)
 DRAFT_FORWARDS_PER_TOKEN = 0.85
 _DISTURBED: dict[tuple, str] = {}  # (target, hardware, dtype) -> why this process's measurement was not used
@@ -281,10 +282,11 @@ def _curve(model, sizes, repeats: int, raw: dict, **stop) -> dict[int, float]:
 
 def backend_cost_curve(backend: Backend, sizes=MEASURE_SIZES, cache_len: int = MEASURE_CACHE_LEN,
                        repeats: int = MEASURE_REPEATS, seed: int = 0, stop_ratio: float | None = None,
-                       stop_from: int = 16, raw: dict[int, list[float]] | None = None) -> dict[int, float]:
+                       stop_from: int = 16, raw: dict[int, list[float]] | None = None,
+                       last_row: bool = False) -> dict[int, float]:
     """tools.engine.cost_curve.forward_cost_curve through the Backend seam (for the llama.cpp backend):
     {n: median seconds of one causal forward over n new tokens after ``cache_len`` cached ones, logits
-    for all n rows as verification asks}, timed in rounds (round 0 warms up and, with ``stop_ratio``,
+    for all n rows as verification asks, or the last one's with ``last_row``}, timed in rounds (round 0 warms up and, with ``stop_ratio``,
     drops the sizes past the first of ``stop_from``+ tokens costing ``stop_ratio`` x the smallest)."""
     sizes = sorted({int(n) for n in sizes})
     g = torch.Generator().manual_seed(seed)
@@ -296,7 +298,8 @@ def backend_cost_curve(backend: Backend, sizes=MEASURE_SIZES, cache_len: int = M
         for n in list(times):
             backend.crop(cache, cache_len)
             t0 = time.perf_counter()
-            backend.forward(tokens[:, cache_len: cache_len + n], cache, torch.arange(cache_len, cache_len + n)[None])
+            backend.forward(tokens[:, cache_len: cache_len + n], cache, torch.arange(cache_len, cache_len + n)[None],
+                            rows=1 if last_row else 0)
             backend.sync()
             took = time.perf_counter() - t0
             if r:
@@ -347,7 +350,7 @@ def _draft_curve(store, draft, int8: bool, hardware: str, allow_measure: bool, p
         progress("timing the draft (once: it is stored for later runs)")
     model = quantize.int8_draft(draft.model) if int8 else draft.model
     raw: dict[int, list[float]] = {}
-    measured = _curve(model, sizes, MEASURE_REPEATS, raw)
+    measured = _curve(model, sizes, MEASURE_REPEATS, raw, last_row=True)  # a draft reads a prompt for its last row
     problem = disturbed(measured, raw)
     if problem:  # as for the target: this process does not spend the time again (and sizes the same way)
         _DISTURBED[(draft.ref, hardware, dtype)] = problem

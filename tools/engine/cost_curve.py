@@ -30,7 +30,8 @@ MAX_SUGGESTED_NGRAM = 5
 @torch.inference_mode()
 def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats: int = 5,
                        seed: int = 0, masked: bool = False, stop_ratio: float | None = None,
-                       stop_from: int = 16, raw: dict[int, list[float]] | None = None) -> dict[int, float]:
+                       stop_from: int = 16, raw: dict[int, list[float]] | None = None,
+                       last_row: bool = False) -> dict[int, float]:
     """Return {n: median seconds of one forward over n new tokens with ``cache_len`` cached tokens}.
 
     Timed in rounds: each round times every size once, so a drift in the machine's speed (a GPU's
@@ -42,7 +43,8 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
     first one of at least ``stop_from`` tokens costing more than ``stop_ratio`` x the smallest are
     left out of the timed rounds (a CPU whose cost climbs early is not made to time 64-token passes
     nothing will use; the small sizes are always timed, so one slow warm-up pass cuts little).
-    ``raw``, when given, receives every timed pass ({n: [seconds, ...]}), to judge the spread.
+    ``raw``, when given, receives every timed pass ({n: [seconds, ...]}), to judge the spread. With ``last_row``
+    only the last row's logits are computed, as reading a prompt does (a draft's prefill).
     """
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 1:
@@ -66,7 +68,7 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
             kv.crop(cache, cache_len)
             sync(device)
             t0 = time.perf_counter()
-            kv.forward(model, ids, cache, positions, attention_mask=mask)
+            kv.forward(model, ids, cache, positions, attention_mask=mask, **({"logits_to_keep": 1} if last_row else {}))
             sync(device)
             took = time.perf_counter() - t0
             if r:  # round 0 warms up
