@@ -108,9 +108,10 @@ def store_with(ctx, int8_ms: float, gguf_ms: float) -> Store:
     store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
                           kernels=cpu_gemm.kernels(ctx.target.model))
     int8 = "int8" if quantize.int8_available() else "float32"
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000, PROMPT_TOKENS: PROMPT_TOKENS * 0.0016}, dtype=int8,
+    prompt = PROMPT_TOKENS
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: int8_ms / 1000, prompt: prompt * 0.0016}, dtype=int8,
                           kernels=None if int8 == "int8" else cpu_gemm.kernels(ctx.draft.model))
-    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000, PROMPT_TOKENS: PROMPT_TOKENS * 0.0048}, dtype="gguf")
+    store.save_cost_curve(ctx.draft.ref, hardware, {1: gguf_ms / 1000, prompt: prompt * 0.0048}, dtype="gguf")
     return store
 
 
@@ -157,8 +158,8 @@ def test_run_on_transformers_drafts_on_llamacpp_and_records_it(capsys, files):
     assert torch.tensor(record["output_ids"]).numel() == 12
 
 
-@pytest.mark.parametrize("given, loaded", [({}, True), ({"draft_quant": "gguf"}, True), ({"draft_quant": "int8"}, False),
-                                           ({"draft_quant": "none"}, False)])
+@pytest.mark.parametrize("given, loaded", [({}, True), ({"draft_quant": "gguf"}, True),
+                                           ({"draft_quant": "int8"}, False), ({"draft_quant": "none"}, False)])
 def test_prepare_loads_the_llamacpp_draft_only_where_it_may_run(files, given, loaded):
     run_inp = RunInput(method="draft", prompt="hello", target=files[0], draft=files[1], dtype="float32", params=given)
     compare_inp = CompareInput(prompt="hello", methods=["draft"], target=files[0], draft=files[1], dtype="float32",

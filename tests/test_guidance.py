@@ -187,8 +187,8 @@ def test_the_saved_target_is_used_when_none_is_given(store, monkeypatch):
 
 
 def test_draft_guidance_drafts_on_llamacpp_as_runs_would(store, monkeypatch):
-    """With both drafts' costs stored (one token and a prompt read for its last row), guidance sizes the draft as run does:
-    on llama.cpp where its token is cheaper, with the prompt threshold from the two prompt costs."""
+    """With both drafts' costs stored (one token and a prompt read for its last row), guidance sizes the draft as
+    run does: on llama.cpp where its token is cheaper, with the prompt threshold from the two prompt costs."""
     dtype = guidance.run_dtype(store, "draft", CPU)
     target, draft = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
     store.save_cost_curve(target, CPU["name"], DESIGN_CPU_CURVE, dtype=dtype,

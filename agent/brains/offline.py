@@ -21,9 +21,10 @@ from agent.brains.phrase_fields import (compare_params, explained_topic, guidanc
                                        method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
                                        train_fields)
 from agent.brains.param_words import find_params, method_of_params, without_values
-from agent.brains.phrases import (ADVICE_QUESTION, HOW_SPEEDS, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BEATS, COMPARE,
-                                  COPY_TO, COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD,
+from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BASELINE_ONLY, BEATS,
+                                  COMPARE, COPY_TO, COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD,
                                   EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
+                                  HOW_SPEEDS, WITHOUT_DRAFT,
                                   INSTALL_WORDS, IN_SCOPE, LOCAL_ONLY, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
                                   PARAM_DEFAULT, PARAM_WORDS, PAST, PUT_THERE, RECALL_STRONG, RECALL_WEAK,
                                   REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE,
@@ -43,10 +44,6 @@ from tools.models import BUILTIN_MODELS, builtin_draft_for
 __all__ = ["OfflineBrain", "HELP", "compare_list", "find_method", "find_methods", "find_packages", "find_prompt",
            "find_topic", "find_params", "find_target", "find_hardware", "leading_methods", "unquote"]
 
-BASELINE_ONLY = re.compile(r"\b(?:just|only)\b(?:\s+(?!vs\b|and\b|or\b)\w+){0,3}\s+baseline\b(?!\s+(?:vs|and|or|against)\b)|"
-                           r"\bbaseline (?:alone|only)\b", re.IGNORECASE)
-WITHOUT_DRAFT = re.compile(r"\b(?:without|no need for|no) (?:a |an |the |any )?(?:separate |extra |second |small )?"
-                           r"(?:draft(?:er)?|helper)(?:[- ]model)?\b", re.IGNORECASE)
 # rules for plain words, tried in this order (each returns a Reply, or None to pass)
 WORD_RULES = ("_social", "_refusals", "_other_hardware", "_save_words", "_cost_curve_words", "_compare_words",
               "_run_on_prompt", "_gated_words", "_recall_words", "_explicit_explain", "_guidance_words", "_deps_words",

@@ -109,10 +109,12 @@ RECALL_STRONG = re.compile(
     r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
     r"(?:did|have) (?:i|we) (?:al+re?a?dy )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
-    r"(?:stored|saved|kept|held) in (?:your |the )?memory|what(?:'s| is) (?:stored|saved|remembered)\b(?! (?:as|under))|"
+    r"(?:stored|saved|kept|held) in (?:your |the )?memory|"
+    r"what(?:'s| is) (?:stored|saved|remembered)\b(?! (?:as|under))|"
     r"(?:answer\w*|said|told you|chose|picked) (?:in|during|at) (?:the |my )?onboarding|onboarding answers?|"
     r"where (?:were|did) we|(?:do|did) (?:i|we) have (?:\w+ )?(?:saved|stored)|have (?:i|we) (?:\w+ )?saved|"
-    r"\b(?:left|leave|leaving) (?:\w+ ){0,3}half[- ](?:done|finished)|(?:what does|what's in|what is in) (?:your |the |my )?memory|memory holds?\b|"
+    r"\b(?:left|leave|leaving) (?:\w+ ){0,3}half[- ](?:done|finished)|"
+    r"(?:what does|what's in|what is in) (?:your |the |my )?memory|memory holds?\b|"
     r"(?:pending|open|my) tasks?|what(?:'s| is) (?:left|pending)|(?:we|i) (?:left|stopped)|recap|"
     r"what (?:were|was) (?:we|i) (?:doing|working)|know about (?:me|my)|my setup|"
     r"(?:param\w*|settings|defaults|values) (?:do |did |have )?(?:i|we) (?:\w+ )?(?:have )?(?:saved|stored|set)|"
@@ -128,13 +130,15 @@ RECALL_STRONG = re.compile(
 RECALL_WEAK = re.compile(r"\b(?:so far|before(?! (?:i|we|you|rollout|starting|anything|any|the|my|\w+ing)\b)|"
                          r"earlier (?:session|runs?|today|on)|what (?:did|have) (?:we|i|you) "
                          r"(?:do|done|did|run|measured?|tr(?:y|ied))|history|previously)\b", I)
-SAVE_VERBS = re.compile(r"\b(?:save|remember|store|set(?! up| (?:it|that|this|them) (?:going|off|up|running))(?!\s*(?:to|=|at|of)\s*-?\d)|"
+SAVE_VERBS = re.compile(r"\b(?:save|remember|store|"
+                        r"set(?! up| (?:it|that|this|them) (?:going|off|up|running))(?!\s*(?:to|=|at|of)\s*-?\d)|"
                         r"change|update|from now on|by default|default|"
                         r"always|pin|replace|keep (?:only|just)|(?:want|like|need)\b.{0,30}\b(?:settings?|"
                         r"param\w*|values?|"
                         r"config\w*)\b.{0,40}\b(?:stored|saved|remembered|"
                         r"persisted)|defaults?(?=\s*(?:→|->|=>))|"
-                        r"keep using|switch|persist|stick with|(?:settings?|param\w*|values?) to keep|(?:for|in) (?:all )?future|going forward|go-?to|"
+                        r"keep using|switch|persist|stick with|(?:settings?|param\w*|values?) to keep|"
+                        r"(?:for|in) (?:all )?future|going forward|go-?to|"
                         r"(?<![\w\s])\s*keep|^\W*(?:please\s+|pls\s+)?keep|"
                         r"from here on)\b", I)
 DEFAULT_WORD = re.compile(r"\b(?:default|go-?to)\b", I)
@@ -172,9 +176,13 @@ WHY_HOW = re.compile(r"\b(?:why|guarantee\w*|walk (?:me|us) through|(?:don'?t|do
                      r"they)|idea|"
                      r"intuition|eli5|principle|lossless|exact(?:ly)?|output distribution|"
                      r"looks? like|explain\w*|like i'?m)\b", I)
-DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|packages?[- ]wise|prerequisites?|libraries|packages? (?:are )?missing|"
+DEPS_WORDS = re.compile(r"\b(?:dependenc\w*|deps|requirements?|packages?[- ]wise|prerequisites?|libraries|"
+                        r"packages? (?:are )?missing|"
                         r"on import|import ?error|modulenotfounderror|what'?s broken|fails? to import|no module named|"
-                        r"what (?:it|they|this|that) needs?|what (?:does|do) (?:it|they|this|that|\w+)(?: method)? need\b|what (?:the |a )?\w+(?: method)? needs\b|(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
+                        r"what (?:it|they|this|that) needs?|"
+                        r"what (?:does|do) (?:it|they|this|that|\w+)(?: method)? need\b|"
+                        r"what (?:the |a )?\w+(?: method)? needs\b|"
+                        r"(?:has|have|got) (?:all|everything) (?:it|they) needs?|"
                         r"(?:packages|dependencies|deps) are (?:all )?in place|needs? is (?:all )?in place|"
                         r"audit\w*|every package|installed packages|depends? on|(?:are|is) present|"
                         r"imports? (?:correctly|cleanly|fine|ok)|importable|"
@@ -191,7 +199,9 @@ PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have
                               r"available|set up|importable|in this env\w*|"
                               r"present|installed|around|on this (?:machine|box|computer))\b", I)
 # not "don't install"; "pip: gguf, accelerate"
-INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )(?<!the )\binstall\b(?!\s+(?:commands?|lines?|instructions?|hints?))|\bget\b.+\binstalled\b|^\W*pip\s*:|"
+INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )(?<!the )\binstall\b"
+                           r"(?!\s+(?:commands?|lines?|instructions?|hints?))|"
+                           r"\bget\b.+\binstalled\b|^\W*pip\s*:|"
                            r"\bgo ahead and (?:add|get|grab) (?:it|them)\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
@@ -467,3 +477,9 @@ def unquote(text: str) -> str:
             return text[1:-1].strip()
     return text
 
+
+# the baseline asked for alone ("I just want plain baseline tok/s here"), and no draft model as a method
+BASELINE_ONLY = re.compile(r"\b(?:just|only)\b(?:\s+(?!vs\b|and\b|or\b)\w+){0,3}\s+baseline\b"
+                           r"(?!\s+(?:vs|and|or|against)\b)|\bbaseline (?:alone|only)\b", I)
+WITHOUT_DRAFT = re.compile(r"\b(?:without|no need for|no) (?:a |an |the |any )?(?:separate |extra |second |small )?"
+                           r"(?:draft(?:er)?|helper)(?:[- ]model)?\b", I)

@@ -286,8 +286,9 @@ def backend_cost_curve(backend: Backend, sizes=MEASURE_SIZES, cache_len: int = M
                        last_row: bool = False) -> dict[int, float]:
     """tools.engine.cost_curve.forward_cost_curve through the Backend seam (for the llama.cpp backend):
     {n: median seconds of one causal forward over n new tokens after ``cache_len`` cached ones, logits
-    for all n rows as verification asks, or the last one's with ``last_row``}, timed in rounds (round 0 warms up and, with ``stop_ratio``,
-    drops the sizes past the first of ``stop_from``+ tokens costing ``stop_ratio`` x the smallest)."""
+    for all n rows as verification asks, or the last one's with ``last_row``}, timed in rounds (round 0
+    warms up and, with ``stop_ratio``, drops the sizes past the first of ``stop_from``+ tokens costing
+    ``stop_ratio`` x the smallest)."""
     sizes = sorted({int(n) for n in sizes})
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, backend.vocab_size, (1, cache_len + sizes[-1]), generator=g)
