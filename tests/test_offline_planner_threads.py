@@ -80,6 +80,14 @@ REQUESTS = [
     ("a markdown report of task number 7, kept on this machine", "write_report", {"task_id": 7}),
     ("ship the runs of task 3 to https://example.org/drop", "share_results",
      {"task_id": 3, "destination": "https://example.org/drop"}),
+    # EAGLE's tree in the papers' words, a misspelt count, runs picked by their stored prompt, memory in other words
+    ("store for eagle: top-k children 6 and a tree size of 40", "save_params",
+     {"method": "eagle", "params": {"topk": 6, "tree_nodes": 40}}),
+    ("time lookahead on 'Name a river in Spain' with 4 repeates", "run_method",
+     {"method": "lookahead", "prompt": "Name a river in Spain", "repeats": 4}),
+    ("pull up the runs whose prompt had 'binary search' in it", "lookup_runs", {"prompt_contains": "binary search"}),
+    ("what's my saved window for lookahead?", "recall", {}),
+    ("quick check, anything in memory from before?", "recall", {}),
 ]
 
 

@@ -24,7 +24,7 @@ from agent.brains.param_words import find_params, method_of_params, without_valu
 from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASKING, BACK_TO_IT, BASELINE_ONLY, BEATS,
                                   COMPARE, COPY_TO, COST_CURVE, DEFAULT_WORD, DEPS_WORDS, DRAFT_SIZES, EVERY_METHOD,
                                   EXPLAIN_LEAD, EXPLAIN_VERB, EXPLAIN_WORDS, FIGURES, GET_VERBS, GREETING, GUIDE_WORDS,
-                                  HOW_SPEEDS, WITHOUT_DRAFT,
+                                  HOW_SPEEDS, STORED_PROMPT, WITHOUT_DRAFT,
                                   INSTALL_WORDS, IN_SCOPE, LOCAL_ONLY, NOT_DEFAULT, OTHER_ACTIONS, PACKAGE_PRESENCE,
                                   PARAM_DEFAULT, PARAM_WORDS, PAST, PUT_THERE, RECALL_STRONG, RECALL_WEAK,
                                   REPLACE_REST, REPORT_WORDS, RUNS_QUESTION, RUN_ANYWHERE, RUN_ID, RUN_LOOSE,
@@ -218,6 +218,8 @@ class OfflineBrain:
     def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
         if not msg.prompt or RUN_ID.search(msg.text.lower()):  # a run id: a stored run asked about
             return None
+        if STORED_PROMPT.search(msg.head):  # "every run whose prompt has 'merge two sorted' in it": stored runs
+            return self._lookup(session, msg.text)
         if (one := asked_one(msg)) is not None:  # "My advisor says medusa wins over lookahead. Can you run lookahead
             msg = dataclasses.replace(msg, methods=[one])  # on ...?": the one asked for
         past = PAST.search(msg.request or msg.head)  # not "Nobody recalls last year's settings. Use draft X on ..."

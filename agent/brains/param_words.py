@@ -37,8 +37,9 @@ PARAM_ALIASES = {
     "max_new_tokens": r"max[_ ]new(?:[_ ]tokens)?|max(?:imum)? tokens|new tokens", "temperature": r"temperature|temp",
     "top_p": r"top[_ -]?p", "top_k": r"top[_ -]?k", "target": r"target(?: model)?", "draft": r"draft model",
     "num_candidate_tokens": r"candidate tokens", "num_candidates": r"candidates", "max_draft_tokens": r"draft tokens",
-    "tree_nodes": r"tree nodes|nodes", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
+    "tree_nodes": r"tree nodes|nodes|tree size", "max_ngram_size": r"max(?:imum)? n-?gram(?: size)?",
     "min_ngram_size": r"min(?:imum)? n-?gram(?: size)?",
+    "topk": r"top[_ -]?k children|children per node", "repeats": r"repats|repeates|repets|reps",
 }
 QUANT_MODES = ("int8", "gguf", "none", "auto")
 CONNECTOR = r"[ \t]*(?:=|:|\bset to\b|\bto\b|\bof\b|\bat\b|\bis\b|\bas\b)?[ \t]*"  # on one line
@@ -129,7 +130,8 @@ AFTER_NAMES = {"thread": "threads", "warm": "warmup", "children": "topk",
 NGRAM_BOUNDS = {"max_ngram_size": re.compile(r"\b(?:up to|at most|max(?:imum)?(?: of)?)\s+(\d+)", I),
                 "min_ngram_size": re.compile(r"\b(?:at least|min(?:imum)?(?: of)?)\s+(\d+)", I)}
 DEVICE_MAP = re.compile(r"\bdevice[_ -]?map\s*[=:]?\s*(auto|balanced|sequential)\b", I)
-REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:timed |measured )?(?:repeats?|reps|repetitions|runs each|times each|"
+REPEATS_FIRST = re.compile(r"\b(\d+)\s+(?:timed |measured )?(?:repeats?|reps|repetitions|repeates|repats|repets|"
+                           r"runs each|times each|"
                            r"timed runs)\b|"
                            r"\b(?:repeat\w*|measure\w*|time|run)\b[^.:'\"]{0,25}?\b(\d+) times\b", I)
 SWITCHED = re.compile(r"\b(?:turned|switched|set)\s+(on|off)\b", I)

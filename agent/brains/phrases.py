@@ -109,7 +109,7 @@ RECALL_STRONG = re.compile(
     r"history of|remind me|what do you (?:remember|know about me)|do you remember|what (?:is|'s) saved|"
     r"(?:saved|stored|current) (?:settings|param\w*|defaults?|values)|my (?:settings|param\w*|defaults)|"
     r"(?:did|have) (?:i|we) (?:al+re?a?dy )?(?:save|saved|set|configured)|unfinished|left (?:off|undone|open|to do)|"
-    r"(?:stored|saved|kept|held) in (?:your |the )?memory|"
+    r"(?:stored|saved|kept|held|anything) in (?:your |the )?memory|what(?:'s| is) my saved \w+|"
     r"what(?:'s| is) (?:stored|saved|remembered)\b(?! (?:as|under))|"
     r"(?:answer\w*|said|told you|chose|picked) (?:in|during|at) (?:the |my )?onboarding|onboarding answers?|"
     r"where (?:were|did) we|(?:do|did) (?:i|we) have (?:\w+ )?(?:saved|stored)|have (?:i|we) (?:\w+ )?saved|"
@@ -483,3 +483,5 @@ BASELINE_ONLY = re.compile(r"\b(?:just|only)\b(?:\s+(?!vs\b|and\b|or\b)\w+){0,3}
                            r"(?!\s+(?:vs|and|or|against)\b)|\bbaseline (?:alone|only)\b", I)
 WITHOUT_DRAFT = re.compile(r"\b(?:without|no need for|no) (?:a |an |the |any )?(?:separate |extra |second |small )?"
                            r"(?:draft(?:er)?|helper)(?:[- ]model)?\b", I)
+# runs picked by their stored prompt ("every run whose prompt has 'merge two sorted' in it")
+STORED_PROMPT = re.compile(r"\b(?:runs?|ones?)\s+(?:whose|where (?:the|its|their)) prompts?\b", I)
