@@ -15,7 +15,7 @@ arguments when that call's arguments hold every key argument (lists as sets, whe
 be added since every method is measured against it); a request without one is right when the brain
 called no tool. Median seconds per turn are taken after one untimed warm-up turn (model loading).
 
-benchmarks/data/conversations_fresh_a.jsonl ... _z.jsonl and _aa.jsonl are twenty-seven more sets in the same format,
+benchmarks/data/conversations_fresh_a.jsonl ... _z.jsonl and _aa.jsonl to _ac.jsonl are twenty-nine more sets in the same format,
 written apart
 from each other and from the planner (README: which were fixed against and which held out).
 

@@ -88,6 +88,27 @@ REQUESTS = [
     ("pull up the runs whose prompt had 'binary search' in it", "lookup_runs", {"prompt_contains": "binary search"}),
     ("what's my saved window for lookahead?", "recall", {}),
     ("quick check, anything in memory from before?", "recall", {}),
+    # a command line half-remembered into the chat
+    ('specpilot run --meth lookahead --new-tokens 96 --prompt "List five fruits"', "run_method",
+     {"method": "lookahead", "max_new_tokens": 96, "prompt": "List five fruits"}),
+    ("runs list --method draft --limit 5", "lookup_runs", {"method": "draft", "limit": 5}),
+    ("recall --include-done-tasks", "recall", {"include_done_tasks": True}),
+    ("guide eagle --backend transformers", "guidance", {"method": "eagle"}),
+    ("doctor --method medusa", "check_deps", {"method": "medusa"}),
+    ("train-medusa --target smollm2-135m-instruct --num-heads 2 --steps 100", "train_medusa",
+     {"target": "smollm2-135m-instruct", "num_heads": 2, "steps": 100}),
+    ("save --method lookahead --window 5 --no-default", "save_params",
+     {"method": "lookahead", "params": {"window": 5}, "make_default": False}),
+    ("compare --methods medusa eagle with prompt Write a short poem about tea", "compare_methods",
+     {"methods": ["medusa", "eagle"], "prompt": "Write a short poem about tea"}),
+    # a scene that mentions production and what it does not tell, then the ask
+    ("In production we run at temperature 0.7, so greedy figures don't tell me enough. Run draft on 'Say hi' with "
+     "seed 3.", "run_method", {"method": "draft", "temperature": 0.7, "seed": 3}),
+    # heads for a checkpoint in a folder, put somewhere; a past comparison written up; a package got onto the machine
+    ("there are no heads for the checkpoint in ./ckpt/tiny; train some and put the heads in ./out/tiny", "train_medusa",
+     {"target": "./ckpt/tiny", "out": "./out/tiny"}),
+    ("write up the comparison we ran in task 4 for the wiki", "write_report", {"task_id": 4}),
+    ("go ahead and grab lade onto this machine", "install_packages", {"packages": ["lade"]}),
 ]
 
 

@@ -16,8 +16,9 @@ I = re.IGNORECASE
 
 # a sentence ends at . ! ? ; followed by a space and a capital, a quote or a digit (not "e.g. the", "1.5B")
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[A-Z\"'(`0-9])")
-REQUEST_MARK = re.compile(
-    r"\b(?:please|pls|plz|kindly|can (?:you|we|i)|could (?:you|we|i)|would you|will you|i(?:'d| would) (?:like|love)|"
+REQUEST_MARK = re.compile(  # not "greedy numbers don't tell me much"
+    r"\b(?<!n't )(?<!not )(?:please|pls|plz|kindly|can (?:you|we|i)|could (?:you|we|i)|would you|will you|"
+    r"i(?:'d| would) (?:like|love)|"
     r"(?:i|we) (?:want|need|wish)|we(?:'d| would) like|let'?s|show me|tell me|give me|help me|remind me|"
     r"go ahead|i ask|i'?m asking|(?:i|we) (?:are|am) asking)\b", I)
 LEAD = r"^\W*(?:(?:so|ok(?:ay)?|now|then|also|and|but|first|just|btw|next|finally|therefore|hence)\W+)*"

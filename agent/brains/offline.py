@@ -202,6 +202,8 @@ class OfflineBrain:
         alone = len([m for m in msg.methods if m != "baseline"]) == 1 and find_params(msg.head).get("peers") and \
             not msg.has(EVERY_METHOD) and not re.search(r"\b(?:everything|all)\b", msg.head, re.I) and \
             not ("baseline" in msg.methods and msg.has(COMPARE))  # one and its peers, not "compare baseline and X"
+        written = msg.has(REPORT_WORDS) and not msg.prompt and (msg.has(PAST) or report_fields(msg.head))  # "write up
+        wants = wants and not written  # the comparison we did in task 12": a report of it
         if not wants or alone or msg.has(OTHER_ACTIONS) or (msg.has(RECALL_STRONG) and not msg.prompt):  # "did we
             return None  # finish the comparison?": memory
         if not msg.prompt and msg.has(PAST) and msg.has(FIGURES):  # "what tok/s did eagle get vs baseline?"
@@ -531,6 +533,10 @@ class OfflineBrain:
     def _train(self, session: Session, target: str | None, sizes: dict | None = None) -> Reply:
         saved = session.store.get_params("medusa") or {}
         target = target or saved.get("target")
+        sizes = dict(sizes or {})
+        if target and target in sizes.get("data_files", []):  # "no heads for the checkpoint in ./m": the model, no data
+            sizes["data_files"] = [f for f in sizes["data_files"] if f != target] or None
+            sizes = {k: v for k, v in sizes.items() if v}
         return self._call(session, "train_medusa", {**({"target": target} if target else {}), **(sizes or {})})
 
     def _share(self, session: Session, destination: str | None, report: dict | None = None) -> Reply:

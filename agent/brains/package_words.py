@@ -40,7 +40,9 @@ def find_packages(text: str) -> list[str]:
         return []
     found = [text[m.end():] for m in re.finditer(r"\binstall\b", text, I)  # each "install" verb, the first
              if not re.search(r"\b(?:the|an|this|that|my|your|its)\s+$", text[:m.start()], I)]
-    match = re.search(r"\bget\b(.+)\binstalled\b", text, I) or re.search(r"^\W*pip\s*:(.*)", text, I | re.DOTALL)
+    match = re.search(r"\bget\b(.+)\binstalled\b", text, I) or \
+        re.search(r"\bgo ahead and (?:get|grab)\b(.+?)\b(?:onto|on|into)\b", text, I) or \
+        re.search(r"^\W*pip\s*:(.*)", text, I | re.DOTALL)
     for tail in found + ([match.group(1)] if match else []):  # naming packages ("approved the install already ...
         named = _packages_in(tail)  # install lade==0.4.1": the second), or "pip: gguf>=0.10, llama-cpp-python"
         if named:

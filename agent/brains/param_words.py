@@ -26,7 +26,7 @@ RAW_PROMPT = re.compile(r"\b(?:no|without (?:the |a )?) ?chat template|\braw (?:
                         r"\bchat template off\b", I)
 DTYPE_WORDS = {"bfloat16": r"bf16|bfloat16", "float16": r"fp16|float16|half precision", "float32": r"fp32|float32"}
 AS_TARGET = re.compile(rf"(?:^|\s)({'|'.join(map(re.escape, BUILTIN_MODELS))}|[~.]?/\S+)"
-                       r"\s+as (?:the |my |a )?target\b", I)
+                       r"\s+(?:as (?:the |my |a )?)?target\b(?! model\b)", I)  # "X as the target", "the X target"
 BACKEND_WORDS = re.compile(r"\bllama[. -]?cpp\b(?!-python)|\bgguf\b", I)  # not the package llama-cpp-python
 
 # ---- parameter values ("k=6", "window of 7", "top_p 0.9", "lookahead W to 7") -----------------

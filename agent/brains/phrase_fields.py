@@ -35,7 +35,7 @@ NEWEST_N = re.compile(r"\b(?:last|latest|newest|recent|past)\s+(\d+)\b|"
 LAST_ONE = re.compile(r"(?<!as )\b(?:the|my|our|that) (?:very )?(?:last|latest|newest|most recent|previous) "
                       r"(?:\w+ )?run\b(?!s)|\bthe run (?:you|we|i) just (?:did|ran|made|measured)\b", I)
 CPU_WORDS = re.compile(r"\bcpus?\b|\bprocessor\b", I)
-OUT_FOLDER = re.compile(r"\b(?:put (?:them|it) (?:in|into)|"
+OUT_FOLDER = re.compile(r"\b(?:put (?:them|it|the heads) (?:in|into)|"
                         r"save (?:them |it |the heads )?(?:in|to|into|under)(?: the folder| the directory)?|"
                         r"write (?:them|it) (?:to|into)|"
                         r"out(?:put)?(?: to| in|\s*=)|"

@@ -202,6 +202,7 @@ PACKAGE_PRESENCE = re.compile(r"(?:^|[:.!?]\s)\W*(?:is|are|do (?:i|we) have|have
 INSTALL_WORDS = re.compile(r"(?<!n't )(?<!not )(?<!never )(?<!the )\binstall\b"
                            r"(?!\s+(?:commands?|lines?|instructions?|hints?))|"
                            r"\bget\b.+\binstalled\b|^\W*pip\s*:|"
+                           r"\bgo ahead and (?:get|grab) \S+ (?:onto|on|into) (?:this|the|my)\b|"
                            r"\bgo ahead and (?:add|get|grab) (?:it|them)\b", I)
 UPGRADE_WORDS = re.compile(r"\b(?:upgrade|update)\b|(?:^|\s)(?:-U|--upgrade)\b", I)
 TRAIN_WORDS = re.compile(r"\b(?:train\w*|fine-?tun\w*|distil\w*|(?:need|want|make|create|build|fit) (?:\w+ )?"
@@ -389,7 +390,7 @@ def find_draft(text: str) -> str | None:
 GGUF_FILE = re.compile(r"(?<![\w/.:])((?:~|\.{1,2})?/?[\w.-]*(?:/[\w.-]+)*\.gguf)\b", I)
 HUB_ID = re.compile(r"(?<![\w/.:@-])([A-Za-z][\w.-]*/[A-Za-z][\w.-]*\d[\w.-]*)(?![\w/])")
 MODEL_FOLDER = re.compile(r"\b(?:for|on|of|(?:sitting|living|lives|stored|located|saved) (?:in|at)|"
-                          r"target(?: model)?(?: is)?(?: in| at)?|model(?: is)?(?: \w+)?(?: in| at)|"
+                          r"target(?: model)?(?: is)?(?: in| at)?|(?:model|checkpoint)(?: is)?(?: \w+)?(?: in| at)|"
                           r"model|"
                           r"with)\s+"
                           r"((?:~|\.{1,2})?(?:/[\w.-]*[\w-]){2,})\.?/?"

@@ -37,6 +37,7 @@ LOG_LINE = re.compile(r"^\s*(?:Traceback \(most recent call last\):?|File \"[^\"
 # the cue a quoted prompt follows ("... is best for "our bot"? try it on 'How do I reset ...'")
 QUOTE_CUE = re.compile(r"(?:\bon|\bfor|\bprompt|\btext|\bquestion|\bsentence|\bwith|\busing|:|>>>?)\s*$", I)
 EXPLICIT_CUE = re.compile(r"(?i:\bprompt(?: is)?\s*(?:[:=]|>>>?|->|→))(?!//)|(?i:\bprompt is\s+)(?=[A-Z])|"
+                          r"(?i:\b(?:with|using) (?:the )?prompt\s+)(?=[A-Z])|"
                           r"(?i:\b(?:using|with|on|for) the (?:text|input|following)\s*[:.]?\s+|"
                           r"\b(?:on|for) this(?: one| prompt)?\s*[?:.]\s+)"
                           r"(?=[A-Z\"'«“])(?!(?:I|We|You|From|That|Which|Before|Earlier|Again|Last|Above|Below)\b)")
@@ -46,7 +47,8 @@ NO_PROMPT_VERB = re.compile(r"\W*(?:please\s+)?(?:train|fit|install|upgrade|shar
 RUN_LEVEL = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "repeats", "warmup", "dtype", "threads")
 # what follows a colon that asks the assistant, not the model ("tom's settings: please save eagle depth 6 ...")
 ASKS_ASSISTANT = re.compile(r"^\W*(?:please|pls|kindly)\s+(?:save|store|remember|keep|set|compare|measure|time|"
-                            r"benchmark|install|train|share|check|run|rerun|look up|recall)\b", I)
+                            r"benchmark|install|train|share|check|run|rerun|look up|recall)\b|"
+                            r"^\W*(?:for \w+,? )?always (?:use|run|set|keep)\b", I)  # "...: for medusa always use ..."
 
 
 def instruction_not_prompt(prompt: str) -> bool:

@@ -50,6 +50,30 @@ REWRITES = (
     (re.compile(r"\bmd\b(?= (?:table|file|report))", I), "markdown"),
     (re.compile(r"^\W*dump\b(?!\s+(?:my\s+|your\s+|the\s+)?memory)", I), "write a report of"),
 )
+# a command line half-remembered into the chat ("specpilot run --methd medusa --max-tokens 256", "runs ls --limit 3",
+# "guide medusa --hardware cpu"): the flags and subcommands written out as the words the planner reads
+CLI = (
+    (re.compile(r"^\W*specpilot\s+", I), ""),
+    (re.compile(r"(?<!\S)--?(?:methods?|methd|meth|m)(?:\s*=\s*|\s+)(?=[a-z])", I), ""),
+    (re.compile(r"(?<!\S)--?(?:max[-_]?(?:new[-_]?)?tokens|new[-_]tokens|tokens)(?:\s*=\s*|\s+)(\d+)\b", I),
+     r"\1 new tokens"),
+    (re.compile(r"(?<!\S)--?draft[-_]quant(?:\s*=\s*|\s+)(int8|gguf|none|auto)\b", I), r"draft_quant=\1"),
+    (re.compile(r"(?<!\S)--(bf16|fp16|fp32|bfloat16|float16|float32)\b", I), r"\1"),
+    (re.compile(r"(?<!\S)--no[-_]default\b", I), "but don't make it the default"),
+    (re.compile(r"(?<!\S)--replace\b", I), "and drop the rest"),
+    (re.compile(r"(?<!\S)--include[-_]done(?:[-_]tasks)?\b", I), "including finished tasks"),
+    (re.compile(r"(?<!\S)--hardware(?:\s*=\s*|\s+)(\w+)", I), r"on a \1"),
+    (re.compile(r"(?<!\S)--backend(?:\s*=\s*|\s+)(\S+)", I), r"on \1"),
+    (re.compile(r"(?<!\S)--limit(?:\s*=\s*|\s+)(\d+)", I), r"last \1"),
+    (re.compile(r"(?<!\S)--num[-_]heads(?:\s*=\s*|\s+)(\d+)", I), r"\1 heads"),
+    (re.compile(r"(?<!\S)--steps(?:\s*=\s*|\s+)(\d+)", I), r"\1 steps"),
+    (re.compile(r"(?<!\S)--target(?:\s*=\s*|\s+)(?=\S)", I), "target="),
+    (re.compile(r"^\W*runs?\s+(?:ls|list)\b", I), "list my runs"),
+    (re.compile(r"^\W*recall\b", I), "what is in memory,"),
+    (re.compile(r"^\W*guide\b", I), "recommended settings for"),
+    (re.compile(r"^\W*doctor\b", I), "check the dependencies of"),
+    (re.compile(r"^\W*train[-_]medusa\b", I), "train medusa heads"),
+)
 # where a second ask begins: "..., then write it up", "After that save ...", "; once done run them on ..."
 NEXT_ASK = re.compile(r"(?:[,;.]\s*|\s+)(?:and\s+)?(?:then|after that|afterwards|once (?:done|finished|"
                       r"that'?s done|it'?s done)|when (?:done|finished))\W+(?:please\s+)?"
@@ -73,6 +97,8 @@ def _sizes(match: re.Match) -> str:
 
 def expand(text: str) -> str:
     """``text`` with its shorthand written out (see the module docstring)."""
+    for pattern, replacement in CLI:
+        text = pattern.sub(replacement, text)
     text = WNG.sub(_sizes, FLAG.sub(_flag, text))
     text = WNG_ALONE.sub("lookahead's W, N and G", text)
     parts = PATH.split(text)  # paths and addresses stay as written ("/mnt/share/specdec")
