@@ -23,6 +23,7 @@ import statistics
 from memory.migrations import LEGACY_COST_CURVE_KEY
 from tools.engine import cpu_gemm, quantize
 from tools.engine.cost_curve import flat_tokens, forward_cost_curve
+from tools.engine.gguf_requant import FAST_DTYPE
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.params import PARAM_MODELS
 from tools.bench.machine_cost import MachineCost, prompt_threshold
@@ -207,14 +208,17 @@ def remembered_gguf_draft(store, machine, target: str, hw: dict, dtype: str, dra
     quant = str((store.get_params("draft") or {}).get("draft_quant") or "auto")
     if quant not in ("auto", "gguf"):
         return
-    gguf, _ = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, LLAMACPP_DTYPE)
+    for stored in (FAST_DTYPE, LLAMACPP_DTYPE):  # a built-in draft runs from its Q4_0 copy (tools.engine.gguf_requant)
+        gguf, _ = remembered_machine(store, target, hw["kind"], hw["name"], dtype, draft, stored)
+        if gguf.draft_ratio is not None:
+            break
     if gguf.draft_ratio is None or (quant == "auto" and machine.draft_ratio is not None
                                     and machine.draft_ratio <= gguf.draft_ratio):
         return
     than = f", less than {machine.draft_source}" if machine.draft_source else ""
     machine.draft_quant = ("gguf", f"the draft's GGUF file on llama.cpp ({gguf.draft_source}{than})")
     if quant == "auto" and machine.draft_ratio is not None:
-        curves = [store.get_cost_curve(draft, hw["name"], d, kernels=None) for d in (LLAMACPP_DTYPE, "int8")]
+        curves = [store.get_cost_curve(draft, hw["name"], d, kernels=None) for d in (stored, "int8")]
         if all(curves):
             machine.gguf_until = prompt_threshold(curves[0]["curve"], curves[1]["curve"])
     machine.draft_ratio, machine.draft_source = gguf.draft_ratio, gguf.draft_source

@@ -25,6 +25,7 @@ from tools.bench.protocol import Runner
 from tools.bench.machine_cost import machine_cost, measure_curve, prefer_gguf
 from tools.bench.sizing import SizedParam, Sizing, size_params
 from tools.engine import cpu_gemm, quantize
+from tools.engine.gguf_requant import FAST_DTYPE, fast_copy
 from tools.engine.llamacpp import LlamaCppBackend, LlamaCppModel, LlamaReference, as_loaded, draft_generate, load_gguf
 from tools.engine.methods import METHODS, MethodContext, parse_params, run
 from tools.engine.types import DecodeResult, GenerationSettings
@@ -46,12 +47,14 @@ _PEER_ENGINES: dict[tuple, LlamaReference] = {}  # llama-cpp-python Llama object
 
 
 def load_cached(ref: str, dtype: str, device_map: str | None, threads: int | None = None,
-                backend: str = "transformers", role: str = "target") -> models.LoadedModel | LlamaCppModel:
+                backend: str = "transformers", role: str = "target", file: Path | None = None
+                ) -> models.LoadedModel | LlamaCppModel:
     """Load a model once per process (compare and bench reuse it across methods). On llama.cpp the target
-    and the draft are two backends even for one file (a backend holds one KV cache at a time)."""
-    key = ("llamacpp", role, ref, threads) if backend == "llamacpp" else (ref, dtype, device_map)
+    and the draft are two backends even for one file (a backend holds one KV cache at a time); ``file``: another
+    GGUF file of the same model to run (a re-quantized copy)."""
+    key = ("llamacpp", role, ref, threads, file) if backend == "llamacpp" else (ref, dtype, device_map)
     if key not in _LOADED:
-        _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role != "draft") if backend == "llamacpp"
+        _LOADED[key] = (load_llamacpp(ref, threads, tokenizer=role != "draft", file=file) if backend == "llamacpp"
                         else models.load(ref, dtype=dtype, device_map=device_map, threads=threads))
         loaded = _LOADED[key]
         if (backend != "llamacpp" and device_map in (None, "cpu")  # accelerate's placement (offload) left as it is
@@ -115,10 +118,11 @@ def gguf_tokenizer(ref: str, backend: LlamaCppBackend):
         return backend.tokenizer
 
 
-def load_llamacpp(ref: str, threads: int | None = None, tokenizer: bool = True) -> LlamaCppModel:
+def load_llamacpp(ref: str, threads: int | None = None, tokenizer: bool = True, file: Path | None = None
+                  ) -> LlamaCppModel:
     """A GGUF model on the llama.cpp backend (not dequantised), with the tokenizer of :func:`gguf_tokenizer`
-    (``tokenizer`` False: llama.cpp's own, enough for a draft model)."""
-    path = gguf_file(ref)
+    (``tokenizer`` False: llama.cpp's own, enough for a draft model); ``file`` instead of ``ref``'s own GGUF file."""
+    path = file or gguf_file(ref)
     backend = load_gguf(path, n_ctx=LLAMACPP_CONTEXT + LLAMACPP_STEP_ROOM, n_threads=threads)
     loaded = as_loaded(backend, ref, tokenizer=gguf_tokenizer(ref, backend) if tokenizer else None)
     loaded.dtype_reason = f"llama.cpp runs the GGUF file's own quantized weights ({path.name}), not dequantised"
@@ -331,23 +335,25 @@ def load_draft(inp: BaseModel, target, draft_methods: list[str], unavailable: di
 
 
 def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=None) -> LlamaCppModel | None:
-    """The draft again on llama.cpp, from its GGUF file, for draft_quant "gguf" (auto picks it on a CPU where it is
-    cheaper than the int8 copy: the sizing times both): loaded for the draft methods of a transformers target on a
-    CPU where llama-cpp-python is installed and the draft has a GGUF file (a built-in model's, or a .gguf given);
-    else None, and the draft runs as before."""
+    """The draft again on llama.cpp for draft_quant "gguf" (auto picks it where the sizing times it cheaper than the
+    int8 copy), for the draft methods of a transformers target on a CPU, from a .gguf given or a built-in draft's
+    Q4_0 copy (tools.engine.gguf_requant); None where llama-cpp-python or a GGUF file is missing."""
     if (not draft_methods or draft is None or getattr(inp, "backend", "transformers") != "transformers"
             or str(draft.device) != "cpu" or all(_given(inp, m, "draft_quant") not in (None, "auto", "gguf")
                                                  for m in draft_methods)):
         return None
     ref = inp.draft or draft.ref
     try:
-        gguf_file(ref)
+        path = gguf_file(ref)
+        fast = fast_copy(path, inp.threads) if ref.lower() in models.BUILTIN_MODELS else None  # Q4_0: faster here
         if progress:
-            progress(f"loading draft {ref} on llama.cpp too (its GGUF file)")
-        return load_cached(ref, "gguf", None, inp.threads, "llamacpp", role="gguf_draft")
+            progress(f"loading draft {ref} on llama.cpp too ({(fast or path).name})")
+        loaded = load_cached(ref, "gguf", None, inp.threads, "llamacpp", role="gguf_draft", file=fast)
+        if fast is not None:
+            loaded.dtype = FAST_DTYPE  # its cost is timed and stored apart from the file it was made from
+        return loaded
     except SpecpilotError as exc:
-        log.info("the draft %s does not run on llama.cpp here (%s): int8 or its own dtype only", ref,
-                 exc.user_message())
+        log.info("the draft %s does not run on llama.cpp here (%s): int8 or its own dtype", ref, exc.user_message())
         return None
 
 

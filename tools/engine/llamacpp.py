@@ -74,6 +74,9 @@ def _lib():
     return llama_cpp
 
 
+library = _lib  # the llama_cpp module, quiet: for llama.cpp's other entry points (tools.engine.gguf_requant)
+
+
 @dataclass
 class _Tree:
     """The token tree of the last ``forward`` until ``crop``/``keep_positions`` picks its path."""
