@@ -68,7 +68,7 @@ def forward_cost_curve(model, sizes=DEFAULT_SIZES, cache_len: int = 512, repeats
             kv.crop(cache, cache_len)
             sync(device)
             t0 = time.perf_counter()
-            kv.forward(model, ids, cache, positions, attention_mask=mask, **({"logits_to_keep": 1} if last_row else {}))
+            kv.forward(model, ids, cache, positions, attention_mask=mask, logits_to_keep=1 if last_row else 0)
             sync(device)
             took = time.perf_counter() - t0
             if r:  # round 0 warms up
