@@ -311,12 +311,26 @@ def cmd_bench(args) -> int:
         both = fit_eval_table(result)
         if both is not None:
             out.print(both)
+        if result.get("result_file"):
+            out.print(f"result: {result['result_file']}")
 
-    return _run_and_show(args, "bench", lambda progress: suite.bench(inp, progress=progress), bench_table, details)
+    def measured(progress) -> dict:
+        result = suite.bench(inp, progress=progress)
+        if args.save_result:  # benchmarks/results/NAME.json: the per-prompt rows and the summary
+            result["result_file"] = str(results.save_bench_result(args.save_result, result))
+        return result
+
+    if args.save_result:
+        from tools.report import results
+
+        results.check_name(args.save_result)  # a bad name is refused before anything is measured
+    return _run_and_show(args, "bench", measured, bench_table, details)
 
 
 # ---------------------------------------------------------------------------- report
 def cmd_report(args) -> int:
+    if args.results:
+        return cmd_report_results(args)
     store = Store()
     runs, task = select_runs(store, run_ids=args.run_ids, last=args.last, task_id=args.task)
     result = write_report(runs, fmt=args.format, out=args.out, task=task)
@@ -329,6 +343,32 @@ def cmd_report(args) -> int:
     for path in result["charts"].values():
         out.print(f"chart: {path}")
     out.print(f"runs: {', '.join(result['run_ids'])}")
+    return 0
+
+
+def cmd_report_results(args) -> int:
+    """``report --results DIR``: docs/results.md (or --out), its charts and the README's results block, generated
+    from the result files in DIR (tools.report.results)."""
+    from pathlib import Path
+
+    from tools.report.results import README_BEGIN, write_results_docs
+
+    folder = Path(args.results)
+    repo = folder.resolve().parent.parent  # benchmarks/results -> the repository
+    target = Path(args.out) if args.out else repo / "docs" / "results.md"
+    readme = Path(args.readme) if args.readme else repo / "README.md"
+    if not args.readme and not (readme.is_file() and README_BEGIN in readme.read_text(encoding="utf-8")):
+        readme = None  # no README with a results block beside those results: only the page
+    result = write_results_docs(folder, target, readme)
+    if args.json:
+        _print_json(result)
+        return 0
+    for key in ("markdown", "readme"):
+        if result.get(key):
+            out.print(f"{'results page' if key == 'markdown' else 'README block'}: {result[key]}")
+    for path in result["charts"]:
+        out.print(f"chart: {path}")
+    out.print(f"from {len(result['results'])} result file(s) in {folder}")
     return 0
 
 
@@ -466,6 +506,8 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
     p.add_argument("--fresh", action="store_true", help="measure everything again, reusing no run stored before "
                    "(after a change to a method's code); rerun without it to resume an interrupted fresh bench")
+    p.add_argument("--save-result", default=None, metavar="NAME", help="also write the per-prompt rows and the "
+                   "summary to benchmarks/results/NAME.json (a newer result replaces one of the same name)")
     add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)
@@ -478,6 +520,10 @@ def add_eval_commands(sub) -> None:
     p.add_argument("--format", choices=["md", "json", "png"], default="md")
     p.add_argument("--out", default=None, help="folder, or file path whose name is used (default: SPECPILOT_HOME/reports)")
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    p.add_argument("--results", default=None, metavar="DIR", help="instead: generate the results page (--out, default "
+                   "docs/results.md), its charts and the README's results block from the result files in DIR")
+    p.add_argument("--readme", default=None, help="with --results: the README whose results block is filled (default: "
+                   "the repository's README.md, when it has one)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("tune", help="sweep a method's parameters on a few prompts and recommend the best")
