@@ -38,7 +38,7 @@ test-slow: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m slow
 
 bench-draft: $(STAMP)
-	$(BIN)/python benchmarks/draft.py
+	$(BIN)/python benchmarks/scripts/draft.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -8,7 +8,7 @@ The split is deterministic and stratified by category: within each category the 
 ordered by ``sha256(f"{SPLIT_SEED}:{question_id}")`` and the first ``n // 2`` go to the fit half,
 the rest (``n - n // 2``, the larger half when ``n`` is odd) to the eval half. So every category
 is in both halves, and rerunning the split on the same prompts (or on the union of the two
-halves) gives the same files: ``benchmarks/split_spec_bench.py`` regenerates them.
+halves) gives the same files: ``benchmarks/scripts/split_spec_bench.py`` regenerates them.
 
 Source: Spec-Bench (Xia et al. 2024, arXiv 2401.07851; Apache-2.0, ``SPEC_BENCH_LICENSE.txt``
 beside the files): the 115 prompts of its 13 categories kept for development.

@@ -1,11 +1,11 @@
-"""Load a script of benchmarks/ as a module (they are run as scripts, not imported as a package)."""
+"""Load a script of benchmarks/scripts/ as a module (they are run as scripts, not imported as a package)."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"
 
 
 def load_benchmark(name: str):

@@ -61,7 +61,7 @@ def test_the_script_checks_the_shipped_files():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "split_spec_bench.py"), "--check"],
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scripts" / "split_spec_bench.py"), "--check"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "shipped files match" in done.stdout
@@ -73,7 +73,7 @@ def test_fitting_reads_the_fit_half_and_benchmarks_the_eval_half():
     fit_ids = {r["question_id"] for r in load_half("fit")}
     picked = pick_prompts(TuneInput(method="draft").prompts, None, 13)
     assert {r["question_id"] for r in picked} <= fit_ids and len({r["category"] for r in picked}) == 13
-    fit_script = (REPO / "benchmarks" / "fit_medusa_tree.py").read_text()
+    fit_script = (REPO / "benchmarks" / "scripts" / "fit_medusa_tree.py").read_text()
     assert "FIT_PROMPTS" in fit_script and "DEFAULT_PROMPTS" not in fit_script
-    common = (REPO / "benchmarks" / "common.py").read_text()
+    common = (REPO / "benchmarks" / "scripts" / "common.py").read_text()
     assert "EVAL_PATH" in common and "shared" not in common.split("DEFAULT_PROMPTS =", 1)[1].splitlines()[0]

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_carry.py: a checkpoint packed into pieces and rebuilt is within about one bfloat16 step."""
+"""benchmarks/scripts/gpu_carry.py: a checkpoint packed into pieces and rebuilt is within about one bfloat16 step."""
 
 from __future__ import annotations
 

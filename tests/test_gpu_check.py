@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py runs its exactness checks on a CPU too (it is meant for a GPU machine,
+"""benchmarks/scripts/gpu_check.py runs its exactness checks on a CPU too (it is meant for a GPU machine,
 where nothing else of the project's test setup is)."""
 
 from __future__ import annotations

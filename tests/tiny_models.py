@@ -1,5 +1,5 @@
 """Tiny randomly initialised causal LMs (Qwen2 and Llama) built from a config: fast stand-ins that run
-every decoder's real code path. Used by the tests and by benchmarks/gpu_check.py."""
+every decoder's real code path. Used by the tests and by benchmarks/scripts/gpu_check.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ otherwise). The system prompt and tool list are a fixed prefix whose KV cache is
 saved beside the model (``<models>/<name>/local-brain/``; other models: the specpilot home), keyed
 by a hash of the model files, the runner and the prefix, so later turns and later ``ask`` processes
 run only their new tokens. Model: the constructor's ``model``, else ``SPECPILOT_LOCAL_MODEL``, else
-:data:`DEFAULT_LOCAL_MODEL` (the most accurate built-in model in benchmarks/conversation.py).
+:data:`DEFAULT_LOCAL_MODEL` (the most accurate built-in model in benchmarks/scripts/conversation.py).
 """
 
 from __future__ import annotations

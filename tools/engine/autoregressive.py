@@ -1,6 +1,6 @@
 """The baseline: a plain KV-cached autoregressive loop (greedy, temperature, top-p, top-k, seed, EOS).
 
-Its speed is checked against transformers' own ``generate`` (benchmarks/baseline.py), so the
+Its speed is checked against transformers' own ``generate`` (benchmarks/scripts/baseline.py), so the
 speedups specpilot reports never come from a handicapped baseline. It runs in the same loop as
 every accelerated method (tools.engine.loop), so all are timed alike.
 """

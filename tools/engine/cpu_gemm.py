@@ -8,7 +8,7 @@ verification pass of a speculative method) a general matrix product can be far s
 through MKL, and 3.0, 5.7 and 8.1 ms through oneDNN with its weights in the plain layout. Packed ahead
 of time into oneDNN's blocked layout for a batch of a few rows (``torch.ops.mkldnn._reorder_linear_weight``,
 what PyTorch's compiler uses for frozen CPU models) the same layer took 3.2, 3.3 and 5.5 ms: two tokens
-cost what one does, eight 1.7x (benchmarks/cpu_gemm.py). The packed product also gives each row the
+cost what one does, eight 1.7x (benchmarks/scripts/cpu_gemm.py). The packed product also gives each row the
 same bits whatever the number of rows beside it, so a verification pass computes a token's layers
 exactly as a one-token step does.
 
@@ -23,7 +23,7 @@ other way, as between any two BLAS). ``SPECPILOT_CPU_GEMM=blas`` keeps PyTorch's
 Bfloat16 layers take the same path where the CPU has bfloat16 instructions (AVX512-BF16 or AMX): there
 PyTorch's own bfloat16 product is slow for a few rows. A whole pass of the default target in bfloat16 on a
 2-core AMD EPYC with AVX512-BF16 measured 199, 191, 215, 246 and 294 ms over 1, 2, 4, 8 and 13 tokens through
-PyTorch, and 115, 108, 104, 143 and 184 ms with its layers packed (``benchmarks/cpu_gemm.py --model ...
+PyTorch, and 115, 108, 104, 143 and 184 ms with its layers packed (``benchmarks/scripts/cpu_gemm.py --model ...
 --dtype bfloat16``). oneDNN's bfloat16 product over one or two rows is slower than over four (143 ms for a
 one-token pass unpadded), so fewer than ``PAD_BELOW`` rows are multiplied as ``PAD_ROWS`` (zero rows added,
 their products dropped). Bfloat16 rows are not bit-identical across row counts (float32 ones are), so in
@@ -128,7 +128,7 @@ class OneDNNLinear(nn.Linear):
     def __init__(self, linear: nn.Linear, keep_dense: bool, pack: bool = True):  # noqa: D107 - not nn.Linear's init
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = pack and can_pack()  # pack=False: the plain oneDNN layout (benchmarks/cpu_gemm.py times both)
+        self.packed = pack and can_pack()  # pack=False: the plain oneDNN layout (benchmarks/scripts/cpu_gemm.py times both)
         dense = linear.weight.detach()
         self.dtype = dense.dtype
         self.packed = self.packed or self.dtype != torch.float32  # bfloat16 only packed (``wanted``)

@@ -29,7 +29,7 @@ PROBE_MIN_GAIN = 1.25
 TRIAL_DRAFTS = 4  # where drafting can gain that much, the first drafts are taken to learn this text's acceptance
 # a draft model drafts only where the model of its gain says at least this much: the model leaves out the draft's
 # catch-up over tokens it has not seen (its prefill of the prompt at the first draft) and the step's own work, and
-# on llama.cpp here a predicted 5% gain measured 0.74-0.97x on short answers (benchmarks/llamacpp_speed.py)
+# on llama.cpp here a predicted 5% gain measured 0.74-0.97x on short answers (benchmarks/scripts/llamacpp_speed.py)
 MIN_DRAFT_GAIN = 1.1
 
 

@@ -26,7 +26,7 @@ MAX_CANDIDATE_TOKENS = 64
 MAX_CANDIDATES = 16
 # prompt lookup's per-token acceptance of a draft whose occurrence matches the last 1, 2, ..., 8 or more
 # tokens, before a run has seen its own: fitted on the fit half of the Spec-Bench prompts
-# (benchmarks/ngram_policy.py)
+# (benchmarks/scripts/ngram_policy.py)
 ACCEPTANCE_PRIOR = (0.30, 0.58, 0.56, 0.55, 0.55, 0.55, 0.55, 0.59)
 PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as much as the prior
 # draft-model decoding's per-token acceptance before a run has seen its own (README, draft on coding/math:
@@ -35,7 +35,7 @@ DRAFT_ACCEPTANCE_PRIOR = 0.8
 DRAFT_COST_ASSUMED = 0.25
 # lookahead's tokens per full step (accepted guesses + the target's own token) before a run has seen its own, by
 # (W, N, G, prompt-lookup drafts): fitted on the fit half of the Spec-Bench prompts (one per category, greedy,
-# 64 new tokens, every step a full one: benchmarks/acceptance_halves.py --methods lookahead --halves fit), for
+# 64 new tokens, every step a full one: benchmarks/scripts/acceptance_halves.py --methods lookahead --halves fit), for
 # the settings sized for a 2-core AVX2 CPU in float32 (a 2-token pass at 2.06x one, and at 1.91x); the cost
 # gate starts from it instead of trial steps. Other settings have no prior and take the trial.
 LOOKAHEAD_STEP_PRIOR = {(3, 3, 1, 0): 1.25, (3, 4, 1, 0): 1.28}

@@ -15,7 +15,7 @@ want a different tree. Here:
 
 The fitted tree is stored with the heads (``medusa_tree.json``, see tools.medusa.checkpoint) and
 ``tree="auto"`` uses it on a CPU. Fit it on text unlike the prompts you evaluate on:
-``benchmarks/fit_medusa_tree.py`` fits on the fit half of the shipped Spec-Bench prompts
+``benchmarks/scripts/fit_medusa_tree.py`` fits on the fit half of the shipped Spec-Bench prompts
 (prompts/spec_bench_fit.jsonl) and never on the eval half the benchmarks measure.
 """
 

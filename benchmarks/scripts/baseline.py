@@ -3,7 +3,7 @@
 The speedups specpilot reports must not come from a slow baseline: this checks that our plain
 KV-cached loop runs within 5% of transformers' `generate` (tokens/s, median of alternating repeats).
 
-    .venv/bin/python benchmarks/baseline.py [--dtype bfloat16] [--repeats 3] [--max-new-tokens 128]
+    .venv/bin/python benchmarks/scripts/baseline.py [--dtype bfloat16] [--repeats 3] [--max-new-tokens 128]
 """
 
 import argparse
@@ -11,7 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> None:

@@ -2,14 +2,14 @@
 in the plain layout, and through oneDNN with the weights packed (what runs use where this PyTorch can
 pack), for the token counts a verification pass has (tools/engine/cpu_gemm.py decides which one runs).
 
-    .venv/bin/python benchmarks/cpu_gemm.py                      # the default target's MLP shape
-    .venv/bin/python benchmarks/cpu_gemm.py --shape 151936x1536 --tokens 1,2,4,8 --repeats 3   # the LM head
+    .venv/bin/python benchmarks/scripts/cpu_gemm.py                      # the default target's MLP shape
+    .venv/bin/python benchmarks/scripts/cpu_gemm.py --shape 151936x1536 --tokens 1,2,4,8 --repeats 3   # the LM head
 
 A single bfloat16 layer fits in a server CPU's cache and times far faster than it runs in a model, so
 bfloat16 is timed on a whole model: its passes over a few tokens after a 300-token prompt, with
 PyTorch's layers and then with the packed ones (what runs use where the CPU has bfloat16 instructions):
 
-    .venv/bin/python benchmarks/cpu_gemm.py --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --threads 2
+    .venv/bin/python benchmarks/scripts/cpu_gemm.py --model qwen2.5-coder-1.5b-instruct --dtype bfloat16 --threads 2
 """
 
 from __future__ import annotations

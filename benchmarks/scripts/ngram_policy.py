@@ -1,6 +1,6 @@
 """Fit prompt lookup's drafting policy: per-token acceptance of a draft by the length of the match behind it.
 
-    .venv/bin/python benchmarks/ngram_policy.py [--prompts prompts/spec_bench_fit.jsonl] [--limit 2]
+    .venv/bin/python benchmarks/scripts/ngram_policy.py [--prompts prompts/spec_bench_fit.jsonl] [--limit 2]
 
 Runs prompt lookup (greedy, its default drafts) on the default target's GGUF through the llama.cpp
 backend over the FIT half of the shipped Spec-Bench prompts (every category), and counts, for drafts
@@ -19,10 +19,10 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import DEFAULT_PROMPTS, FIT_PROMPTS, load_prompts  # noqa: E402
+from common import DEFAULT_PROMPTS, FIT_PROMPTS, load_prompts  # noqa: E402
 
 
 def parse_args():

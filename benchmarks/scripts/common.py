@@ -11,12 +11,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 # the figures, not transformers' progress bars and notices (read when transformers is first imported, later)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-# the eval half of the shipped Spec-Bench prompts (prompts/spec_bench.py): README figures are measured on
+# the eval half of the shipped Spec-Bench prompts (prompts/spec_bench.py): the figures in docs/ are measured on
 # prompts nothing was fitted on; pass --prompts prompts/spec_bench_fit.jsonl for the fit half beside them
 from prompts.spec_bench import EVAL_PATH, FIT_PATH  # noqa: E402
 
@@ -92,94 +92,6 @@ def run_benchmark(method: str, args, draft: str | None = None, extra_runners=Non
     print(f"\nhardware: {hw.get('name')} · dtype {args.dtype} · {args.max_new_tokens} new tokens · "
           f"median of {args.repeats} after warm-up · {measure.versions()}")
     return records
-
-
-def run_benchmark_methods(methods: list[str], args, params: dict[str, dict]) -> dict[str, list[dict]]:
-    """Measure several methods against ONE baseline (and transformers' prompt lookup) per prompt,
-    alternating in one process; print a table per method and a side-by-side one; return the records.
-
-    With ``--out`` the records are written after every prompt and a rerun skips the prompts already
-    there (an interrupted benchmark resumes).
-    """
-    import torch
-
-    from tools.bench import peers
-    from tools.bench import protocol as measure
-    from tools.engine.methods import parse_params, run
-    from tools.bench.run import RunInput, build_context, prompt_ids_for, record_from, settings_for
-
-    torch.manual_seed(0)
-    prompts = load_prompts(args.prompts, args.categories, args.limit)
-    out = Path(args.out) if args.out else None
-    records: dict[str, list[dict]] = {m: [] for m in methods}
-    if out is not None and out.is_file():
-        for m, recs in json.loads(out.read_text()).items():
-            records.setdefault(m, []).extend(recs)
-    done = {r["question_id"] for r in records[methods[0]]}
-    ctx = None
-    for i, row in enumerate(prompts):
-        if row.get("question_id") in done:
-            continue
-        inputs = {m: RunInput(method=m, prompt=row["prompt"], target=args.target, params=params.get(m, {}),
-                              max_new_tokens=args.max_new_tokens, dtype=args.dtype, temperature=args.temperature,
-                              repeats=args.repeats, peers=not args.no_peers) for m in methods}
-        first = inputs[methods[0]]
-        ctx = ctx or build_context(first)
-        ids = prompt_ids_for(ctx.target.tokenizer, first.prompt, True)
-        settings = settings_for(first, ctx)
-        parsed = {m: parse_params(m, params.get(m, {})) for m in methods}
-        runners = {"baseline": lambda s: run("baseline", ctx, ids, s, parse_params("baseline", {}))}
-        for m in methods:
-            runners[m] = lambda s, m=m: run(m, ctx, ids, s, parsed[m])
-        if not args.no_peers:
-            runners["hf_prompt_lookup"] = lambda s: peers.hf_prompt_lookup(ctx.target.model, ids, s)
-        timed = measure.alternate(runners, settings, repeats=args.repeats, warmup=first.warmup,
-                                  progress=lambda msg: print(f"  [{i + 1}/{len(prompts)}] {msg}", file=sys.stderr,
-                                                             flush=True))
-        line = f"{row['category']:>15} q{row.get('question_id')}:"
-        for m in methods:
-            rec = record_from(inputs[m], ctx, ids, settings, parsed[m].model_dump(), timed)
-            rec.question_id, rec.category = row.get("question_id"), row["category"]
-            rec = rec.to_store()
-            records[m].append(rec)
-            line += (f" {m} {rec['speedup']:.2f}x (tok/step {rec['mean_accepted_per_step']:.2f}, "
-                     f"same={rec['matches_baseline']}) |")
-        for k, v in records[methods[0]][-1]["peers"].items():
-            line += f" {k} {v['speedup']:.2f}x"
-        print(line, flush=True)
-        if out is not None:
-            out.write_text(json.dumps(records, default=str))
-    for m in methods:
-        print_summary(m, records[m])
-    print_side_by_side(methods, records)
-    hw = measure.hardware_info(ctx.target.device) if ctx else {}
-    print(f"\nhardware: {hw.get('name')} · dtype {args.dtype} · {args.max_new_tokens} new tokens · "
-          f"median of {args.repeats} after warm-up · {measure.versions()}")
-    return records
-
-
-def print_side_by_side(methods: list[str], records: dict[str, list[dict]]) -> None:
-    """One row per category: each method's and each peer's mean speedup and total-time speedup."""
-    first = records[methods[0]]
-    peer_names = sorted({k for r in first for k in r["peers"]})
-    by_cat = defaultdict(list)
-    for j, r in enumerate(first):
-        by_cat[r["category"]].append(j)
-    by_cat["overall"] = list(range(len(first)))
-    head = "| category | n |" + "".join(f" {m} speedup | {m} tok/step |" for m in methods) + "".join(
-        f" {p} speedup |" for p in peer_names)
-    print("\n" + head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for cat, idx in by_cat.items():
-        line = f"| {cat} | {len(idx)} |"
-        for m in methods:
-            rows = [records[m][j] for j in idx]
-            line += (f" {statistics.mean(r['speedup'] for r in rows):.2f}x |"
-                     f" {statistics.mean(r['mean_accepted_per_step'] for r in rows):.2f} |")
-        for p in peer_names:
-            line += f" {statistics.mean(first[j]['peers'][p]['speedup'] for j in idx):.2f}x |"
-        print(line)
-    print("speedup = mean over the category's prompts of baseline time / method time (prefill included)")
 
 
 def _pct(x):

@@ -1,10 +1,10 @@
 """Conversation evaluation: does a brain pick the right tool (with the right key arguments) for what
 a user types, and how long does a turn take?
 
-    .venv/bin/python benchmarks/conversation.py                       # offline + local (+ anthropic with a key)
-    .venv/bin/python benchmarks/conversation.py --brains local:qwen2.5-coder-0.5b-instruct,local --half A
-    .venv/bin/python benchmarks/conversation.py --out results.json --verbose
-    .venv/bin/python benchmarks/conversation.py --data benchmarks/data/conversations_fresh_d.jsonl  # a set shipped here
+    .venv/bin/python benchmarks/scripts/conversation.py                       # offline + local (+ anthropic with a key)
+    .venv/bin/python benchmarks/scripts/conversation.py --brains local:qwen2.5-coder-0.5b-instruct,local --half A
+    .venv/bin/python benchmarks/scripts/conversation.py --out results.json --verbose
+    .venv/bin/python benchmarks/scripts/conversation.py --data benchmarks/data/conversations_fresh_d.jsonl  # a set shipped here
 
 Each request of ../shared/data/conversations_dev.jsonl (fields: ``text``; ``tool``, the tool a good
 assistant calls, or null where it should ask a question or decline; ``args``, the key arguments of
@@ -15,9 +15,9 @@ arguments when that call's arguments hold every key argument (lists as sets, whe
 be added since every method is measured against it); a request without one is right when the brain
 called no tool. Median seconds per turn are taken after one untimed warm-up turn (model loading).
 
-benchmarks/data/conversations_fresh_a.jsonl ... _z.jsonl and _aa.jsonl to _ac.jsonl are twenty-nine more sets in the same format,
-written apart
-from each other and from the planner (README: which were fixed against and which held out).
+benchmarks/data/conversations_fresh_a.jsonl ... _z.jsonl and _aa.jsonl to _ac.jsonl are twenty-nine more sets in the
+same format, written apart from each other and from the planner (benchmarks/data/MANIFEST.md says which were
+fitted and which stayed held out).
 
 Halves, so that prompts are not tuned on what they are judged on: half A is the even lines (0, 2,
 ...) and the only one looked at while writing the local brain's prompt; half B, the odd lines, is
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 DATA = ROOT.parent / "shared" / "data" / "conversations_dev.jsonl"

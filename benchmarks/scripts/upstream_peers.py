@@ -2,7 +2,7 @@
 on the built-in Llama (SmolLM2-135M, float32), eval-half Spec-Bench prompts, one baseline per prompt.
 
     .venv/bin/specpilot peers setup medusa-llm && .venv/bin/specpilot peers setup lade   # once, approved
-    .venv/bin/python benchmarks/upstream_peers.py --categories coding,summarization,math_reasoning,writing
+    .venv/bin/python benchmarks/scripts/upstream_peers.py --categories coding,summarization,math_reasoning,writing
 
 Each method is timed with its peers in alternating rounds (tools.bench.protocol): the baseline,
 transformers' prompt lookup, the upstream package, plain generate in the package's venv

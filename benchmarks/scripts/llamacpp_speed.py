@@ -1,6 +1,6 @@
 """llama.cpp's own plain decoding against specpilot's decoders on the llama.cpp backend.
 
-    .venv/bin/python benchmarks/llamacpp_speed.py [--categories coding,summarization,math] [--repeats 2]
+    .venv/bin/python benchmarks/scripts/llamacpp_speed.py [--categories coding,summarization,math] [--repeats 2]
 
 Default target GGUF (Qwen2.5-Coder-1.5B-Instruct Q4_K_M) on 2 threads, 128 new tokens, greedy, one
 prompt per category from the shipped Spec-Bench eval prompts (chat template applied by the model's
@@ -19,10 +19,10 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
+from common import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 
 METHODS = ("llama.cpp plain", "baseline", "ngram", "ngram-short", "ngram-sized", "draft", "draft-sized", "lookahead",
            "lookahead-sized", "lookahead-sized-alone")

@@ -1,10 +1,10 @@
 """Benchmark: Medusa (shipped heads, default target, bfloat16) vs the baseline on the coding and math
 prompts of Spec-Bench: speedup, mean accepted tokens per step and acceptance rate per category.
 
-    .venv/bin/python benchmarks/medusa.py                                   # greedy (exact)
-    .venv/bin/python benchmarks/medusa.py --params '{"tree": "cpu16"}'
-    .venv/bin/python benchmarks/medusa.py --temperature 0.7                 # typical acceptance (lossy)
-    .venv/bin/python benchmarks/medusa.py --medusa-heads /path/to/heads     # heads trained elsewhere
+    .venv/bin/python benchmarks/scripts/medusa.py                                   # greedy (exact)
+    .venv/bin/python benchmarks/scripts/medusa.py --params '{"tree": "cpu16"}'
+    .venv/bin/python benchmarks/scripts/medusa.py --temperature 0.7                 # typical acceptance (lossy)
+    .venv/bin/python benchmarks/scripts/medusa.py --medusa-heads /path/to/heads     # heads trained elsewhere
 """
 
 from common import base_parser, run_benchmark

@@ -1,8 +1,8 @@
 """Benchmark: draft-model speculative decoding (default pair, bfloat16) vs the baseline, transformers'
 assisted generation (same draft) and prompt lookup, on the coding and math prompts of Spec-Bench.
 
-    .venv/bin/python benchmarks/draft.py                     # speed, bfloat16
-    .venv/bin/python benchmarks/draft.py --dtype float32 --no-peers --max-new-tokens 64   # exactness
+    .venv/bin/python benchmarks/scripts/draft.py                     # speed, bfloat16
+    .venv/bin/python benchmarks/scripts/draft.py --dtype float32 --no-peers --max-new-tokens 64   # exactness
 """
 
 from common import base_parser, run_benchmark

@@ -6,14 +6,14 @@ default: choices are made there), the baseline is timed first and last, and the 
 and then in reverse (A B B A), each variant's time the mean of its two runs: a steady drift weighs on
 every variant alike. Parameters not given are sized as `run` sizes them.
 
-    .venv/bin/python benchmarks/side_by_side.py eagle '{"trim": {}, "full": {"trim": false}}' \\
+    .venv/bin/python benchmarks/scripts/side_by_side.py eagle '{"trim": {}, "full": {"trim": false}}' \\
         --categories coding,math,writing,qa,summarization
 
 The draft method loads the target's built-in draft model, also on llama.cpp where it runs here (`{"sized": {}}`
 times the sized default; `{"int8": {"draft_quant": "int8"}}` the int8 copy).
 An EAGLE variant may name its head (`"head": FOLDER`; the shipped one otherwise), to time two heads:
 
-    .venv/bin/python benchmarks/side_by_side.py eagle '{"shipped": {}, "new": {"head": "HEAD_DIR"}}' --half eval
+    .venv/bin/python benchmarks/scripts/side_by_side.py eagle '{"shipped": {}, "new": {"head": "HEAD_DIR"}}' --half eval
 
 A variant may also set environment variables while it runs (`"env": {"SPECPILOT_EAGLE_HEAD": "float32"}`).
 """

@@ -15,9 +15,9 @@ decoding is exact, so the text is the same; only floating-point near-ties could 
 pass serves every method, so this costs one plain decode per prompt instead of a run per method, and
 it does not depend on how busy the machine is.
 
-    .venv/bin/python benchmarks/acceptance_halves.py --out results/acceptance_halves.json
-    .venv/bin/python benchmarks/acceptance_halves.py --methods medusa --categories coding,math --limit 2
-    .venv/bin/python benchmarks/acceptance_halves.py --methods lookahead --halves fit --lookahead 3,3,1,0
+    .venv/bin/python benchmarks/scripts/acceptance_halves.py --out results/acceptance_halves.json
+    .venv/bin/python benchmarks/scripts/acceptance_halves.py --methods medusa --categories coding,math --limit 2
+    .venv/bin/python benchmarks/scripts/acceptance_halves.py --methods lookahead --halves fit --lookahead 3,3,1,0
 
 Lookahead is not replayed: its window and n-gram pool follow its own steps, so the decoder itself runs
 (every step a full step, the cost gate off) with the W,N,G and prompt-lookup drafts of --lookahead

@@ -7,7 +7,7 @@ self-distillation files, trains heads (tools.medusa.eagle_train.train_eagle), an
 the shipped one beside them, on the target's answers to the fit-half Spec-Bench prompts (where a choice
 between heads is made; the eval half is left for the CPU's runs).
 
-    python benchmarks/eagle_gpu.py --model MODEL_DIR --prompts PROMPTS.jsonl --work /tmp/eagle \\
+    python benchmarks/scripts/eagle_gpu.py --model MODEL_DIR --prompts PROMPTS.jsonl --work /tmp/eagle \\
         --generate-seconds 150 --variants fresh8k --out $OUT
 
 PROMPTS.jsonl: one JSON string a line; where the file does not exist it is written first with the
@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tools.medusa import eagle_train  # noqa: E402
@@ -200,7 +200,7 @@ def main() -> int:
         t0 = time.perf_counter()
         summary = train_eagle(target, files, work / "heads" / name, config, max_tokens=args.max_tokens,
                               cache_root=work / "features", log=log, start=start,
-                              command=f"benchmarks/eagle_gpu.py --variants {name} (files: {[f.name for f in files]})")
+                              command=f"benchmarks/scripts/eagle_gpu.py --variants {name} (files: {[f.name for f in files]})")
         head = eagle_train.load_head(work / "heads" / name)
         report.setdefault("variants", {})[name] = {"seconds": round(time.perf_counter() - t0), "held_out":
                                                    summary["held_out"], "tokens": summary["tokens"]}

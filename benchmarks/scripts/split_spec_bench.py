@@ -5,8 +5,8 @@ prompts writes the same two files. Without ``--source`` it reads ../shared/data/
 when that file is beside the checkout, else the union of the two shipped halves (so the split can
 be checked, and regenerated, from the repository alone).
 
-    .venv/bin/python benchmarks/split_spec_bench.py            # rewrite prompts/spec_bench_{fit,eval}.jsonl
-    .venv/bin/python benchmarks/split_spec_bench.py --check    # fail if the shipped files differ
+    .venv/bin/python benchmarks/scripts/split_spec_bench.py            # rewrite prompts/spec_bench_{fit,eval}.jsonl
+    .venv/bin/python benchmarks/scripts/split_spec_bench.py --check    # fail if the shipped files differ
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from prompts.spec_bench import EVAL_PATH, FIT_PATH, read_jsonl, shipped_union, split_rows, write_jsonl  # noqa: E402

@@ -2,8 +2,8 @@
 target's greedy token at depths 1-3, on the last chunks of the default target's distillation answers
 (the chunks `specpilot eagle train --max-tokens N` holds out; features cached as training caches them).
 
-    .venv/bin/python benchmarks/eagle_heads.py shipped                       # the shipped head
-    .venv/bin/python benchmarks/eagle_heads.py shipped HEAD_DIR --max-tokens 250000 --dtype bfloat16
+    .venv/bin/python benchmarks/scripts/eagle_heads.py shipped                       # the shipped head
+    .venv/bin/python benchmarks/scripts/eagle_heads.py shipped HEAD_DIR --max-tokens 250000 --dtype bfloat16
 
 A head trained with a smaller --max-tokens never saw these chunks either, so the heads are compared on
 text none of them learned from. --data names the files as they were trained (a head trained before
@@ -14,7 +14,7 @@ prompt of each of N categories, which nothing was fitted on: top-1 by depth on t
 the target's features as in training, and the tokens per target pass of a run drafting a fixed 10-node
 tree (depth 5, top-4, no cost gate) for 64 new tokens:
 
-    .venv/bin/python benchmarks/eagle_heads.py OLD_HEAD_DIR shipped --answers 7
+    .venv/bin/python benchmarks/scripts/eagle_heads.py OLD_HEAD_DIR shipped --answers 7
 
 (--half fit takes the prompts from the fit half instead, where a choice between heads is made.)
 """

@@ -4,9 +4,9 @@
 Needs only torch, transformers, accelerate, pydantic and safetensors (not the agent's packages), so it
 runs on a bare GPU machine:
 
-    python benchmarks/gpu_check.py --out gpu_check.json                       # CUDA when there is one
-    python benchmarks/gpu_check.py --device cpu --skip-timing                 # the same checks on a CPU
-    python benchmarks/gpu_check.py --shape-from FOLDER                        # timing model of FOLDER's shape
+    python benchmarks/scripts/gpu_check.py --out gpu_check.json                       # CUDA when there is one
+    python benchmarks/scripts/gpu_check.py --device cpu --skip-timing                 # the same checks on a CPU
+    python benchmarks/scripts/gpu_check.py --shape-from FOLDER                        # timing model of FOLDER's shape
 
 1. Exactness: tiny random Qwen2 and Llama targets (peaked logits), a perturbed copy as draft, random
    Medusa heads and EAGLE heads (a random one, and one trained on the CPU on the target's own continuation
@@ -35,7 +35,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/tiny_models.py: the tiny random models
 
 import torch  # noqa: E402

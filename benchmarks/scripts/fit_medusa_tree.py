@@ -10,7 +10,7 @@
 3. A tree is grown greedily over those positions (fit_tree) and cut to the size that maximises
    tokens per unit of forward time on this machine's cost curve for tree-masked passes.
 
-    .venv/bin/python benchmarks/fit_medusa_tree.py --answers /tmp/answers.jsonl --write
+    .venv/bin/python benchmarks/scripts/fit_medusa_tree.py --answers /tmp/answers.jsonl --write
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def main() -> None:
             "head_top1": top1,
             "curve_ms": {str(t): round(s * 1000, 1) for t, s in curve.items()},
             "simulated_tokens_per_step_excluded": simulated,
-            "command": "benchmarks/fit_medusa_tree.py " + " ".join(_portable(a) for a in sys.argv[1:])}
+            "command": "benchmarks/scripts/fit_medusa_tree.py " + " ".join(_portable(a) for a in sys.argv[1:])}
     print(json.dumps({"choices": tree, **info}, indent=1))
     if args.write:
         print("wrote", save_tree(args.heads, tree, info))

@@ -8,10 +8,10 @@ small tensors (norms, biases) as they are. Rebuilt, a weight is within about one
 target's (relative error 0.2-0.4% per tensor, the size of bfloat16's own rounding); `verify` measures
 what that does to the target's features and greedy tokens over a chunk of text.
 
-    python benchmarks/gpu_carry.py pack MODEL_DIR OUT_DIR [--piece-mib 56]
+    python benchmarks/scripts/gpu_carry.py pack MODEL_DIR OUT_DIR [--piece-mib 56]
     cat OUT_DIR/piece0* | xz -1 -T2 | split -b 56M -d -a 3 - Z_DIR/piece    # 1477 MiB -> about 1250
-    python benchmarks/gpu_carry.py verify MODEL_DIR OUT_DIR
-    python benchmarks/gpu_carry.py unpack OUT_DIR MODEL_OUT_DIR        # on the device: pieces -> model.safetensors
+    python benchmarks/scripts/gpu_carry.py verify MODEL_DIR OUT_DIR
+    python benchmarks/scripts/gpu_carry.py unpack OUT_DIR MODEL_OUT_DIR        # on the device: pieces -> model.safetensors
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def verify(model_dir: Path, folder: Path) -> None:
     rebuilt_dir = folder.parent / (folder.name + "_rebuilt")
     unpack(folder, rebuilt_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    shipped = Path(__file__).resolve().parents[1] / "tools/data/medusa/qwen2.5-coder-1.5b-instruct"
+    shipped = Path(__file__).resolve().parents[2] / "tools/data/medusa/qwen2.5-coder-1.5b-instruct"
     text = (shipped / "distill_chat2.txt").read_text()
     ids = torch.tensor([tok.encode(text)[:512]])
     outs = []
