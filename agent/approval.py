@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -105,9 +106,11 @@ def _isatty(stream: Any) -> bool:
 
 
 def approval_prompt(action: str, what: str, approval_id: str) -> str:
-    """The text shown to the person before a gated action: what will run, and the question."""
-    return (f"specpilot asks for approval to {action} (approval {approval_id}).\n"
-            f"This will run exactly:\n  {what}\n")
+    """The text shown to the person before a gated action: what will run, and the question. Every value in
+    it is shown escaped (:func:`one_line`): a name holding a newline or an escape sequence cannot print a
+    line of its own or repaint the terminal."""
+    return (f"specpilot asks for approval to {one_line(action)} (approval {one_line(approval_id)}).\n"
+            f"This will run exactly:\n  {one_line(what)}\n")
 
 
 def how_to_approve(approval_id: str) -> str:
@@ -136,16 +139,35 @@ def printable(text: str) -> str:
     return "".join(c if c == "\n" or c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
-def read_confirmation(terminal: Terminal, question: str, phrase: str) -> str:
-    """Show ``question`` on ``terminal``, ask for ``phrase`` and return what the person typed.
+def one_line(text: str) -> str:
+    """``text`` with every control character shown escaped, newlines and tabs included: one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+CHALLENGE_LETTERS = ("bdfgklmnprstvz", "aeiou")  # consonant, vowel, consonant, vowel: easy to read and type
+
+
+def challenge_word() -> str:
+    """A short random word (``kavo``) made for one question: part of the confirmation, shown only on the
+    terminal the gate opened. A program that pipes a known phrase into a pseudo-terminal without reading
+    it cannot guess it (one that reads the terminal can: see the trust boundary in SKILL.md)."""
+    return "".join(secrets.choice(CHALLENGE_LETTERS[i % 2]) for i in range(4))
+
+
+def read_confirmation(terminal: Terminal, question: str, phrase: str) -> tuple[bool, str, str]:
+    """Show ``question`` on ``terminal``, ask for ``phrase`` followed by a fresh :func:`challenge_word`,
+    and return (whether the person typed exactly that, what they typed, the full confirmation asked for).
 
     Input typed before the question (pasted text, a stream of ``y``) is discarded first.
     """
+    word = challenge_word()
+    expected = f"{phrase} {word}" if word else phrase
     _discard_typed_ahead(terminal.reader)
-    terminal.writer.write(f"{printable(question).rstrip()}\nTo approve, type exactly:  {printable(phrase)}\n"
+    terminal.writer.write(f"{printable(question).rstrip()}\nTo approve, type exactly:  {printable(expected)}\n"
                           "(anything else does not approve) > ")
     terminal.writer.flush()
-    return " ".join(terminal.reader.readline(MAX_ANSWER_CHARS).split())
+    answer = " ".join(terminal.reader.readline(MAX_ANSWER_CHARS).split())
+    return answer == expected, answer, expected
 
 
 def _discard_typed_ahead(reader: TextIO) -> None:
@@ -168,7 +190,7 @@ def ask_at_terminal(question: str, phrase: str | None = None) -> bool:
         raise ApprovalError("an approval question needs the confirmation phrase the person types")
     terminal = open_terminal()
     try:
-        return read_confirmation(terminal, question, phrase) == phrase
+        return read_confirmation(terminal, question, phrase)[0]
     finally:
         terminal.close()
 
@@ -223,20 +245,40 @@ class Gate:
         return approved
 
     def request(self, tool_: Tool, inp: Any) -> dict:
-        """Record a pending approval for this exact call; return the approval row."""
-        what = tool_.describe(inp)
-        approval_id = self.store.create_approval(tool_.gate, registry.approval_arguments(tool_, inp), reason=what)
+        """Record a pending approval for this exact call, made concrete first (``Tool.resolve``: absolute
+        paths, normalised URLs, the run ids "the newest runs" stand for); return the approval row. Its
+        arguments hold what runs (``input``) and, when that differs, what was asked (``requested``)."""
+        arguments = approval_for(tool_, inp, self.store)
+        what = tool_.describe(tool_.input_model.model_validate(arguments["input"]))
+        approval_id = self.store.create_approval(tool_.gate, arguments, reason=what)
         return self.store.get_approval(approval_id)
 
     def run_approved(self, tool_: Tool, inp: Any, approval_id: str, ctx: ToolContext) -> ToolResult:
-        """Consume the approval (once) and run the call it covers; refuse other arguments."""
+        """Consume the approval (once) and run exactly the call it covers (its resolved input: the same
+        folder and run ids the person saw); refuse a call that asks for anything else."""
         current = self.store.get_approval(approval_id)
-        if current["action"] == tool_.gate and current["arguments"] != registry.approval_arguments(tool_, inp):
-            raise ApprovalError(f"approval {approval_id} covers {current['arguments']}, not this call",
-                                hint="call the tool again with exactly the approved input, or ask for a new approval")
+        if current["action"] == tool_.gate:
+            asked = registry.approval_arguments(tool_, inp)
+            covered = current["arguments"] or {}
+            if asked["tool"] != covered.get("tool") or asked["input"] not in (covered.get("input"),
+                                                                             covered.get("requested")):
+                raise ApprovalError(f"approval {approval_id} covers {covered.get('input')}, not this call",
+                                    hint="call the tool again with exactly the approved input, or ask for a new "
+                                         "approval")
+            inp = tool_.input_model.model_validate({**covered["input"], APPROVAL_FIELD: approval_id})
         consumed = self.store.consume_approval(approval_id, action=tool_.gate)
         log.info("running %s under approval %s", tool_.name, approval_id)
         return registry.execute(tool_, inp, replace(ctx, approval=consumed))
+
+
+def approval_for(tool_: Tool, inp: Any, store: Any) -> dict:
+    """What an approval of this call covers: the tool and its input made concrete by ``Tool.resolve``
+    (``input``), with the input as asked (``requested``) when resolving changed it."""
+    asked = registry.approval_arguments(tool_, inp)
+    if tool_.resolve is None:
+        return asked
+    resolved = registry.approval_arguments(tool_, tool_.resolve(inp, store))
+    return resolved if resolved["input"] == asked["input"] else {**resolved, "requested": asked["input"]}
 
 
 def approval_required(pending: dict, why_pending: str | None = None) -> ToolResult:
@@ -311,7 +353,7 @@ def approve_command(store: Any, action: str, arguments: dict, what: str, approva
     store.decide_approval(approval_id, approved, by=who)
     if not approved:
         raise ApprovalDenied(f"approval {approval_id} was not given (the confirmation was not typed); nothing was run",
-                             hint=f"rerun it and type `{question.phrase}` when asked")
+                             hint=f"rerun it and type `{question.phrase}` and the word shown after it when asked")
     return store.consume_approval(approval_id, action=action)
 
 
@@ -321,11 +363,15 @@ def decide_at_terminal(store: Any, approval_id: str, approve: bool, stdin: TextI
                        stdout: TextIO | None = None) -> dict:
     """Approve or deny ``approval_id`` after showing it to the person on their terminal.
 
-    The terminal is the controlling one, opened here (:func:`open_terminal`); ``stdin``/``stdout``
-    stand in for it in tests and must be a terminal too. Refuses (NoTerminal) without one, so an
-    agent host running commands cannot approve its own requests. Approving needs the typed
-    confirmation naming the action (``install gguf``), not a bare yes. Returns the decided row.
+    Approving: the terminal is the controlling one, opened here (:func:`open_terminal`);
+    ``stdin``/``stdout`` stand in for it in tests and must be a terminal too. Refuses (NoTerminal)
+    without one, so an agent host running commands cannot approve its own requests. Approving needs
+    the typed confirmation naming the action (``install gguf``) and a word made for this question,
+    not a bare yes. Denying (:func:`withdraw`) needs no terminal: it denies a pending approval or
+    withdraws an approved one that has not run. Returns the decided row.
     """
+    if not approve:
+        return withdraw(store, approval_id, stdout or sys.stderr, how="specpilot tool deny")
     if stdin is None:
         terminal = open_terminal()
     elif _isatty(stdin):
@@ -334,24 +380,32 @@ def decide_at_terminal(store: Any, approval_id: str, approve: bool, stdin: TextI
         raise NoTerminal("approving needs a person at an interactive terminal; this command's input is not one",
                          hint=f"run `specpilot tool approve {approval_id}` yourself in a terminal")
     try:
-        return _decide(store, terminal, approval_id, approve)
+        return _approve(store, terminal, approval_id)
     finally:
         terminal.close()
 
 
-def _decide(store: Any, terminal: Terminal, approval_id: str, approve: bool) -> dict:
+def _approve(store: Any, terminal: Terminal, approval_id: str) -> dict:
     pending = store.get_approval(approval_id)
     if pending["status"] != "pending":
         raise ApprovalError(f"approval {approval_id} is {pending['status']}, not pending; nothing to decide",
                             hint="ask for the action again to get a new approval id")
     question = approval_prompt(pending["action"], pending["reason"], approval_id)
-    if approve:
-        phrase = confirmation_phrase(pending)
-        answer = read_confirmation(terminal, question, phrase)
-        if answer != phrase:
-            raise ApprovalError(f"approval {approval_id} was not given (typed {answer[:80]!r}, not {phrase!r}); "
-                                "it is still pending", hint=f"run it again and type exactly: {phrase}")
-        return store.decide_approval(approval_id, True, by=f"{TERMINAL_USER} (specpilot tool approve, {TTY_PATH})")
-    terminal.writer.write(printable(question) + "Denied: it will not run.\n")
-    terminal.writer.flush()
-    return store.decide_approval(approval_id, False, by=f"{TERMINAL_USER} (specpilot tool deny)")
+    confirmed, answer, phrase = read_confirmation(terminal, question, confirmation_phrase(pending))
+    if not confirmed:
+        raise ApprovalError(f"approval {approval_id} was not given (typed {one_line(answer[:80])!r}, not "
+                            f"{one_line(phrase)!r}); it is still pending",
+                            hint="run it again and type exactly what it asks for (its last word is new each time)")
+    return store.decide_approval(approval_id, True, by=f"{TERMINAL_USER} (specpilot tool approve, {TTY_PATH})")
+
+
+def withdraw(store: Any, approval_id: str, shown: TextIO, how: str = "specpilot approvals revoke") -> dict:
+    """Deny a pending approval, or withdraw (``revoked``) an approved one that has not run yet; show what
+    will not run on ``shown``; return the row. No terminal is needed: this can only stop an action.
+    ApprovalError when it already ran, expired or was refused."""
+    row = store.revoke_approval(approval_id, by=f"{how}")
+    outcome = ("Denied: it will not run." if row["status"] == "denied"
+               else "Withdrawn: the approval is void and the action will not run.")
+    shown.write(approval_prompt(row["action"], row["reason"], approval_id) + outcome + "\n")
+    shown.flush()
+    return row

@@ -75,7 +75,8 @@ class AskSession(Session):
                                                     "input": tool_input, "reason": f"plan only: {name} {why}"})
         self.turn_results.append(result)
         if self.task_id is not None:
-            self.store.update_task(self.task_id, note=f"{name}: planned, not executed (plan only)")
+            task_id = self.task_id
+            self.remember(lambda: self.store.update_task(task_id, note=f"{name}: planned, not executed (plan only)"))
         return result
 
     def _close_task(self, reply: Reply) -> None:

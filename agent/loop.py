@@ -15,7 +15,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from typing import Any, ContextManager
+from typing import Any, ContextManager, TypeVar
 
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.brains import make_brain
@@ -25,9 +25,12 @@ from agent.brains.phrases import QUOTED
 from agent.brains.prompt_words import find_prompt
 from agent.brains.refusals import HARMFUL
 from tools.agent_tools.lookup import statement, task_line
-from tools.agent_tools.registry import ToolContext, ToolResult
+from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt
+from tools.errors import ParameterError, StoreError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+NOT_RECORDED = "not_recorded"  # the key of a host call's result saying its task row could not be written
 
 ANSWER_STEP = "answer the request"
 DEPLOY_REQUEST = re.compile(
@@ -81,6 +84,18 @@ class Session:
         self.turn_results: list[ToolResult] = []
         self.last_prompt: str | None = None
         self._planner = planner
+        self.not_recorded: str | None = None  # why this turn's log or task could not be written
+
+    def remember(self, write: Callable[[], T]) -> T | None:
+        """Run a write to memory the answer does not depend on (the conversation log, the task row) and
+        return its result; on a full or read-only disk the turn goes on without it (None), and the reply
+        says what was not recorded."""
+        try:
+            return write()
+        except StoreError as exc:
+            log.warning("not recorded in memory: %s", exc.user_message())
+            self.not_recorded = self.not_recorded or str(exc)
+            return None
 
     # ---- memory first --------------------------------------------------------------------
 
@@ -116,18 +131,34 @@ class Session:
     # ---- one request ---------------------------------------------------------------------
 
     def handle(self, text: str) -> Reply:
-        """Answer one user message: record it as a task, let the brain work, and close the task."""
+        """Answer one user message: record it as a task, let the brain work, and close the task.
+
+        A message over the tool inputs' limit (MAX_PROMPT_BYTES) is refused before anything reads it."""
+        try:
+            check_prompt("the conversation", "message", text)
+        except ParameterError as exc:
+            if text.strip():
+                return Reply(exc.user_message(), not_done="the message is too long to read")
         text = text.strip()
         if not text:
             return Reply("Say what you would like to do, or /help.")
         continuing = self.task_id is not None
         if continuing and is_known_command(text):
             return self._aside(text)
-        self.store.log_message(self.session_id, "user", text)
+        self.not_recorded = None
+        reply = self._handle(text, continuing)
+        if self.not_recorded:
+            reply.text += (f"\n(Not recorded in memory: {self.not_recorded}. The answer above was read from memory "
+                           "as it is.)")
+        return reply
+
+    def _handle(self, text: str, continuing: bool) -> Reply:
+        self.remember(lambda: self.store.log_message(self.session_id, "user", text))
         if not continuing:
-            self.task_id = self.store.create_task(request=text, kind=_kind(text), plan=[ANSWER_STEP])
+            self.task_id = self.remember(lambda: self.store.create_task(request=text, kind=_kind(text),
+                                                                        plan=[ANSWER_STEP]))
         else:
-            self.store.update_task(self.task_id, note=f"user answered: {text[:200]}")
+            self.remember(lambda: self.store.update_task(self.task_id, note=f"user answered: {text[:200]}"))
         self.turn_results = []
         try:
             if is_deploy_request(text) and not continuing:
@@ -140,19 +171,24 @@ class Session:
             else:
                 reply = self.brain.respond(self, text)
         except KeyboardInterrupt as exc:  # Ctrl-C, or (tools.errors.Terminated) SIGTERM / SIGHUP
-            self.store.update_task(self.task_id, status="unfinished",
-                                   note=f"interrupted by {exc}" if str(exc) else "interrupted by the user")
+            if self.task_id is not None:
+                task_id = self.task_id
+                self.remember(lambda: self.store.update_task(
+                    task_id, status="unfinished", note=f"interrupted by {exc}" if str(exc) else "interrupted by the user"))
             self.task_id = None
             raise
         except Exception as exc:  # a brain bug ends this request, not the conversation
             log.exception("the %s brain failed", self.brain.name)
-            self.store.update_task(self.task_id, status="failed", note=f"{type(exc).__name__}: {exc}")
+            if self.task_id is not None:
+                task_id = self.task_id
+                self.remember(lambda: self.store.update_task(task_id, status="failed",
+                                                             note=f"{type(exc).__name__}: {exc}"))
             self.task_id = None
             return Reply(f"Something went wrong while answering: {type(exc).__name__}: {exc}")
         if not reply.data:
             reply.data = [r for r in self.turn_results if r.name == "run_method"]
         self._close_task(reply)
-        self.store.log_message(self.session_id, "assistant", reply.text)
+        self.remember(lambda: self.store.log_message(self.session_id, "assistant", reply.text))
         return reply
 
     def _aside(self, text: str) -> Reply:
@@ -192,41 +228,43 @@ class Session:
         with self.activity(f"{name}"):
             result = self.gate.call(name, tool_input if tool_input is not None else {}, ctx)
         self.turn_results.append(result)
-        self.store.log_message(self.session_id, "tool", {"name": name, "input": tool_input,
-                                                         "is_error": result.is_error, "result": result.content})
+        self.remember(lambda: self.store.log_message(self.session_id, "tool", {
+            "name": name, "input": tool_input, "is_error": result.is_error, "result": result.content}))
         if self.task_id is not None:
-            step = _step(name, tool_input, result)
+            step, task_id = _step(name, tool_input, result), self.task_id
             if result.is_error:
-                self.store.update_task(self.task_id, note=f"{step}: {result.content.get('error')}")
+                self.remember(lambda: self.store.update_task(task_id, note=f"{step}: {result.content.get('error')}"))
             elif result.content.get("status") == "approval_required":
                 waiting = f"{step}: waiting for approval {result.content['approval_id']}"
-                self.store.update_task(self.task_id, note=waiting)
+                self.remember(lambda: self.store.update_task(task_id, note=waiting))
             else:
-                self.store.update_task(self.task_id, done=[step], run_ids=result.run_ids)
+                self.remember(lambda: self.store.update_task(task_id, done=[step], run_ids=result.run_ids))
         if name == "run_method" and isinstance(tool_input, dict) and not result.is_error:
             self.last_prompt = tool_input.get("prompt") or self.last_prompt
-        resolve_waiting(self.store, tool_input, result)
+        self.remember(lambda: resolve_waiting(self.store, tool_input, result))
         return result
 
     def _close_task(self, reply: Reply) -> None:
         if self.task_id is None:
             return
+        task_id = self.task_id
         pending = [r.content for r in self.turn_results if r.content.get("status") == "approval_required"]
         if reply.awaiting:
-            self.store.update_task(self.task_id, status="unfinished", left=[f"waiting for the user: {reply.awaiting}"])
+            self.remember(lambda: self.store.update_task(task_id, status="unfinished",
+                                                         left=[f"waiting for the user: {reply.awaiting}"]))
             return  # the next message continues this task
         if pending:
             left = [f"waiting for approval {p['approval_id']}: {p['will_run']}" for p in pending]
-            self.store.update_task(self.task_id, status="unfinished", left=left)
+            update = {"status": "unfinished", "left": left}
         elif reply.unfinished:
-            self.store.update_task(self.task_id, status="unfinished", left=[reply.unfinished])
+            update = {"status": "unfinished", "left": [reply.unfinished]}
         elif reply.not_done:  # the request could not be served: recorded as such, not as done
-            self.store.update_task(self.task_id, status="failed", left=[f"not done: {reply.not_done}"],
-                                   note=f"not done: {reply.not_done}")
+            update = {"status": "failed", "left": [f"not done: {reply.not_done}"], "note": f"not done: {reply.not_done}"}
         elif self.turn_results and all(r.is_error for r in self.turn_results):
-            self.store.update_task(self.task_id, status="failed", left=[ANSWER_STEP])
+            update = {"status": "failed", "left": [ANSWER_STEP]}
         else:
-            self.store.update_task(self.task_id, status="done", done=[ANSWER_STEP], left=[])
+            update = {"status": "done", "done": [ANSWER_STEP], "left": []}
+        self.remember(lambda: self.store.update_task(task_id, **update))
         self.task_id = None
 
     # ---- deploy / serve: out of scope, approval before any planning ---------------------
@@ -269,15 +307,32 @@ def host_call(store: Any, name: str, tool_input: dict | str | None, gate: Gate |
               progress: Callable[[str], None] | None = None) -> ToolResult:
     """One tool call from an agent host (JSON CLI, MCP), recorded as a task; gated calls return
     ``approval_required`` unless ``gate`` can ask. Never raises. With a read-only memory the call
-    runs without a task (read-only tools still answer; a tool that stores says why it cannot)."""
+    runs without a task (read-only tools still answer; a tool that stores says why it cannot); so it does
+    when the task row cannot be written (a full disk): the result says so under ``not_recorded``."""
     shown = tool_input if isinstance(tool_input, str) else json.dumps(tool_input or {}, ensure_ascii=False, default=str)
-    task_id = None
-    if not getattr(store, "read_only", False):
-        task_id = store.create_task(request=f"{name} {shown[:300]}", kind=f"tool:{name}", plan=[name])
+    shown = shown[:300].encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate shown escaped
+    task_id, not_recorded = None, None
+    if getattr(store, "read_only", False):
+        not_recorded = "the memory database is read-only: this call is not recorded as a task"
+    else:
+        try:
+            task_id = store.create_task(request=f"{name} {shown}", kind=f"tool:{name}", plan=[name])
+        except StoreError as exc:
+            not_recorded = f"this call is not recorded as a task: {exc.user_message()}"
     ctx = ToolContext(store=store, progress=progress, task_id=task_id)
     result = (gate or Gate(store)).call(name, tool_input, ctx)
     if task_id is None:
+        if not_recorded:
+            result.content.setdefault(NOT_RECORDED, not_recorded)
         return result
+    try:
+        _close_host_task(store, task_id, name, tool_input, result)
+    except StoreError as exc:
+        result.content.setdefault(NOT_RECORDED, f"the outcome is not recorded in task {task_id}: {exc.user_message()}")
+    return result
+
+
+def _close_host_task(store: Any, task_id: int, name: str, tool_input: dict | str | None, result: ToolResult) -> None:
     if result.content.get("status") == "approval_required":
         store.update_task(task_id, status="unfinished", run_ids=result.run_ids,
                           left=[f"waiting for approval {result.content['approval_id']}: {result.content['will_run']}"])
@@ -287,10 +342,9 @@ def host_call(store: Any, name: str, tool_input: dict | str | None, gate: Gate |
         store.update_task(task_id, status="done", done=[name], run_ids=result.run_ids)
         parsed = tool_input
         if isinstance(tool_input, str):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 parsed = json.loads(tool_input)
         resolve_waiting(store, parsed, result)
-    return result
 
 
 def _kind(text: str) -> str:

@@ -2,7 +2,8 @@
 exactly its arguments, and only once.
 
 An approval is ``pending`` until a person decides it (``approved`` or ``denied``, with who and
-when); an approved one is ``consumed`` when its action runs. Approvals do not wait for ever: a
+when); an approved one is ``consumed`` when its action runs, or ``revoked`` when a person withdraws it
+before it ran. Approvals do not wait for ever: a
 pending one not decided within :data:`PENDING_TTL` and an approved one not used within
 :data:`APPROVED_TTL` are ``expired`` and can no longer be decided or used. Every read shows the
 status as of now; every write first records the expiries that are due.
@@ -16,7 +17,7 @@ from memory.helpers import decode, dumps, require_text
 from memory.migrations import utc_now
 from tools.errors import ApprovalError, ParameterError
 
-APPROVAL_STATUSES = ("pending", "approved", "denied", "consumed", "expired")
+APPROVAL_STATUSES = ("pending", "approved", "denied", "consumed", "expired", "revoked")
 PENDING_TTL = timedelta(minutes=15)  # a question nobody answered in this time is void
 APPROVED_TTL = timedelta(minutes=60)  # an approval not used in this time is void
 EXPIRY_SOURCE = {"pending": ("created_at", PENDING_TTL), "approved": ("decided_at", APPROVED_TTL)}
@@ -91,6 +92,26 @@ class ApprovalsMixin:
                     hint="ask for the action again to get a new approval id")
         return self.get_approval(approval_id)
 
+    def revoke_approval(self, approval_id: str, by: str) -> dict:
+        """Withdraw an approved approval that has not run yet (status ``revoked``); return it. A pending one is
+        denied instead. ApprovalError when it already ran, expired or was refused."""
+        require_text("by", by)
+        with self._write() as db:
+            self._expire_due(db)
+            now = utc_now()
+            cursor = db.execute(
+                "update approvals set status = case status when 'approved' then 'revoked' else 'denied' end, "
+                "decided_by = case status when 'approved' then ? || ' (revoked; approved by ' || "
+                "coalesce(decided_by, '?') || ' at ' || coalesce(decided_at, '?') || ')' else ? end, "
+                "decided_at = ? where id = ? and status in ('approved', 'pending')",
+                [by, by, now, str(approval_id)])
+            if cursor.rowcount != 1:
+                current = self.get_approval(approval_id)
+                raise ApprovalError(f"approval {approval_id} is {current['status']}: there is nothing to withdraw"
+                                    + (f" (it ran at {current['consumed_at']})" if current["consumed_at"] else ""),
+                                    hint="an approval can be withdrawn while it is pending or approved and unused")
+        return self.get_approval(approval_id)
+
     def consume_approval(self, approval_id: str, action: str | None = None) -> dict:
         """Use an approved approval, exactly once; return it (with the exact arguments to run).
 
@@ -116,6 +137,9 @@ class ApprovalsMixin:
                     hint = "ask for the action again to get a new approval id"
                 elif status == "denied":
                     message = f"approval {approval_id} was denied by {current['decided_by']}; the action will not run"
+                    hint = "ask again if the user changes their mind"
+                elif status == "revoked":
+                    message = f"approval {approval_id} was withdrawn by {current['decided_by']}; the action will not run"
                     hint = "ask again if the user changes their mind"
                 else:
                     message = (f"approval {approval_id} was already used at {current['consumed_at']}; "

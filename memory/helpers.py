@@ -14,18 +14,28 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from tools.errors import ParameterError
+from tools.errors import ParameterError, StoreError
 
 HOME_ENV = "SPECPILOT_HOME"
 DEFAULT_HOME = "~/.specpilot"
 DB_FILENAME = "specpilot.db"
 BUSY_TIMEOUT_S = 60.0
+SQLITE_INT_MAX = 2 ** 63 - 1  # the largest integer SQLite stores: an id or a limit beyond it names nothing
 
 
 def home_dir() -> Path:
-    """The specpilot user folder: ``$SPECPILOT_HOME``, default ``~/.specpilot`` (created if missing)."""
+    """The specpilot user folder: ``$SPECPILOT_HOME``, default ``~/.specpilot`` (created if missing).
+
+    StoreError (one sentence, what to do) when it is not a folder or cannot be made."""
     home = Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if home.exists() and not home.is_dir():
+        raise StoreError(f"the specpilot folder {home} is a file, not a folder",
+                         hint=f"set {HOME_ENV} to a folder (it is created if missing), or move the file aside")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the specpilot folder {home}: {exc.strerror or exc}",
+                         hint=f"set {HOME_ENV} to a folder you can write to") from None
     return home
 
 
@@ -97,6 +107,13 @@ def require_text(name: str, value: Any) -> str:
     """``value`` if it is a non-empty string, else :class:`ParameterError`."""
     if not isinstance(value, str) or not value.strip():
         raise ParameterError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def require_count(name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to SQLITE_INT_MAX, else :class:`ParameterError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= SQLITE_INT_MAX:
+        raise ParameterError(f"{name} must be a whole number from {minimum} to {SQLITE_INT_MAX:,}, got {value!r:.40}")
     return value
 
 

@@ -58,6 +58,14 @@ def unknown_schema(db: Database) -> str | None:
     return None
 
 
+def foreign_tables(db: Database) -> list[str]:
+    """The tables of a database that specpilot never made: every table of one without a ``_migrations``
+    table (another program's SQLite file), else none. Empty for a new, empty database."""
+    if db[MIGRATIONS_TABLE].exists():
+        return []
+    return [name for name in db.table_names() if not name.startswith("sqlite_")]
+
+
 def pending_migrations(db: Database) -> list[str]:
     """Names of the migrations this version has that ``db`` has not had yet."""
     done = set(applied_migrations(db))

@@ -9,10 +9,12 @@ database runs in WAL mode with a busy timeout, and every write takes the write l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,11 +24,13 @@ from typing import Any
 from sqlite_utils import Database
 
 from memory.approvals import APPROVAL_STATUSES, ApprovalsMixin
-from memory.helpers import (BUSY_TIMEOUT_S, DB_FILENAME, DEFAULT_HOME, HOME_ENV, database_path, decode, dumps,
-                            enable_wal, home_dir, loads, require_str_list, require_text, scalar, settings_key)
+from memory.helpers import (BUSY_TIMEOUT_S, DB_FILENAME, DEFAULT_HOME, HOME_ENV, SQLITE_INT_MAX, database_path,
+                            decode, dumps,
+                            enable_wal, home_dir, loads, require_count, require_str_list, require_text, scalar,
+                            settings_key)
 from memory.machine import LEGACY_KEYS, MachineMixin
-from memory.migrations import (M009_RUN_COLUMNS, migrate, missing_columns, pending_migrations, unknown_schema,
-                               utc_now)
+from memory.migrations import (M009_RUN_COLUMNS, foreign_tables, migrate, missing_columns, pending_migrations,
+                               unknown_schema, utc_now)
 from tools.errors import ApprovalError, ParameterError, RunNotFoundError, StoreError
 
 __all__ = ["APPROVAL_STATUSES", "ApprovalError", "BUSY_TIMEOUT_S", "DB_FILENAME", "DEFAULT_HOME", "HOME_ENV",
@@ -43,6 +47,12 @@ OPEN_TASK_STATUSES = ("running", "unfinished")
 ONBOARDING_COMPLETE_KEY = "onboarding.complete"
 
 
+def not_unicode(exc: UnicodeEncodeError) -> ParameterError:
+    """A value SQLite cannot store as text (a lone surrogate) as the user's error, not a traceback."""
+    return ParameterError(f"a value to store is not valid Unicode text: {exc.reason} at character {exc.start}",
+                          hint="send UTF-8 text (JSON \\u escapes must form surrogate pairs)")
+
+
 class Store(ApprovalsMixin, MachineMixin):
     """The specpilot memory. ``Store()`` opens (and migrates) ``$SPECPILOT_HOME/specpilot.db``.
 
@@ -53,7 +63,12 @@ class Store(ApprovalsMixin, MachineMixin):
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else database_path()
         self._lock = threading.RLock()  # one connection may be shared by threads (e.g. the MCP server)
-        self.read_only = self.path.exists() and not os.access(self.path, os.W_OK)
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"the memory database {self.path} is not a file", hint=f"move it aside or set {HOME_ENV} "
+                                                                                    "to another folder")
+        self.read_only = self.path.exists() and not (os.access(self.path, os.W_OK)
+                                                     and os.access(self.path.parent, os.W_OK))
+        self._made_beside: list[Path] = []  # -wal/-shm files a read-only open created (made writable again)
         try:
             self.db = self._connect()
         except sqlite3.Error as exc:
@@ -62,16 +77,29 @@ class Store(ApprovalsMixin, MachineMixin):
             self.applied_migrations = self._open_schema()
             self._run_columns = [c for c in self.db["runs"].columns_dict if c != "extra"]
         except sqlite3.Error as exc:
-            self.db.close()
+            self.close()
             raise self._error("opened", exc) from exc
         except BaseException:
-            self.db.close()
+            self.close()
             raise
+        self._writable_beside()
+
+    def _beside(self) -> list[Path]:
+        """The -wal and -shm files SQLite keeps beside the database in WAL mode."""
+        return [self.path.with_name(self.path.name + suffix) for suffix in ("-wal", "-shm")]
 
     def _connect(self) -> Database:
-        """The connection: read-write (WAL mode), or read-only when the file cannot be written."""
+        """The connection: read-write (WAL mode), or read-only when the file or its folder cannot be written.
+
+        Read-only, a database whose -wal holds nothing is opened ``immutable=1`` (SQLite then needs no -shm
+        file, so it reads from a read-only mount and leaves nothing behind); one with pending -wal content is
+        opened ``mode=ro`` to read it too, and any -wal/-shm that open creates is made writable again."""
         if self.read_only:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+            wal = self._beside()[0]
+            pending = wal.exists() and wal.stat().st_size > 0
+            self._made_beside = [p for p in self._beside() if not p.exists()]
+            query = "mode=ro" if pending else "mode=ro&immutable=1"
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{query}", uri=True, timeout=BUSY_TIMEOUT_S,
                                    check_same_thread=False)
             log.warning("the memory database %s is read-only: reading only, nothing new is stored", self.path)
             return Database(conn, execute_plugins=False)
@@ -90,8 +118,24 @@ class Store(ApprovalsMixin, MachineMixin):
             raise
         return db
 
+    def _writable_beside(self) -> None:
+        """Give the owner write permission on -wal/-shm files a read-only open created (SQLite makes them with
+        the database's own 0444 mode, and `chmod u+w specpilot.db` alone would then not make it writable)."""
+        for path in self._made_beside:
+            with contextlib.suppress(OSError):
+                mode = path.stat().st_mode
+                if not mode & stat.S_IWUSR:
+                    path.chmod(mode | stat.S_IWUSR)
+
     def _open_schema(self) -> list[str]:
-        """Refuse a schema this version does not understand; migrate (when writable); check the columns."""
+        """Refuse a schema this version does not understand, or another program's database; migrate (when
+        writable); check the columns."""
+        foreign = foreign_tables(self.db)
+        if foreign:
+            raise StoreError(f"{self.path} is an SQLite database of another program (its tables: "
+                             f"{', '.join(foreign[:6])}); specpilot leaves it as it is",
+                             hint=f"set {HOME_ENV} to another folder, or move that file aside, and specpilot starts "
+                                  "a new memory")
         newer = unknown_schema(self.db)
         if newer:
             raise StoreError(f"the memory database {self.path} was written by a newer specpilot: {newer}",
@@ -117,7 +161,10 @@ class Store(ApprovalsMixin, MachineMixin):
     def _error(self, doing: str, exc: BaseException) -> StoreError:
         """A database error as a :class:`StoreError` naming the file and what to do."""
         text = str(exc)
-        if "readonly" in text or "read-only" in text or self.read_only:
+        if "disk is full" in text or "database or disk is full" in text:
+            hint = (f"the disk holding {self.path.parent} is full: free some space there, or set {HOME_ENV} to a "
+                    "folder on another disk; what is stored so far is kept")
+        elif "readonly" in text or "read-only" in text or self.read_only:
             hint = f"the file is read-only: make it writable (chmod u+w {self.path}) or set {HOME_ENV} to another folder"
         elif "locked" in text or "busy" in text:
             hint = "another specpilot process is writing to it: try again when it has finished"
@@ -133,6 +180,7 @@ class Store(ApprovalsMixin, MachineMixin):
     def close(self) -> None:
         """Close the database connection."""
         self.db.close()
+        self._writable_beside()
 
     def __enter__(self) -> Store:
         return self
@@ -158,6 +206,9 @@ class Store(ApprovalsMixin, MachineMixin):
             except sqlite3.Error as exc:
                 self.db.rollback()
                 raise self._error("written", exc) from exc
+            except UnicodeEncodeError as exc:
+                self.db.rollback()
+                raise not_unicode(exc) from None
             except BaseException:
                 self.db.rollback()
                 raise
@@ -173,6 +224,8 @@ class Store(ApprovalsMixin, MachineMixin):
                 return list(self.db.query(sql, params))
             except sqlite3.Error as exc:
                 raise self._error("read", exc) from exc
+            except UnicodeEncodeError as exc:
+                raise not_unicode(exc) from None
 
     def _exists_in(self, table: str, column: str) -> Callable[[str], bool]:
         """A test of whether ``table`` already has a row whose ``column`` equals a value."""
@@ -262,7 +315,7 @@ class Store(ApprovalsMixin, MachineMixin):
         sql += " order by created_at desc, rowid desc"
         if limit is not None:
             sql += " limit ?"
-            params.append(int(limit))
+            params.append(require_count("limit", limit))
         return [self._decode_run(r) for r in self._rows(sql, params)]
 
     def list_runs(self, limit: int = 20, method: str | None = None, task_id: int | None = None) -> list[dict]:
@@ -271,6 +324,7 @@ class Store(ApprovalsMixin, MachineMixin):
         A task's runs are those stored with its ``task_id`` and those linked to it with
         :meth:`update_task` (``run_ids``).
         """
+        require_count("limit", limit)
         clauses, params = [], []
         if method is not None:
             clauses.append("method = ?")
@@ -311,7 +365,8 @@ class Store(ApprovalsMixin, MachineMixin):
 
     def get_task(self, task_id: int) -> dict:
         """The task ``task_id`` with its lists decoded (plan, done, left, run_ids, notes)."""
-        rows = self._rows("select * from tasks where id = ?", [task_id])
+        fits = isinstance(task_id, int) and not isinstance(task_id, bool) and 0 <= task_id <= SQLITE_INT_MAX
+        rows = self._rows("select * from tasks where id = ?", [task_id]) if fits else []
         if not rows:
             raise RunNotFoundError(f"no stored task has the id {task_id!r}",
                                    hint="list the stored tasks (/tasks in `specpilot chat`) and use one of their ids")
@@ -376,6 +431,21 @@ class Store(ApprovalsMixin, MachineMixin):
             raise ParameterError(f"params must be a dict, got {type(params).__name__}")
         with self._write() as db:
             db["method_params"].insert({"method": method, "params": dumps(params), "saved_at": utc_now()})
+
+    def update_params(self, method: str, changes: dict, replace: bool = False,
+                      check: Callable[[dict], None] | None = None) -> dict:
+        """Merge ``changes`` into the parameters saved last for ``method`` (``replace``: instead of them) and
+        save the result; return it. Read, merge, ``check`` (raise to refuse: nothing is saved) and write
+        happen in one transaction, so concurrent updates from other processes are all kept."""
+        require_text("method", method)
+        if not isinstance(changes, dict):
+            raise ParameterError(f"params must be a dict, got {type(changes).__name__}")
+        with self._write() as db:
+            merged = dict(changes) if replace else {**(self.get_params(method) or {}), **changes}
+            if check is not None:
+                check(merged)
+            db["method_params"].insert({"method": method, "params": dumps(merged), "saved_at": utc_now()})
+        return merged
 
     def get_params(self, method: str) -> dict | None:
         """The parameters saved last for ``method``, or ``None`` if none were saved."""

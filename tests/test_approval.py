@@ -28,6 +28,15 @@ def store():
         yield s
 
 
+@pytest.fixture(autouse=True)
+def no_challenge_word(monkeypatch):
+    """The stand-in terminals here type the confirmation before it is shown: no random word is added to it
+    (tests/test_hostile_caller.py types the word a real terminal shows)."""
+    import agent.approval
+
+    monkeypatch.setattr(agent.approval, "challenge_word", lambda: "")
+
+
 @pytest.fixture
 def pip_calls(monkeypatch):
     """Every pip command the install tool would run (nothing really runs)."""

@@ -73,6 +73,16 @@ def store():
         yield s
 
 
+@pytest.fixture(autouse=True)
+def no_challenge_word(monkeypatch):
+    """In this process the stand-in terminals type the confirmation before it is shown: no random word is
+    added to it. The processes on a real pseudo-terminal below read the word the terminal shows."""
+    monkeypatch.setattr(approval, "challenge_word", lambda: "")
+
+
+CONFIRMATION = r"type exactly:  (install p-x [a-z]{4})\r?\n"  # the confirmation a real terminal shows
+
+
 @pytest.fixture
 def pip_calls(monkeypatch):
     """Every pip command the install tool would run in this process (nothing really runs)."""
@@ -226,7 +236,7 @@ def test_on_a_real_pty_a_bare_yes_does_not_approve(store, records):
     approval_id = pending_install(store)
     person = spawn_on_a_pty("tool", "approve", approval_id)
     person.expect("pip install p-x")  # the exact command is shown first
-    person.expect("type exactly:  install p-x")
+    person.expect(CONFIRMATION)
     person.sendline("yes")
     person.expect(pexpect.EOF)
     person.close()
@@ -239,7 +249,7 @@ def test_input_typed_before_the_question_is_discarded(store, records):
     approval_id = pending_install(store)
     person = spawn_on_a_pty("tool", "approve", approval_id)
     person.send("install p-x\n")  # before the question is asked
-    person.expect("type exactly:  install p-x")
+    person.expect(CONFIRMATION)
     person.sendline("no")
     person.expect(pexpect.EOF)
     person.close()
@@ -249,8 +259,8 @@ def test_input_typed_before_the_question_is_discarded(store, records):
 def test_a_person_typing_the_confirmation_on_a_pty_approves_and_the_call_runs_once(store, records, pip_calls):
     approval_id = pending_install(store)
     person = spawn_on_a_pty("tool", "approve", approval_id)
-    person.expect("type exactly:  install p-x")
-    person.sendline("install p-x")
+    person.expect(CONFIRMATION)
+    person.sendline(person.match.group(1))  # the phrase and the word made for this question
     person.expect(pexpect.EOF)
     person.close()
     assert person.exitstatus == 0, person.before

@@ -93,8 +93,10 @@ def test_the_person_approves_at_a_terminal_and_the_call_runs_once(tmp_path, cli_
     person = pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "tool", "approve", "--id", approval_id], cwd=str(ROOT),
                            env=dict(os.environ, TERM="dumb"), encoding="utf-8", timeout=60)
     person.expect("copy into")  # the exact action is shown before the question
-    person.expect("type exactly:")  # on the terminal the gate opened (/dev/tty): a confirmation naming it
-    person.sendline(f"share {outside}")
+    # on the terminal the gate opened (/dev/tty): a confirmation naming it, and a word made for this question
+    person.expect(r"type exactly:  (share \S+ [a-z]{4})\r?\n")
+    assert person.match.group(1).startswith(f"share {outside.resolve()} ")
+    person.sendline(person.match.group(1))
     person.expect(pexpect.EOF)
     person.close()
     assert person.exitstatus == 0

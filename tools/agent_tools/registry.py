@@ -32,6 +32,13 @@ APPROVAL_FIELD = "approval_id"
 # minutes; the command line reads longer prompt files (both check the model's context before measuring)
 MAX_PROMPT_BYTES = 64 * 1024
 PROMPT_FIELDS = ("prompt",)  # input fields holding prompt text, in any tool's input model
+# any other string in a tool's input (a model name, a path, a URL, a parameter): longer is not a name
+MAX_TEXT_CHARS = 4096
+MAX_DEPTH = 16  # lists and objects inside a tool's input (a Medusa tree of choices is 3 deep)
+INT_LIMIT = 2 ** 63 - 1  # the largest integer SQLite stores: a number beyond it is no id, count or setting
+# characters no name, path or setting holds: NUL, and the bidirectional controls that make text display in
+# another order than it is read (a name shown in an approval must read as it is)
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 # Modules whose import registers their tools, in the order tools are listed.
 TOOL_MODULES = (
@@ -79,6 +86,9 @@ class Tool:
     # reads memory or the machine only: loads no model, writes no file or memory, needs no approval
     # (``specpilot ask --plan-only`` runs these and only lists the others)
     read_only: bool = False
+    # a gated call made concrete before it is approved: relative paths made absolute, "the newest runs"
+    # made run ids (``resolve(inp, store)`` returns the input the approval covers and the call runs with)
+    resolve: Callable[[BaseModel, Any], BaseModel] | None = None
 
     def input_schema(self) -> dict:
         """The JSON schema of the tool's input (pydantic's, with titles kept for readability), every
@@ -110,9 +120,10 @@ _REGISTRY: dict[str, Tool] = {}
 
 
 def tool(name: str, input_model: type[BaseModel], gate: str | None = None,
-         describe: Callable[[BaseModel], str] | None = None, read_only: bool = False) -> Callable:
+         describe: Callable[[BaseModel], str] | None = None, read_only: bool = False,
+         resolve: Callable[[BaseModel, Any], BaseModel] | None = None) -> Callable:
     """Register the decorated function as the tool ``name`` (its docstring is the description);
-    ``read_only``: it loads no model, writes nothing and needs no approval."""
+    ``read_only``: it loads no model, writes nothing and needs no approval; ``resolve``: see Tool."""
     if read_only and gate is not None:
         raise ValueError(f"gated tool {name!r} cannot be read-only")
     if gate is not None and gate not in GATED_ACTIONS:
@@ -127,7 +138,7 @@ def tool(name: str, input_model: type[BaseModel], gate: str | None = None,
         if not doc:
             raise ValueError(f"tool {name!r} needs a docstring: it is the description the model reads")
         _REGISTRY[name] = Tool(name=name, func=func, input_model=input_model, description=doc, gate=gate,
-                               describe=describe, read_only=read_only)
+                               describe=describe, read_only=read_only, resolve=resolve)
         return func
 
     return register
@@ -156,11 +167,12 @@ def parse_input(tool_: Tool, raw: dict | str | None) -> BaseModel:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ParameterError(f"the input of {tool_.name} is not valid JSON: {exc}",
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ParameterError(f"the input of {tool_.name} is not valid JSON: {str(exc) or 'nested too deeply'}",
                                  hint='pass a JSON object, e.g. --input \'{"method": "draft"}\'') from None
     if not isinstance(raw, dict):
         raise ParameterError(f"the input of {tool_.name} must be a JSON object, got {type(raw).__name__}")
+    check_values(tool_.name, raw)
     try:
         inp = tool_.input_model.model_validate(raw)
     except ValidationError as exc:
@@ -170,6 +182,52 @@ def parse_input(tool_: Tool, raw: dict | str | None) -> BaseModel:
     for name in PROMPT_FIELDS:
         check_prompt(tool_.name, name, getattr(inp, name, None))
     return inp
+
+
+def check_values(tool_name: str, value: Any, where: str = "", depth: int = 0) -> None:
+    """Refuse, anywhere in a tool's raw input, nesting deeper than MAX_DEPTH, an integer beyond INT_LIMIT,
+    and a string (or key) that is not valid Unicode, holds NUL or (outside prompt text) a bidirectional
+    control, or (outside prompt text, which check_prompt bounds by bytes) is over MAX_TEXT_CHARS.
+    ParameterError naming the field."""
+    if depth > MAX_DEPTH:
+        raise ParameterError(f"bad input for {tool_name}: {where} is nested more than {MAX_DEPTH} levels deep",
+                             hint="no tool input nests that deep")
+    if isinstance(value, str):
+        _check_text(tool_name, where or "input", value, prompt=where in PROMPT_FIELDS)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > INT_LIMIT:
+            raise ParameterError(f"bad input for {tool_name}: {where or 'input'} is {len(str(abs(value)))} digits "
+                                 f"long; no count, id or setting is beyond {INT_LIMIT:,}",
+                                 hint="give a number in the field's range")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            _check_text(tool_name, f"a key in {where or 'the input'}", str(key), prompt=False)
+            check_values(tool_name, item, name, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_values(tool_name, item, f"{where}[{i}]", depth + 1)
+
+
+def _check_text(tool_name: str, where: str, text: str, prompt: bool) -> None:
+    problem = None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        problem = f"is not valid Unicode text: a lone surrogate at character {exc.start}"
+    if problem is None and "\x00" in text:
+        problem = f"holds a NUL character at character {text.index(chr(0))}"
+    elif problem is None and not prompt:
+        if len(text) > MAX_TEXT_CHARS:
+            problem = f"is {len(text):,} characters long; a name, path or setting is at most {MAX_TEXT_CHARS:,}"
+        else:
+            bidi = next((i for i, c in enumerate(text) if c in BIDI_CONTROLS), None)
+            if bidi is not None:
+                problem = (f"holds a bidirectional control character (U+{ord(text[bidi]):04X}) at character {bidi}, "
+                           "which makes text display in another order than it is read")
+    if problem:
+        raise ParameterError(f"bad input for {tool_name}: {where} {problem}",
+                             hint="send plain UTF-8 text (JSON \\u escapes must form surrogate pairs)")
 
 
 def check_prompt(tool_name: str, field_name: str, text: object) -> None:
@@ -231,7 +289,8 @@ def _check_approval(tool_: Tool, inp: BaseModel, approval: dict | None) -> None:
                             hint="the approval gate asks the user; call the tool through it")
     if approval.get("action") != tool_.gate or approval.get("status") != "consumed":
         raise ApprovalError(f"approval {approval.get('id')} does not cover {tool_.name} ({tool_.gate})")
-    if approval.get("arguments") != approval_arguments(tool_, inp):
+    covered = {key: (approval.get("arguments") or {}).get(key) for key in ("tool", "input")}
+    if covered != approval_arguments(tool_, inp):
         raise ApprovalError(f"approval {approval.get('id')} was given for other arguments than this call",
                             hint="ask for approval of exactly this call")
 

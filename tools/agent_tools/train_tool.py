@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -12,9 +13,12 @@ from memory.store import home_dir
 from tools.medusa.config import TrainConfig, default_training_files
 from tools import models
 from tools.models import DEFAULT_TARGET
+from tools.errors import ParameterError
 from tools.agent_tools.registry import ToolContext, tool
 
 HEADS_ANSWER_KEY = LEGACY_HEADS_KEY  # old answer key; heads folders are now rows of the trained_heads table
+MAX_STEPS = 1_000_000  # optimizer steps; a CPU does a few per second, so this is already weeks
+MAX_DATA_FILES = 1000
 
 
 class TrainInput(BaseModel):
@@ -24,10 +28,11 @@ class TrainInput(BaseModel):
 
     target: str = Field(DEFAULT_TARGET, description="the target model the heads are trained for")
     out: str | None = Field(None, description="folder for the heads (default: medusa/<target> in the specpilot folder)")
-    data_files: list[str] | None = Field(None, description="training text files (default: Python standard library "
-                                                           "sources, never the evaluation prompts)")
+    data_files: list[str] | None = Field(None, max_length=MAX_DATA_FILES,
+                                         description="training text files (default: Python standard library "
+                                                     "sources, never the evaluation prompts)")
     num_heads: int = Field(TrainConfig.model_fields["num_heads"].default, ge=1, le=16)
-    steps: int = Field(TrainConfig.model_fields["steps"].default, ge=1)
+    steps: int = Field(TrainConfig.model_fields["steps"].default, ge=1, le=MAX_STEPS)
     labels: Literal["self", "text"] = Field("self", description="self-distillation or the text's own tokens")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     approval_id: str | None = Field(None, description="the id of an approval the user gave for exactly this training")
@@ -40,6 +45,25 @@ def output_folder(inp: TrainInput) -> Path:
     return home_dir() / "medusa" / inp.target.replace("/", "--")
 
 
+def resolve_training(inp: TrainInput, store) -> TrainInput:
+    """The training as the person approves it: the heads folder and every data file as absolute paths
+    (symlinks resolved). ParameterError when the folder is a file, or a data file is missing, not a
+    regular file or not readable."""
+    out = Path(os.path.realpath(output_folder(inp)))
+    if out.exists() and not out.is_dir():
+        raise ParameterError(f"the heads folder {out} is a file", hint="give a folder (new or existing) for out")
+    files = None
+    if inp.data_files:
+        files = []
+        for given in inp.data_files:
+            path = Path(os.path.realpath(Path(given).expanduser()))
+            if not path.is_file() or not os.access(path, os.R_OK):
+                raise ParameterError(f"the training file {given!r} ({path}) is not a readable file",
+                                     hint="give text files that exist, or leave data_files out for the default text")
+            files.append(str(path))
+    return inp.model_copy(update={"out": str(out), "data_files": files})
+
+
 def describe_training(inp: TrainInput) -> str:
     """What the training will do, shown to the user before approval."""
     files = inp.data_files or [f"stdlib/{p.name}" for p in default_training_files()]
@@ -49,7 +73,7 @@ def describe_training(inp: TrainInput) -> str:
             "This loads the target and can take a long time on a CPU.")
 
 
-@tool("train_medusa", TrainInput, gate="train", describe=describe_training)
+@tool("train_medusa", TrainInput, gate="train", describe=describe_training, resolve=resolve_training)
 def train_medusa(inp: TrainInput, ctx: ToolContext) -> dict:
     """Train Medusa heads for a target model (the target stays frozen) and save them, so the medusa
     method can run. Needs the user's approval: the first call returns approval_required (or asks in the
