@@ -1,4 +1,4 @@
-"""The import rule of the layered design (README, "Layout"): imports only point down, and no two
+"""The import rule of the layered design (docs/architecture.md, "Layout"): imports only point down, and no two
 project modules import each other, directly or round a loop.
 
 Layers, bottom first; a module may import its own layer and the layers below it:
@@ -48,7 +48,7 @@ def layer_of(module: str) -> int:
     for i, prefixes in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return i
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS and to the README's Layout")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and to the Layout in docs/architecture.md")
 
 
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> tuple[set[str], int]:

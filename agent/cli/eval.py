@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import types
+from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
@@ -23,6 +24,7 @@ from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine.params import shown_value
 from tools.errors import ParameterError
 from tools.report.markdown import select_runs, write_report
+from tools.report.results import README_BEGIN, check_name, save_bench_result, write_results_docs
 
 
 # ---------------------------------------------------------------------------- shared
@@ -317,13 +319,11 @@ def cmd_bench(args) -> int:
     def measured(progress) -> dict:
         result = suite.bench(inp, progress=progress)
         if args.save_result:  # benchmarks/results/NAME.json: the per-prompt rows and the summary
-            result["result_file"] = str(results.save_bench_result(args.save_result, result))
+            result["result_file"] = str(save_bench_result(args.save_result, result))
         return result
 
     if args.save_result:
-        from tools.report import results
-
-        results.check_name(args.save_result)  # a bad name is refused before anything is measured
+        check_name(args.save_result)  # a bad name is refused before anything is measured
     return _run_and_show(args, "bench", measured, bench_table, details)
 
 
@@ -349,10 +349,6 @@ def cmd_report(args) -> int:
 def cmd_report_results(args) -> int:
     """``report --results DIR``: docs/results.md (or --out), its charts and the README's results block, generated
     from the result files in DIR (tools.report.results)."""
-    from pathlib import Path
-
-    from tools.report.results import README_BEGIN, write_results_docs
-
     folder = Path(args.results)
     repo = folder.resolve().parent.parent  # benchmarks/results -> the repository
     target = Path(args.out) if args.out else repo / "docs" / "results.md"

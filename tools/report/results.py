@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from memory import Store
 from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -219,8 +220,6 @@ def save_bench_result(name: str, result: dict, records: list[dict] | None = None
     summary, and, for ``--prompts both``, the fit half's summary and the fit/eval comparison under extra."""
     check_name(name)
     if records is None:
-        from memory import Store  # the store only when a bench is saved
-
         store = Store()
         records = [store.get_run(run_id) for run_id in result.get("run_ids") or []]
     extra = {"prompt_set": result.get("prompt_set"), "prompts": result.get("prompts"),
