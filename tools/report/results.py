@@ -374,8 +374,13 @@ def _generic_section(path: Path, data, relative_to: Path) -> list[str]:
                     lines.append(f"- {label}: {_short(value) if label != 'command' else '`' + str(value) + '`'}")
             if not machine:
                 lines.append("- machine: not recorded in the file")
-        summary = data.get("summary") if isinstance(data.get("summary"), dict) else data
-        lines.append("- top-level keys: " + ", ".join(f"`{k}`" for k in summary))
+        source = (data.get("extra") or {}).get("source") if isinstance(data.get("extra"), dict) else None
+        if source:
+            lines.append(f"- source: {_short(source)}")
+        if isinstance(data.get("summary"), dict):
+            lines.append("- summary keys: " + ", ".join(f"`{k}`" for k in data["summary"]))
+        else:
+            lines.append("- top-level keys: " + ", ".join(f"`{k}`" for k in data))
     elif isinstance(data, list):
         keys = sorted({k for row in data if isinstance(row, dict) for k in row})
         lines += [f"- {len(data)} rows; their keys: " + ", ".join(f"`{k}`" for k in keys),
@@ -471,7 +476,7 @@ def render_readme_block(folder: Path, relative_to: Path) -> str:
     else:
         body = ["No suite result is stored yet. `specpilot bench --prompts eval --limit 1 --save-result NAME` "
                 "measures every method on one prompt per category and writes `benchmarks/results/NAME.json`; "
-                f"`specpilot report --results benchmarks/results --out docs/results.md` then fills this table and "
+                f"`specpilot report --results benchmarks/results --out docs/results.md` then puts the latest result per machine here and in "
                 f"[{docs}]({docs}), which lists every result file."]
     return "\n".join([README_BEGIN, *body, README_END])
 
