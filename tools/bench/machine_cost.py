@@ -39,7 +39,7 @@ from tools.errors import ParameterError, StoreError
 # interleaved rounds: 1.5 s for one token, 4.9 s for two), so the shape is the 0.5B draft's two-thread
 # curve (minimum of 7 interleaved rounds: 196 ms for 1 token, 476 for 2, 588 for 4, 531 for 8, 607 for
 # 16, 702 for 32; 4 and 8 pooled, as ``monotone`` does), scaled to the target's 0.5 s a token in float32
-# there (README). Checks: the README's slowdowns measured there give about the same shape (Medusa's
+# there. Checks: the slowdowns measured there give about the same shape (Medusa's
 # 16-token steps at 0.78x with ~2 tokens a step: a 16-token pass ~2.5x one token, here 3.1x; lookahead's
 # 32-token steps at 0.5x with 1.58 tokens a step: ~3.2x, here 3.6x), and the target at one thread, whose
 # times were steady (medians within 15% of the minimum), is steeper (0.88 s, 1.83 s, 2.81, 3.28, 3.83,

@@ -48,7 +48,7 @@ from tools.errors import ParameterError
 
 SOURCES = ("given", "memory", "sized", "default")
 
-DRAFT_ACCEPTANCE = DRAFT_ACCEPTANCE_PRIOR  # per-token acceptance assumed for the starting K (README: 73-77%)
+DRAFT_ACCEPTANCE = DRAFT_ACCEPTANCE_PRIOR  # per-token acceptance assumed for the starting K (benchmarks/scripts/draft.py: 73-77%)
 DRAFT_ACCEPTANCE_HIGH = 0.95  # ... and for K_max, where adaptive K grows after fully accepted drafts
 STEEP_TOKENS = 4  # a curve flat to fewer tokens than this gets a note: was the machine busy when it was measured?
 STEP_NOTE_RATIO = 1.5  # a 2-token pass dearer than this many one-token passes gets a note

@@ -29,7 +29,7 @@ MAX_CANDIDATES = 16
 # (benchmarks/scripts/ngram_policy.py)
 ACCEPTANCE_PRIOR = (0.30, 0.58, 0.56, 0.55, 0.55, 0.55, 0.55, 0.59)
 PRIOR_WEIGHT = 4.0  # how many draft tokens of this run's own outcome weigh as much as the prior
-# draft-model decoding's per-token acceptance before a run has seen its own (README, draft on coding/math:
+# draft-model decoding's per-token acceptance before a run has seen its own (benchmarks/scripts/draft.py on coding/math:
 # 73-77% of drafted tokens kept), and a draft token's cost relative to a target token where none is known
 DRAFT_ACCEPTANCE_PRIOR = 0.8
 DRAFT_COST_ASSUMED = 0.25
@@ -60,7 +60,7 @@ class BaselineParams(BaseModel):
 class DraftParams(BaseModel):
     """Draft-model speculative decoding parameters (the ``draft`` method of tools.engine.methods).
 
-    Defaults chosen from a sweep on a 2-core CPU with the default pair (README, "Measured"): start
+    Defaults chosen from a sweep on a 2-core CPU with the default pair (benchmarks/scripts/draft.py): start
     at K=8, adapt K up to 16, stop a draft early when the draft's top probability is below 0.4, and
     draft with an int8 copy of the draft model on a CPU. None of them changes the output. The field
     names are SpeculativeDecoder's keyword arguments (whose own defaults are the Lugh API's: k=4, no
