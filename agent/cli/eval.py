@@ -17,6 +17,7 @@ from rich.table import Table
 from agent.cli.bench_view import drift_line, fit_eval_table, recommendation_text, recommended_lines
 from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, method_table, prompt_text)
+from agent.cli.serving import add_serving_options, run_serving, serving_methods, single_prompt, wants_serving
 from agent.render import err, fmt, gated_steps, out, peer_label
 from memory import Store
 from tools import models
@@ -194,6 +195,8 @@ def _run_and_show(args, name: str, run, table, details=None, reports=None) -> in
 
 
 def cmd_compare(args) -> int:
+    if wants_serving(args):  # vLLM or an endpoint: its own speculative modes, per concurrency level
+        return run_serving(args, serving_methods(args.methods, ["ngram", "draft"]), [single_prompt(args)], None, "compare")
     comparing = _bench().compare
     methods = _methods(args.methods, list(method_table().METHOD_NAMES))
     backends = list(dict.fromkeys(args.backend or ["transformers"]))
@@ -300,6 +303,13 @@ def bench_table(result: dict) -> Table:
 
 
 def cmd_bench(args) -> int:
+    if wants_serving(args):
+        from tools.bench.suite import load_prompt_set  # the prompt set's reader (loads torch)
+
+        if args.save_result:
+            check_name(args.save_result)
+        prompts = load_prompt_set(args.prompts, args.category, args.limit)
+        return run_serving(args, serving_methods(args.methods, ["ngram"]), prompts, args.prompts or "eval", "bench")
     suite = _bench().suite
     methods = _methods(args.methods, suite.BENCH_METHODS)
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
@@ -490,6 +500,7 @@ def add_eval_commands(sub) -> None:
     add_backend_option(p, repeatable=True)
     add_generation_options(p)
     add_method_options(p)
+    add_serving_options(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="evaluate methods over a prompt set (Spec-Bench style JSONL), resumable")
@@ -507,6 +518,7 @@ def add_eval_commands(sub) -> None:
     add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)
+    add_serving_options(p)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("report", help="write a Markdown/JSON/PNG report of stored runs (in your specpilot folder)")

@@ -22,6 +22,7 @@ from agent.cli.guide import add_guide_commands
 from agent.cli.eagle import add_eagle_commands
 from agent.cli.medusa import add_medusa_commands
 from agent.cli.peers import add_peers_commands
+from agent.cli.serving import add_serving_options, run_serving, single_prompt, wants_serving
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, prompt_text)
 from agent.render import err, out, runs_table, show_run
@@ -61,6 +62,8 @@ def cmd_models_list(args) -> int:
 # ---------------------------------------------------------------------------- run
 def cmd_run(args) -> int:
     # tools.bench.run loads torch: imported when a run starts, not when the command line is read
+    if wants_serving(args):  # vLLM or an endpoint: the method against speculation off, per concurrency level
+        return run_serving(args, [args.method], [single_prompt(args)], None, "run")
     from tools.bench.run import RunInput, run_method
 
     inp = RunInput(
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_option(p)
     add_generation_options(p)
     add_method_options(p)
+    add_serving_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="read stored runs")

@@ -22,7 +22,20 @@ from tools.errors import ParameterError
 NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens", "pass_costs",
                         "acceptance_prior", "draft_cost", "gguf_draft_until"})
 # fields whose flag is not named after the field, so it is written by hand: field -> (flag, argparse options)
+def k_values(text: str) -> int | list[int]:
+    """``--k 4`` (one K) or ``--k 1,2,4,8`` (a K sweep, measured per concurrency level on --backend vllm)."""
+    try:
+        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or a list such as 1,2,4,8") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give K, e.g. 4, or a list such as 1,2,4,8")
+    return values[0] if len(values) == 1 else values
+
+
 HAND_WRITTEN = {
+    "k": ("--k", {"type": k_values, "help": "draft tokens per step (1-16); on --backend vllm a list such as 1,2,4,8 "
+                                            "sweeps K at every concurrency level"}),
     "prompt_lookup": ("--prompt-lookup-drafts", {
         "type": int, "help": "prompt-lookup drafts verified with the pool each step (0: lookahead alone)"}),
 }
@@ -153,6 +166,9 @@ def method_params(args) -> dict:
     for field in cli_fields(args.method):
         dest = HAND_WRITTEN[field][0].lstrip("-").replace("-", "_") if field in HAND_WRITTEN else field
         params[field] = getattr(args, dest)
+        if isinstance(params[field], list):
+            raise ParameterError(f"--{field.replace('_', '-')} takes one value here; a list sweeps K on --backend vllm only",
+                                 hint=f"give one value, or sweep it with `specpilot tune --method {args.method}`")
     return params
 
 
@@ -192,9 +208,10 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
 
 
 PEERS_HELP = PEERS_DESCRIPTION  # the run and compare input models' own description of --peers
-BACKEND_CHOICES = BACKENDS
-BACKEND_HELP = ("the engine: transformers (default) or llamacpp (the GGUF files of `specpilot models fetch`, or a "
-                ".gguf --target, run by llama.cpp without dequantising; Medusa and EAGLE do not run there)")
+BACKEND_CHOICES = (*BACKENDS, "vllm")
+BACKEND_HELP = ("the engine: transformers (default), llamacpp (the GGUF files of `specpilot models fetch`, or a "
+                ".gguf --target, run by llama.cpp without dequantising; Medusa and EAGLE do not run there) or vllm "
+                "(vLLM's own speculative modes under --concurrency, after `specpilot peers setup vllm`)")
 
 
 def add_backend_option(p: argparse.ArgumentParser, repeatable: bool = False) -> None:

@@ -17,22 +17,28 @@ import sys
 from agent.approval import approve_command
 from agent.render import err, out
 from memory import Store
-from tools.bench import llamacpp_server, upstream
+from tools.bench import llamacpp_server, upstream, vllm_server
 
 INSTALL_ACTION = "install"
 SETUP_COMMAND = "specpilot peers setup"
 
 
-PEER_NAMES = list(llamacpp_server.PEER_NAMES)
-peer_status = llamacpp_server.peer_status
+PEER_NAMES = [*llamacpp_server.PEER_NAMES, vllm_server.NAME]
+
+
+def peer_status(name: str) -> dict:
+    return vllm_server.status() if name == vllm_server.NAME else llamacpp_server.peer_status(name)
 
 
 def setup_commands(name: str) -> list[list[str]]:
+    if name == vllm_server.NAME:
+        return vllm_server.setup_commands()
     return llamacpp_server.setup_commands() if name == llamacpp_server.NAME else upstream.setup_commands(name)
 
 
 def cmd_peers_setup(args) -> int:
-    name = args.name if args.name == llamacpp_server.NAME else upstream.peer(args.name).name  # unknown: refused first
+    own = (llamacpp_server.NAME, vllm_server.NAME)
+    name = args.name if args.name in own else upstream.peer(args.name).name  # unknown: refused first
     commands = setup_commands(name)
     what = (f"{SETUP_COMMAND} {name}: creates {upstream.peers_dir() / name} and runs\n  "
             + "\n  ".join(shlex.join(c) for c in commands))
@@ -40,12 +46,18 @@ def cmd_peers_setup(args) -> int:
         approval = approve_command(store, INSTALL_ACTION, {"tool": SETUP_COMMAND, "input": {"peer": name, "packages": [name]}}, what,
                                    approval_id=args.approval_id)
     print(f"(approved: approval {approval['id']}, by {approval['decided_by']})", file=sys.stderr)
-    if name == llamacpp_server.NAME:
+    if name == vllm_server.NAME:
+        result = vllm_server.setup(progress=lambda m: err.print(m))
+    elif name == llamacpp_server.NAME:
         result = llamacpp_server.setup(progress=lambda m: err.print(m))
     else:
         result = upstream.setup(name, progress=lambda m: err.print(m))
     if args.json:
         print(json.dumps(result))
+    elif name == vllm_server.NAME:
+        out.print(f"vLLM is ready on {result['device']} ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}). "
+                  "`--backend vllm` now measures its speculative modes: e.g. `specpilot bench --backend vllm "
+                  "--methods ngram --concurrency 1,4,16`.")
     elif name == llamacpp_server.NAME:
         out.print(f"llama-server is built ({', '.join(f'{k} {v}' for k, v in result['versions'].items())}). "
                   "`--peers --backend llamacpp` now times llama.cpp's plain, draft-simple and n-gram modes beside ours.")
@@ -68,9 +80,10 @@ def cmd_peers_status(args) -> int:
 
 
 def add_peers_commands(sub) -> None:
-    p = sub.add_parser("peers", help="the upstream reference packages (medusa-llm, lade) and llama.cpp's own modes")
+    p = sub.add_parser("peers", help="the upstream reference packages (medusa-llm, lade), llama.cpp's own modes and vLLM")
     psub = p.add_subparsers(dest="peers_command", required=True)
-    s = psub.add_parser("setup", help="create a peer's venv and install it, or build llama-server (asks for approval)")
+    s = psub.add_parser("setup", help="create a peer's venv and install it (vllm: vLLM's own venv), or build "
+                                            "llama-server (asks for approval)")
     s.add_argument("name", choices=PEER_NAMES)
     s.add_argument("--approval-id", default=None,
                    help="an approval a person gave with `specpilot tool approve ID` for exactly this setup")

@@ -1,0 +1,23 @@
+"""The picture serving engineers decide with: output throughput against time per output token, one line per
+method (and K) through its concurrency levels, for a measurement on vLLM or an endpoint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from memory import helpers
+from tools.report.results import draw_sweep_chart
+
+
+def throughput_latency_chart(result: dict, command: str = "bench", folder: Path | None = None) -> Path | None:
+    """Draw ``result``'s rows (tools.bench.vllm_bench) as a PNG in the reports folder; its path, or None
+    where no row has both figures."""
+    rows = [r for r in result.get("rows") or [] if r.get("tpot_p50_ms") and r.get("throughput_tok_s")]
+    if not rows:
+        return None
+    folder = folder or helpers.home_dir() / "reports"
+    name = f"vllm-{command}-task{result.get('task_id')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    hw = (result.get("hardware") or {}).get("name") or "?"
+    data = {"name": name, "rows": rows, "dtype": result.get("dtype"), "hardware": {"name": hw}}
+    return draw_sweep_chart(data, folder / f"{name}.png")
