@@ -17,6 +17,7 @@ from rich.table import Table
 from agent.cli.bench_view import drift_line, fit_eval_table, recommendation_text, recommended_lines
 from agent.cli.options import (PEERS_HELP, add_backend_option, add_generation_options, add_method_argument,
                                add_method_options, method_params, method_table, prompt_text)
+from tools.bench.prompt_sets import load_prompt_set
 from agent.cli.serving import add_serving_options, run_serving, serving_methods, single_prompt, wants_serving
 from agent.render import err, fmt, gated_steps, out, peer_label
 from memory import Store
@@ -304,8 +305,6 @@ def bench_table(result: dict) -> Table:
 
 def cmd_bench(args) -> int:
     if wants_serving(args):
-        from tools.bench.suite import load_prompt_set  # the prompt set's reader (loads torch)
-
         if args.save_result:
             check_name(args.save_result)
         prompts = load_prompt_set(args.prompts, args.category, args.limit)

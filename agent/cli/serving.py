@@ -12,7 +12,13 @@ import json
 
 from rich.table import Table
 
+from agent.cli.options import prompt_text
 from agent.render import err, fmt, out
+from tools.bench import vllm_bench
+from tools.bench.vllm_bench import ServeBenchInput
+from tools.bench.vllm_methods import check_methods
+from tools.report.results import save_result
+from tools.report.serving import throughput_latency_chart
 from tools import models
 from tools.errors import ParameterError
 
@@ -69,16 +75,12 @@ def wants_serving(args) -> bool:
 
 def serving_methods(values: list[str] | None, default: list[str]) -> list[str]:
     """``--methods a b`` or ``a,b`` checked against what vLLM runs (eagle3 and mtp too; lookahead refused)."""
-    from tools.bench.vllm_methods import check_methods
-
     names = [n.strip() for v in values or [] for n in v.split(",") if n.strip()] or list(default)
     return check_methods(names) or list(default)
 
 
 def single_prompt(args) -> dict:
     """The one prompt of run / compare as a prompt-set row."""
-    from agent.cli.options import prompt_text
-
     return {"question_id": "prompt", "category": "prompt", "prompt": prompt_text(args)}
 
 
@@ -98,8 +100,6 @@ def method_params(args, methods: list[str]) -> dict[str, dict]:
 
 
 def serve_input(args, methods: list[str], prompts: list[dict], prompt_set: str | None):
-    from tools.bench.vllm_bench import ServeBenchInput
-
     return ServeBenchInput(
         target=args.target or models.DEFAULT_TARGET, draft=args.draft, methods=methods,
         params=method_params(args, methods), k=k_values(args), concurrency=args.concurrency or [1],
@@ -114,9 +114,6 @@ def serve_input(args, methods: list[str], prompts: list[dict], prompt_set: str |
 
 def run_serving(args, methods: list[str], prompts: list[dict], prompt_set: str | None, command: str) -> int:
     """Measure, print the table (or JSON), draw the throughput/latency chart; 0 on success."""
-    from tools.bench import vllm_bench
-    from tools.report.serving import throughput_latency_chart
-
     inp = serve_input(args, methods or ["ngram"], prompts, prompt_set)
     with err.status("starting…") as status:
         result = vllm_bench.serve_bench(inp, progress=lambda msg: status.update(msg))
@@ -138,8 +135,6 @@ def run_serving(args, methods: list[str], prompts: list[dict], prompt_set: str |
 
 def save_serving_result(name: str, result: dict):
     """``benchmarks/results/NAME.json`` of kind ``vllm_sweep`` (tools.report.results)."""
-    from tools.report.results import save_result
-
     rows = [{k: v for k, v in r.items() if k not in ("first_divergence",)} for r in result["rows"]]
     summary = {"best_k": result.get("best_k"), "target": result.get("target"), "prompts": result.get("prompts"),
                "prompt_set": result.get("prompt_set"), "versions": result.get("versions"),

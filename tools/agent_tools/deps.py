@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
 from tools.engine.params import METHOD_NAMES, METHODS
+from tools.bench import vllm_server
 from tools.bench.llamacpp_server import NAME as LLAMACPP_PEER, PEER_NAMES, peer_status
 from tools.engine.upstream_status import lade_status, upstream_backend_status
 
@@ -121,7 +122,8 @@ def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
     llama-cpp-python, and the optional upstream medusa-llm and lade): imports each one and reports its
     version, whether it is missing or installed but unusable (with the import error), and the exact
     install command to suggest; under ``peers``, whether the reference implementations timed beside
-    ours (`specpilot peers setup NAME`: medusa-llm, lade, llama.cpp's llama-server) are set up.
+    ours (`specpilot peers setup NAME`: medusa-llm, lade, llama.cpp's llama-server) are set up; under ``vllm``,
+    whether vLLM's own venv is set up (`specpilot peers setup vllm`), its version and the device it uses.
     Nothing is installed."""
     report, missing_required, missing_optional = [], [], []
     for pkg in PACKAGES:
@@ -146,6 +148,8 @@ def check_deps(inp: DepsInput, ctx: ToolContext) -> dict:
             "note": "install_packages asks the user for approval before it runs",
         }
     out["peers"] = [peer_status(name) for name in PEER_NAMES if inp.method == "all" or inp.method in PEER_METHODS[name]]
+    # vLLM lives in a venv of its own (`specpilot peers setup vllm`): its version and the device it will use
+    out["vllm"] = {**vllm_server.status(), "device_here": "cuda" if vllm_server.has_cuda() else "cpu"}
     unusable_upstream = [e["package"] for e in report if e["status"] == "unusable" and e["module"] in CUSTOM_CHECKS]
     if unusable_upstream:
         out["note"] = (f"{', '.join(unusable_upstream)} cannot run with the installed transformers; reinstalling "

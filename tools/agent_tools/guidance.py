@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.registry import ToolContext, tool
+from tools.bench.vllm_bench import stored_sweep_lines
 from tools.engine.params import AcceleratedName
 
 
@@ -61,8 +62,13 @@ def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
     run and compare size them, to this machine's measured cost curve when one is stored (else to a
     conservative CPU curve on a CPU, the source's W=15, N=5, G=5 on a GPU, with measure_cost_curve as the
     next step), each parameter with its reason. The target saved in memory is used when none is given.
-    Uses measured sweeps from memory when present. This is advice to be measured, never a result."""
-    return advice().guidance(inp, ctx)
+    Uses measured sweeps from memory when present, and the newest stored vLLM sweep of the target (best K per
+    concurrency level) under 'serving'. This is advice to be measured, never a result."""
+    result = advice().guidance(inp, ctx)
+    serving = stored_sweep_lines(ctx.store, result.get("target") or inp.target or "", inp.method)
+    if serving and isinstance(result, dict):
+        result["serving"] = serving
+    return result
 
 
 @tool("measure_cost_curve", CostCurveInput)

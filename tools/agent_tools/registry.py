@@ -43,6 +43,7 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 # Modules whose import registers their tools, in the order tools are listed.
 TOOL_MODULES = (
     "tools.agent_tools.run_tool",
+    "tools.agent_tools.serving_tool",
     "tools.agent_tools.lookup",
     "tools.agent_tools.guidance",
     "tools.agent_tools.explain",

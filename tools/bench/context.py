@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from memory import Store
 from tools import models
 from tools.bench import llamacpp_server, peers, upstream
+from tools.bench.prompt_sets import prompt_ids_for
 from tools.bench.protocol import Runner
 from tools.bench.machine_cost import machine_cost, measure_curve, prefer_gguf
 from tools.bench.sizing import SizedParam, Sizing, size_params
@@ -147,21 +148,6 @@ def run_on(method: str, ctx: MethodContext, prompt_ids: list[int], settings: Gen
     if method == "draft" and backend_of(ctx) == "llamacpp":
         return draft_generate(ctx.target.model, ctx.draft.model, prompt_ids, settings, params)
     return run(method, ctx, prompt_ids, settings, params)
-
-
-def prompt_ids_for(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """The exact ids fed to the model: the chat template applied unless ``chat`` is False."""
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    if not ids:
-        raise ParameterError("the prompt gives no tokens", hint="give a non-empty prompt")
-    return [int(t) for t in ids]
 
 
 # transformers' "no limit" for a tokenizer's model_max_length is int(1e30): a length above this is no limit

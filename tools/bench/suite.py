@@ -34,7 +34,8 @@ from tools.bench import protocol as measure
 from tools.bench.compare import common_settings, make_record, own_params, resolve_candidates, run_key
 from tools.bench.context import (Prepared, checked_prompt_ids, generation_settings, medusa_heads_for, prepare,
                                  size_candidates)
-from tools.bench.inputs import PEERS_DESCRIPTION, MeasureOptions, read_prompt_file
+from tools.bench.inputs import PEERS_DESCRIPTION, MeasureOptions
+from tools.bench.prompt_sets import BOTH_HALVES, default_prompts_path, load_prompt_set, prompt_set_path
 from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
 from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
@@ -45,13 +46,6 @@ __all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves"
            "load_prompt_set", "step_name", "method_stats", "peer_stats", "summarise"]
 
 BENCH_METHODS = list(ACCELERATED)  # the default: every method that speeds decoding up
-BOTH_HALVES = "both"  # --prompts both: the fit half, then the eval half, side by side
-
-
-def default_prompts_path() -> Path:
-    """The eval half of the Spec-Bench prompts shipped with specpilot (prompts.spec_bench): benchmarks
-    measure on it, while everything fitted or tuned reads only the fit half."""
-    return EVAL_PATH
 
 
 class BenchInput(MeasureOptions):
@@ -68,51 +62,6 @@ class BenchInput(MeasureOptions):
     fresh: bool = Field(False, description="measure every prompt and method again, reusing no run stored before this "
                                            "call (after a change to a method's code, say); a later call without it "
                                            "resumes from the runs this one stored")
-
-
-def prompt_set_path(path: str | Path | None) -> Path:
-    """The file of a prompt set: a path, or "fit" / "eval" for the shipped halves (default: eval)."""
-    if not path:
-        return default_prompts_path()
-    if str(path) in HALVES:
-        return HALVES[str(path)]
-    return Path(path).expanduser()
-
-
-def load_prompt_set(path: str | Path | None, category: str | None = None, limit: int | None = None) -> list[dict]:
-    """Read a JSONL prompt set; keep ``category`` only and at most ``limit`` prompts per category.
-
-    Each row comes back with ``question_id`` (the line number when missing), ``category`` and ``prompt``.
-    """
-    if str(path) == BOTH_HALVES:
-        raise ParameterError("'both' names two prompt sets, not one", hint="read 'fit' and 'eval' one at a time")
-    file = prompt_set_path(path)
-    if not file.is_file():
-        raise ParameterError(f"prompt file {file} does not exist",
-                             hint="pass --prompts FILE.jsonl with question_id, category and prompt per line")
-    rows, per_category = [], defaultdict(int)
-    for number, line in enumerate(read_prompt_file(file).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParameterError(f"{file} line {number} is not JSON: {exc.msg}", hint="one JSON object per line") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise ParameterError(f"{file} line {number} has no 'prompt' text",
-                                 hint="each line needs question_id, category and prompt")
-        row = {"question_id": row.get("question_id", number), "category": str(row.get("category") or "uncategorised"),
-               "prompt": row["prompt"]}
-        if category is not None and row["category"] != category:
-            continue
-        if limit is not None and per_category[row["category"]] >= limit:
-            continue
-        per_category[row["category"]] += 1
-        rows.append(row)
-    if not rows:
-        raise ParameterError(f"no prompts selected from {file}" + (f" in category {category!r}" if category else ""),
-                             hint="check --category against the file's categories")
-    return rows
 
 
 def step_name(row: dict, method: str) -> str:

@@ -35,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from memory import Store
 from tools import models
 from tools.bench import loadgen, vllm_metrics, vllm_server
+from tools.bench.prompt_sets import prompt_ids_for
+from tools.bench.record import RunRecord
 from tools.bench.vllm_methods import DEFAULT_K, check_methods, spec_config
 from tools.errors import DependencyError, ParameterError, interruption
 
@@ -137,8 +139,6 @@ def tokenized_prompts(inp: ServeBenchInput, folder: Path | None) -> list[tuple[s
     if folder is None:
         return [(str(p["question_id"]), p["prompt"]) for p in inp.prompts]
     from transformers import AutoTokenizer  # slow to import: only once a measurement starts
-
-    from tools.bench.context import prompt_ids_for
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     return [(str(p["question_id"]), prompt_ids_for(tokenizer, p["prompt"], inp.chat)) for p in inp.prompts]
@@ -265,7 +265,7 @@ def serve_bench(inp: ServeBenchInput, store: Store | None = None, progress=None)
         draft_folder = model_folder(draft_ref, "draft")
     heads = {m: Path(inp.eagle_heads).expanduser().resolve() for m in ("eagle", "eagle3") if inp.eagle_heads}
     if "medusa" in methods:
-        heads["medusa"] = medusa_folder(inp, target)
+        heads["medusa"] = medusa_folder(inp, target, store)
     dtype = server_dtype(inp.dtype, cuda)
     prompts = tokenized_prompts(inp, target)
     configs = configurations(inp, methods, draft_folder, heads)
@@ -329,11 +329,11 @@ def endpoint_bench(inp: ServeBenchInput, store: Store, progress=None) -> dict:
 SpecpilotErrors = (ParameterError, models.ModelNotFoundError)
 
 
-def medusa_folder(inp: ServeBenchInput, target: Path) -> Path:
+def medusa_folder(inp: ServeBenchInput, target: Path, store: Store) -> Path:
     """Medusa heads for the target in vLLM's format (exported once beside specpilot's peers)."""
     from tools.bench.vllm_medusa import export_for_vllm  # loads torch: only when Medusa is asked
 
-    return export_for_vllm(inp.target, inp.medusa_heads, target)
+    return export_for_vllm(inp.target, inp.medusa_heads, target, store)
 
 
 def config_name(method: str, k: int | None) -> str:
@@ -382,8 +382,6 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
 def run_record(inp, m: Measured, row: dict, level: dict, ref: dict | None, dtype: str, hardware: dict,
                versions: dict, task_id: int) -> dict:
     """The stored run of one (method, K, level): the typed record's fields, the level's figures in method_extra."""
-    from tools.bench.record import RunRecord
-
     record = RunRecord(
         method=m.method, task_id=task_id, backend="vllm" if not inp.endpoint else "endpoint", target=inp.target,
         draft=inp.draft if m.method == "draft" else None,
@@ -437,3 +435,26 @@ def summary_lines(result: dict) -> list[str]:
 
 def dumps(result: dict) -> str:
     return json.dumps(result, default=str)
+
+
+def stored_sweep_lines(store: Store, target: str, method: str | None = None, limit: int = 500) -> list[str]:
+    """What the newest stored vLLM measurement of ``target`` says per concurrency level: the best K of each
+    method (or of ``method``) and its speedup over speculation off, with the run id. Empty when none is stored."""
+    runs = [r for r in store.find_runs(limit=limit, backend="vllm", target=target)
+            if r.get("method") != "baseline" and (method is None or r.get("method") == method) and r.get("speedup")]
+    if not runs:
+        return []
+    newest = runs[0].get("task_id")
+    runs = [r for r in runs if r.get("task_id") == newest]
+    hw = (runs[0].get("hardware") or {}).get("name", "this machine")
+    lines = []
+    for m in dict.fromkeys(r["method"] for r in runs):
+        levels = sorted({(r.get("settings") or {}).get("concurrency") for r in runs if r["method"] == m} - {None})
+        for c in levels:
+            at = [r for r in runs if r["method"] == m and (r.get("settings") or {}).get("concurrency") == c]
+            best = max(at, key=lambda r: r.get("tokens_per_s") or 0)
+            k = (best.get("params") or {}).get("k")
+            lines.append(f"vLLM, {hw}: at concurrency {c}, {m}" + (f" K={k}" if k else "") +
+                         (" was best" if len(at) > 1 else "") + f": {best['speedup']:.2f}x throughput against "
+                         f"speculation off (run {best['run_id']}, task {newest})")
+    return lines

@@ -15,21 +15,18 @@ import hashlib
 import json
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file, save_file
+
 from tools.bench.upstream import peers_dir
+from tools.medusa.checkpoint import default_medusa_heads_path, load_heads
 from tools.errors import ParameterError
 
 
-def export_for_vllm(target_ref: str, heads_ref: str | None, target_folder: Path) -> Path:
+def export_for_vllm(target_ref: str, heads_ref: str | None, target_folder: Path, store) -> Path:
     """The heads for ``target_ref`` (given, trained here or shipped) as a vLLM Medusa folder (made once)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from memory import Store
-    from tools.bench.context import medusa_heads_for
-    from tools.medusa.checkpoint import load_heads
-
-    with Store() as store:
-        ref = medusa_heads_for(store, target_ref, heads_ref)
+    shipped = default_medusa_heads_path(target_ref)
+    ref = heads_ref or store.trained_heads_path(target_ref) or (str(shipped) if shipped else None)
     if ref is None:
         raise ParameterError(f"no Medusa heads for {target_ref}", hint="train them: `specpilot medusa train`, or give "
                                                                       "--medusa-heads FOLDER")
@@ -65,8 +62,6 @@ def export_for_vllm(target_ref: str, heads_ref: str | None, target_folder: Path)
 
 def target_output_embedding(folder: Path, load_file):
     """The target's lm_head weight (its input embedding where the two are tied)."""
-    import torch
-
     tensors = {}
     for f in sorted(folder.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
