@@ -69,6 +69,7 @@ class RawServer:
         self.records = {"pip": folder / "pip.jsonl", "load": folder / "load.jsonl"}
         self.stderr_path = folder / "server-stderr.txt"
         env = {"SPECPILOT_HOME": str(home), "PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1",
+               "SPECPILOT_PEERS": os.environ.get("SPECPILOT_PEERS", str(folder / "no-peers")),
                "PYTHONPATH": str(ROOT), "PIP_RECORD": str(self.records["pip"]),
                "LOAD_RECORD": str(self.records["load"])}
         self._stderr = open(self.stderr_path, "wb")  # a file: a chatty server never blocks on a full pipe

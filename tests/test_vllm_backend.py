@@ -219,6 +219,35 @@ def test_the_server_is_stopped_when_its_caller_is_interrupted_or_fails(tmp_path,
         os.killpg(server_pid, 0)
 
 
+def test_a_server_does_not_outlive_a_killed_caller(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(HERE.parent)!r})
+        from tools.bench import vllm_server
+        argv = lambda port: [sys.executable, {str(STUB)!r}, "--port", str(port)]
+        server = vllm_server.VllmServer(argv, "stub")
+        open({str(pidfile)!r}, "w").write(str(server.proc.pid))
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server_pid = int(pidfile.read_text())
+    proc.kill()  # SIGKILL: no atexit, no finally
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(server_pid, 0)
+
+
 # ------------------------------------------------------------------------------------------ the whole path
 @pytest.fixture
 def fake_vllm(tmp_path, monkeypatch):

@@ -136,6 +136,16 @@ def setup(progress=None, cuda: bool | None = None) -> dict:
     return status()
 
 
+def _stop_with_parent() -> None:
+    """In the server's process, before it runs: SIGTERM it when specpilot dies, even by SIGKILL (Linux's
+    parent-death signal), so no server outlives the process that started it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -154,7 +164,8 @@ class VllmServer:
             self.argv = argv_for_port(self.port)
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, errors="replace",
-                                         env={**os.environ, **(env or {})}, start_new_session=True)
+                                         env={**os.environ, **(env or {})}, start_new_session=True,
+                                         preexec_fn=_stop_with_parent)
             _LIVE.add(self)
             self._log = []
             threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
