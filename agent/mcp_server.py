@@ -19,7 +19,12 @@ are left out of results unless the call sets ``include_tokens``; the stored runs
 
 Every JSON-RPC request with an id gets an answer: a line that is not JSON gets a parse error
 (-32700, id null), and a JSON object that is not a valid request gets -32600 (or -32602 for
-parameters that are not an object) with its id, instead of being dropped.
+parameters that are not an object, or a string holding a lone surrogate) with its id, instead of
+being dropped; a call before ``initialize`` is told to initialize first.
+
+SIGINT, SIGTERM or SIGHUP end the server at once: every call still running is answered with an
+error saying so, the output is flushed, and the process exits with 128 + the signal's number (a tool
+still running in its worker thread is abandoned; its task stays ``running`` in memory, i.e. cut off).
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ import json
 import logging
 import os
 import secrets
+import signal
+import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -42,6 +50,7 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import is_version_at_least
 
@@ -76,6 +85,13 @@ INCLUDE_TOKENS_SCHEMA = {
                    "run; default false: they are left out (hundreds of numbers each), the figures stay"}
 INVALID_REQUEST_MESSAGE = ('Invalid Request: send one JSON-RPC 2.0 request per line, '
                            '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}')  # a client that never answers does not hold the call for ever
+LONE_SURROGATE_MESSAGE = ("Invalid params: a string in this request holds a lone surrogate ({escape}), which is not "
+                          "Unicode text; JSON \\u escapes must form surrogate pairs (e.g. \\ud83d\\ude00)")
+NOT_INITIALIZED_MESSAGE = ("Invalid request parameters: this connection is not initialized; send initialize (then "
+                           "notifications/initialized) before {method}, or give the 2026-07-28 protocol envelope in "
+                           "params._meta")
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+STOPPED_CODE = -32000  # a server error: the call did not finish because the server was stopped
 
 
 class RequestSeal:
@@ -278,8 +294,10 @@ class SpecpilotMCP:
     def __init__(self, store: Any):
         self.store = store
         self.seal = RequestSeal()
+        self.in_flight: dict[Any, str] = {}  # request id -> tool name, while a tools/call runs
         self.server = Server(SERVER_NAME, version=server_version(), instructions=_instructions(),
                              on_list_tools=self.list_tools, on_call_tool=self.call_tool)
+        self.server.middleware.insert(0, explain_not_initialized)
         # the SDK's own protection of requestState (encrypted, bound to the call), around RequestSeal's
         self.server.middleware.append(RequestStateBoundary(
             RequestStateSecurity.ephemeral(ttl=STATE_TTL_S), default_audience=SERVER_NAME))
@@ -290,6 +308,14 @@ class SpecpilotMCP:
             for t in registry.load_tools().values()])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams):
+        request_id = getattr(ctx, "request_id", None)
+        self.in_flight[request_id] = params.name
+        try:
+            return await self._call_tool(ctx, params)
+        finally:
+            self.in_flight.pop(request_id, None)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams):
         name, arguments = params.name, dict(params.arguments or {})
         try:
             include_tokens = pop_include_tokens(name, arguments)
@@ -360,6 +386,19 @@ class SpecpilotMCP:
                                 hint="approve it at a terminal with `specpilot tool approve ID` instead") from None
 
 
+async def explain_not_initialized(ctx: Any, call_next: Any) -> Any:
+    """Server middleware: the SDK refuses a call before ``initialize`` with a bare "Invalid request
+    parameters" and empty data; say what to send instead."""
+    try:
+        return await call_next(ctx)
+    except MCPError as exc:
+        error = exc.error
+        if error.code == types.INVALID_PARAMS and error.message == "Invalid request parameters" and not error.data:
+            raise MCPError(code=types.INVALID_PARAMS, message=NOT_INITIALIZED_MESSAGE.format(method=ctx.method),
+                           data={"method": ctx.method, "expected_first": "initialize"}) from None
+        raise
+
+
 def _instructions() -> str:
     text = skill_text("SKILL.md")
     return text.split("---", 2)[-1].strip()  # the body, without the frontmatter
@@ -383,6 +422,16 @@ def screen_line(line: str) -> tuple[bool, dict | None]:
     if not isinstance(message, dict):
         return False, _error(None, types.INVALID_REQUEST,
                              "Invalid Request: send one JSON-RPC object per line (batches are not supported)")
+    surrogate = lone_surrogate(message)
+    if surrogate is not None:
+        request_id = message.get("id")
+        usable = (isinstance(request_id, str) and lone_surrogate(request_id) is None) or (
+            isinstance(request_id, int) and not isinstance(request_id, bool))
+        if "id" not in message:
+            log.warning("dropped a notification holding a lone surrogate")
+            return False, None
+        return False, _error(request_id if usable else None, types.INVALID_PARAMS,
+                             LONE_SURROGATE_MESSAGE.format(escape=f"\\u{ord(surrogate):04x}"))
     try:
         parsed = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except Exception:  # noqa: BLE001 - any validation failure is answered below
@@ -397,6 +446,23 @@ def screen_line(line: str) -> tuple[bool, dict | None]:
     if usable and message.get("params") is not None and not isinstance(message["params"], dict):
         return False, _error(request_id, types.INVALID_PARAMS, "Invalid params: params must be an object")
     return False, _error(request_id if usable else None, types.INVALID_REQUEST, INVALID_REQUEST_MESSAGE)
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in any string (or key) of a decoded JSON value, else None (walked without
+    recursion: a request may nest as deep as the JSON parser allows)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = next((c for c in item if "\ud800" <= c <= "\udfff"), None)
+            if found is not None:
+                return found
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return None
 
 
 def _error(request_id: Any, code: int, message: str) -> dict:
@@ -421,7 +487,36 @@ class ScreenedLines:
                 yield line
 
 
-def _claim_stdin() -> tuple[Any, Any]:
+class WireIn:
+    """The protocol's input as lines, read from a private descriptor in a way a signal can cancel: the
+    event loop waits until the pipe has data (no reading thread blocks on it), then reads what is there."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.regular = stat.S_ISREG(os.fstat(fd).st_mode)  # a file never blocks (and cannot be polled)
+        self._buffer = b""
+
+    def __aiter__(self):
+        return self._lines()
+
+    async def _lines(self):
+        while True:
+            while b"\n" not in self._buffer:
+                if not self.regular:
+                    await anyio.wait_readable(self.fd)
+                chunk = os.read(self.fd, self.CHUNK)
+                if not chunk:
+                    if self._buffer:
+                        yield self._buffer.decode("utf-8", errors="replace")
+                    return
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            yield line.decode("utf-8", errors="replace") + "\n"
+
+
+def _claim_stdin() -> tuple[WireIn, Callable[[], None]]:
     """The protocol's input (stdin, moved to a private descriptor) and a function restoring fd 0.
 
     fd 0 then reads the null device, so a child process (pip) or a stray read cannot eat protocol bytes.
@@ -433,13 +528,12 @@ def _claim_stdin() -> tuple[Any, Any]:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    stream = os.fdopen(wire, "r", encoding="utf-8", errors="replace", newline="\n")
 
     def restore() -> None:
         os.dup2(wire, 0)
-        stream.close()
+        os.close(wire)
 
-    return anyio.wrap_file(stream), restore
+    return WireIn(wire), restore
 
 
 async def _answer_errors(errors: Any, write_stream: Any) -> None:
@@ -453,26 +547,99 @@ async def _answer_errors(errors: Any, write_stream: Any) -> None:
         pass  # the client left
 
 
-async def _serve() -> None:
+class WireOut:
+    """The protocol's output: stdout moved to a private descriptor (fd 1 then writes to stderr, so a stray
+    print misses the wire). Each line is written whole under a lock, so :meth:`write_now` (from a signal
+    watcher) never splits one; after :meth:`close` nothing more is written."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        self.fd = os.dup(1)
+        self._saved = os.dup(1)
+        os.dup2(2, 1)
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def _write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        with self._lock:
+            if self.closed:
+                return
+            while data:
+                data = data[os.write(self.fd, data):]
+
+    async def write(self, text: str) -> None:
+        await anyio.to_thread.run_sync(self._write, text)
+
+    async def flush(self) -> None:
+        """Nothing is buffered: each write reached the descriptor."""
+
+    def write_now(self, message: dict) -> None:
+        """Write one JSON-RPC message at once (from the event loop, without waiting for the SDK's writer)."""
+        self._write(json.dumps(message, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+
+    def restore(self) -> None:
+        """Point fd 1 back at the wire, as it was before."""
+        os.dup2(self._saved, 1)
+        os.close(self._saved)
+        os.close(self.fd)
+
+
+async def _stop_on_signal(app: SpecpilotMCP, wire: WireOut, stopped: dict, scope: anyio.CancelScope) -> None:
+    """On SIGINT, SIGTERM or SIGHUP: answer every call still running with an error, flush, and stop.
+
+    With nothing running the server is cancelled and returns normally; a tool still running in its
+    worker thread cannot be cancelled, so the process then exits at once (os._exit) after the answers."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            stopped["signal"] = signum
+            running = list(app.in_flight.items())
+            for request_id, tool_name in running:
+                wire.write_now({"jsonrpc": "2.0", "id": request_id, "error": {
+                    "code": STOPPED_CODE, "data": {"signal": name, "tool": tool_name},
+                    "message": f"specpilot mcp was stopped by {name} before {tool_name} finished; nothing more of "
+                               "it runs (its task is left unfinished in memory); start the server again to retry"}})
+            wire.close()
+            log.warning("specpilot mcp stopped by %s (%d call(s) answered with an error)", name, len(running))
+            sys.stderr.flush()
+            if running:
+                os._exit(128 + signum)
+            scope.cancel()
+            return
+
+
+async def _serve() -> int:
     lines, restore = _claim_stdin()  # first: before anything else opens a file
+    wire = WireOut()
+    stopped: dict = {}
     try:
-        with Store() as store:
+        with Store() as store, anyio.CancelScope() as everything:  # a signal cancels the transport too
             app = SpecpilotMCP(store)
             send_errors, errors = anyio.create_memory_object_stream(float("inf"))
-            async with stdio_server(stdin=ScreenedLines(lines, send_errors)) as (read_stream, write_stream):
+            async with stdio_server(stdin=ScreenedLines(lines, send_errors), stdout=wire) as (read_stream,
+                                                                                              write_stream):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_answer_errors, errors, write_stream)
+                    tg.start_soon(_stop_on_signal, app, wire, stopped, everything)
                     await app.server.run(read_stream, write_stream, app.server.create_initialization_options())
                     tg.cancel_scope.cancel()
     finally:
+        wire.restore()
         restore()
+    return 128 + stopped["signal"] if "signal" in stopped else 0
 
 
-def serve() -> None:
-    """Serve the tools over stdio until the client closes the connection."""
+def serve() -> int:
+    """Serve the tools over stdio until the client closes the connection (0) or a signal stops the
+    server (128 + its number); return that exit code."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    anyio.run(_serve)
+    return anyio.run(_serve)
 
 
 if __name__ == "__main__":
-    serve()
+    sys.exit(serve())

@@ -154,8 +154,7 @@ def cmd_mcp(args) -> int:
     # the MCP SDK takes about a second to import: only `specpilot mcp` pays for it
     from agent.mcp_server import serve
 
-    serve()
-    return EXIT_OK
+    return serve()  # 0 when the client closed the connection, 128 + the signal's number when one stopped it
 
 
 def cmd_skill_install(args) -> int:

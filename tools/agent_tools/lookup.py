@@ -167,9 +167,9 @@ def save_params(inp: SaveParamsInput, ctx: ToolContext) -> dict:
     """Save a method's parameters (and optionally make it the default method) so they are not asked
     for again. The method's own parameters and the run-level ones (target, max_new_tokens, ...) are
     validated before saving. The given parameters update those saved (``replace`` drops the others)."""
-    params = dict(inp.params) if inp.replace else {**(ctx.store.get_params(inp.method) or {}), **inp.params}
-    validate_saved_params(inp.method, params)  # raises ParameterError naming a bad field
-    ctx.store.save_params(inp.method, params)
+    # read, merge, validate and write in one transaction: concurrent saves of other keys are all kept
+    params = ctx.store.update_params(inp.method, dict(inp.params), replace=inp.replace,
+                                     check=lambda merged: validate_saved_params(inp.method, merged))
     if inp.make_default:
         ctx.store.save_answer("default_method", inp.method)
     return {"saved": {"method": inp.method, "params": params}, "changed": inp.params,

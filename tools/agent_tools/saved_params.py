@@ -50,11 +50,33 @@ def check_run_fields(method: str, top: dict) -> None:
                                   f"{', '.join(PARAM_MODELS[method].model_fields) or 'none'}") from None
 
 
+def check_strict_types(method: str, params: dict) -> None:
+    """Refuse a saved value whose JSON type is not the field's own (``k="4"``, ``k=true``, ``temperature="0"``):
+    a run would coerce it, but what is stored must read back as what it means. ParameterError naming each."""
+    own_model = PARAM_MODELS[method]
+    fields = run_fields()
+    own = {k: v for k, v in params.items() if k not in fields and k in own_model.model_fields and v is not None}
+    measure = {k: v for k, v in params.items() if k in MeasureOptions.model_fields and v is not None}
+    problems = []
+    for model, values in ((own_model, own), (MeasureOptions, measure)):
+        try:
+            model.model_validate(values, strict=True)
+        except ValidationError as exc:
+            problems += [e for e in exc.errors() if e["type"] not in ("missing",)]
+    if problems:
+        shown = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r:.60})"
+                          for e in problems)
+        raise ParameterError(f"cannot save these {method} parameters: {shown}",
+                             hint="give numbers as numbers and true/false as booleans, e.g. {\"k\": 4}")
+
+
 def validate_saved_params(method: str, params: object) -> None:
     """Check parameters before they are saved for ``method``, so that a later run cannot fail on them:
     the method's own against its parameter model, the run-level ones against MeasureOptions (and
-    RunInput). ParameterError names the bad field; nothing is saved by this function."""
+    RunInput), each value of its field's own JSON type. ParameterError names the bad field; nothing is
+    saved by this function."""
     if not isinstance(params, dict):
         raise ParameterError(f"{method} parameters must be a JSON object, got {type(params).__name__}")
     top, _ = split_saved_params(method, params)
     check_run_fields(method, top)
+    check_strict_types(method, params)

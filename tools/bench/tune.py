@@ -181,7 +181,8 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
         result["would_save"] = merged
         question = f"save {best['label']} as your {inp.method} parameters? ({json.dumps(best['params'], sort_keys=True)})"
         if confirm is not None and confirm(question):
-            store.save_params(inp.method, merged)
+            # merged into what is saved at this moment (not when the sweep began), in one transaction
+            result["would_save"] = store.update_params(inp.method, best["params"])
             result["saved"] = True
     return result
 
