@@ -3,8 +3,10 @@
 ``specpilot tool list`` and ``specpilot tool NAME --input JSON`` print one JSON object on stdout and
 nothing else (logs go to stderr). ``specpilot tool approve ID`` / ``deny ID`` (or ``--id ID``) are
 for the person: approving shows the exact command on the controlling terminal and needs the typed
-confirmation naming it. ``specpilot tool pending`` lists approvals waiting for a decision;
-``specpilot approvals list [--json]`` is the audit trail of every approval.
+confirmation naming it; ``deny ID`` also withdraws an approved one that has not run yet, as
+``specpilot approvals revoke ID`` does (neither needs a terminal: they can only stop an action).
+``specpilot tool pending`` lists approvals waiting for a decision; ``specpilot approvals list
+[--json]`` is the audit trail of every approval.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import sys
 
 from agent import ask, chat
-from agent.approval import decide_at_terminal
+from agent.approval import decide_at_terminal, withdraw
 from agent.brains import BRAINS
 from agent.loop import host_call
 from agent.skill_install import install_skill
@@ -149,6 +151,16 @@ def _cell(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def cmd_approvals_revoke(args) -> int:
+    """``specpilot approvals revoke ID``: withdraw an approval that has not run (pending: denied; approved:
+    revoked); prints the row as JSON."""
+    with Store() as store:
+        row = withdraw(store, args.id, sys.stderr)
+    print_json({"approval_id": row["id"], "status": row["status"], "action": row["action"],
+                "decided_by": row["decided_by"], "decided_at": row["decided_at"]})
+    return EXIT_OK
+
+
 def cmd_mcp(args) -> int:
     """``specpilot mcp``: serve the tools over MCP on stdio."""
     # the MCP SDK takes about a second to import: only `specpilot mcp` pays for it
@@ -186,6 +198,9 @@ def add_agent_commands(subparsers) -> None:
     a.add_argument("--status", default=None, choices=APPROVAL_STATUSES, help="only approvals with this status")
     a.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a.set_defaults(func=cmd_approvals_list)
+    a = asub.add_parser("revoke", help="withdraw an approval that has not run yet (approved or pending)")
+    a.add_argument("id", help="the approval id")
+    a.set_defaults(func=cmd_approvals_revoke)
 
     p = subparsers.add_parser("mcp", help="serve specpilot's tools over MCP (stdio)")
     p.set_defaults(func=cmd_mcp)

@@ -80,6 +80,20 @@ def cmd_run(args) -> int:
 
 
 # ---------------------------------------------------------------------------- runs
+MAX_LISTED_RUNS = 100_000
+
+
+def listed_runs(text: str) -> int:
+    """A ``runs list --limit`` value: a whole number from 1 to MAX_LISTED_RUNS (argparse says why not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LISTED_RUNS:
+        raise argparse.ArgumentTypeError(f"give a number of runs from 1 to {MAX_LISTED_RUNS:,}, not {text}")
+    return value
+
+
 def cmd_runs_list(args) -> int:
     rows = Store().list_runs(limit=args.limit, method=args.method)
     if args.json:
@@ -132,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("runs", help="read stored runs")
     rsub = p.add_subparsers(dest="runs_command", required=True)
     f = rsub.add_parser("list")
-    f.add_argument("--limit", type=int, default=20)
+    f.add_argument("--limit", type=listed_runs, default=20, help=f"newest runs to list (1 to {MAX_LISTED_RUNS:,})")
     f.add_argument("--method", default=None)
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_runs_list)
