@@ -25,6 +25,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.engine.cpu_info import cpu_flags
 from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
 
 log = logging.getLogger(__name__)
@@ -315,8 +316,6 @@ def _require_gguf() -> None:
 
 def cpu_supports_fast_bf16() -> bool:
     """True when this CPU has native bfloat16 or AVX-512 (where bf16 matmuls beat float32)."""
-    from tools.engine.cpu_gemm import cpu_flags
-
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512f"})
 
 

@@ -8,7 +8,6 @@ the same process, alternating, after a warm-up of each. speedup = baseline time 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import statistics
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tools.engine import cpu_gemm, kv
+from tools.engine.cpu_info import CPU_ISA, cpu_isa, cpu_model_name, isa_of  # noqa: F401  (read here by callers)
 from tools.engine.autoregressive import as_input_ids
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import SpecpilotError
@@ -27,32 +27,6 @@ Runner = Callable[[GenerationSettings], DecodeResult]
 Progress = Callable[[str], None] | None
 # errors that drop one runner (it cannot run here) instead of stopping the measurement
 RUNNER_ERRORS = (SpecpilotError, torch.OutOfMemoryError, MemoryError)
-
-
-def cpu_model_name() -> str:
-    """The CPU's model name as the OS reports it."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-# the widest matrix instructions a CPU has, as its flags name them: what decides whether bfloat16 is fast there
-# and how a pass over several tokens costs against one (two CPUs of one model name can differ: cloud hosts)
-CPU_ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
-
-
-def cpu_isa() -> str | None:
-    """The CPU's widest matrix instruction set ("AVX2", "AVX-512", "AVX512-BF16", "AMX"), None where the OS does
-    not say (no /proc/cpuinfo)."""
-    flags = cpu_gemm.cpu_flags()
-    return isa_of(set(flags)) if flags else None
-
-
-def isa_of(flags: set[str]) -> str | None:
-    """The widest of :data:`CPU_ISA` among a CPU's ``flags``, or None."""
-    return next((name for flag, name in CPU_ISA if flag in flags), None)
 
 
 def hardware_info(device: str = "cpu") -> dict:

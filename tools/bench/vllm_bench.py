@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -36,6 +37,7 @@ from memory import Store
 from tools import models
 from tools.bench import loadgen, vllm_metrics, vllm_server
 from tools.bench.prompt_sets import prompt_ids_for
+from tools.engine import cpu_info
 from tools.bench.record import RunRecord
 from tools.bench.vllm_methods import DEFAULT_K, check_methods, spec_config
 from tools.errors import DependencyError, ParameterError, interruption
@@ -350,9 +352,9 @@ def task_request(inp: ServeBenchInput, methods: list[str]) -> str:
 def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: Store, task_id: int,
              versions: dict) -> dict:
     """Rows per (method, K, level) with speedups against the baseline at the same level; runs stored."""
-    from tools.bench.protocol import hardware_info  # loads torch (the hardware's name): once a result is made
-
-    hardware = hardware_info("cpu") if versions.get("device") != "cuda" else {"name": "CUDA (see versions)"}
+    hardware = ({"device": "cpu", "cpu": cpu_info.cpu_model_name(), "cpu_cores": os.cpu_count(),
+                 "isa": cpu_info.cpu_isa(), "name": cpu_info.cpu_name(inp.threads)}
+                if versions.get("device") != "cuda" else {"device": "cuda", "name": versions.get("gpu") or "CUDA GPU"})
     base = next((m for m in measured if m.method == "baseline"), None)
     rows = []
     for m in measured:

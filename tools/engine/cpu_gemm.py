@@ -39,26 +39,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tools.engine.cpu_info import cpu_flags  # noqa: F401  (re-exported: callers read it here)
+
 ENV = "SPECPILOT_CPU_GEMM"
 PACKED = "onednn-packed"  # the kernels' name where the weights are packed (what cost curves are keyed by)
 PACK_ROWS = 8  # the batch oneDNN packs the weights for (packed for 4-16 rows, 1-16 rows ran alike here; for 1, not)
 PAD_BELOW = 3  # a bfloat16 product over fewer rows runs as one over PAD_ROWS (see the module's docstring)
 PAD_ROWS = 4
-_FLAGS: list[frozenset] = []  # this CPU's flags, read once
-
-
-def cpu_flags() -> frozenset:
-    """This CPU's instruction-set flags as Linux lists them (empty elsewhere or where they cannot be read)."""
-    if not _FLAGS:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-        except OSError:
-            flags = []
-        _FLAGS.append(frozenset(flags))
-    return _FLAGS[0]
-
-
 def native_bfloat16() -> bool:
     """Whether this CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX-BF16)."""
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})

@@ -19,6 +19,7 @@ from memory.store import home_dir
 from tools.bench.summary import method_stats, quality_text, recommend, summarise
 from tools.engine.params import METHODS
 from tools.errors import ParameterError
+from tools.report.serving import chart_serving
 
 FORMATS = ("md", "json", "png")
 # the methods' chart colours are tools.engine.methods METHODS[...].colour; these are the peers'
@@ -275,9 +276,11 @@ def chart_categories(runs: list[dict], path: Path) -> Path | None:
 
 
 def make_charts(runs: list[dict], folder: Path, stem: str) -> dict[str, Path]:
-    """Write every chart that has data; return {"speedup"|"acceptance"|"categories": path}."""
+    """Write every chart that has data; return {"speedup"|"acceptance"|"categories"|"serving": path} (serving:
+    throughput against TPOT per method and concurrency level, for runs measured on vLLM or an endpoint)."""
     folder.mkdir(parents=True, exist_ok=True)
-    makers = {"speedup": chart_speedup, "acceptance": chart_acceptance, "categories": chart_categories}
+    makers = {"speedup": chart_speedup, "acceptance": chart_acceptance, "categories": chart_categories,
+              "serving": chart_serving}
     out = {}
     for name, maker in makers.items():
         path = maker(runs, folder / f"{stem}-{name}.png")

@@ -21,3 +21,25 @@ def throughput_latency_chart(result: dict, command: str = "bench", folder: Path 
     hw = (result.get("hardware") or {}).get("name") or "?"
     data = {"name": name, "rows": rows, "dtype": result.get("dtype"), "hardware": {"name": hw}}
     return draw_sweep_chart(data, folder / f"{name}.png")
+
+
+def rows_from_runs(runs: list[dict]) -> list[dict]:
+    """The load figures of stored vLLM / endpoint runs as chart rows (method, K, concurrency, throughput, TPOT)."""
+    rows = []
+    for run in runs:
+        level = (run.get("method_extra") or {}).get("level") or {}
+        concurrency = (run.get("settings") or {}).get("concurrency")
+        if run.get("backend") in ("vllm", "endpoint") and concurrency and level.get("tpot_p50_ms"):
+            rows.append({"method": run.get("method"), "k": (run.get("params") or {}).get("k"), "concurrency": concurrency,
+                         "throughput_tok_s": run.get("tokens_per_s"), "tpot_p50_ms": level["tpot_p50_ms"]})
+    return rows
+
+
+def chart_serving(runs: list[dict], path: Path) -> Path | None:
+    """Throughput against TPOT p50 of stored vLLM runs (a report's serving chart), or None without such runs."""
+    rows = rows_from_runs(runs)
+    if not rows:
+        return None
+    hw = (runs[0].get("hardware") or {}).get("name") or "?"
+    return draw_sweep_chart({"name": path.stem, "rows": rows, "dtype": runs[0].get("dtype"), "hardware": {"name": hw}},
+                            path)
