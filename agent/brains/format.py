@@ -179,7 +179,24 @@ def _compare(c: dict) -> str:
     return "\n".join(lines)
 
 
+def _serving(c: dict) -> str:
+    hw = (c.get("hardware") or {}).get("name", "hardware not recorded")
+    where = "an endpoint" if c.get("backend") == "endpoint" else "vLLM"
+    lines = [f"Measured on {where}, {hw} ({c.get('dtype')}, target {c.get('target')}, {c.get('prompts')} prompt(s)):"]
+    header = ["method", "K", "streams", "tok/s", "speedup", "TPOT p50", "TTFT p99", "accept len", "output", "run id"]
+    rows = [[r["method"], str(r.get("k") or "—"), str(r["concurrency"]), fmt(r.get("throughput_tok_s"), 1),
+             fmt(r.get("speedup"), 2, "x"), fmt(r.get("tpot_p50_ms"), 0, " ms"), fmt(r.get("ttft_p99_ms"), 0, " ms"),
+             fmt(r.get("acceptance_length")), "—" if r.get("matches_baseline") is None else
+             ("identical" if r["matches_baseline"] else "differs"), r.get("run_id")] for r in c.get("rows") or []]
+    lines.append(text_table(header, rows))
+    lines += list(c.get("statement") or [])
+    if c.get("source"):
+        lines.append(f"Source: {c['source']}.")
+    return "\n".join(lines)
+
+
 FORMATTERS = {
+    "measure_serving": _serving,
     "run_method": _run, "lookup_runs": _lookup, "recall": _recall, "guidance": _guidance, "check_deps": _deps,
     "explain": _explain, "install_packages": _installed, "train_medusa": _trained, "write_report": _report,
     "share_results": _shared, "save_params": _saved, "measure_cost_curve": _curve, "compare_methods": _compare,
