@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import pytest
@@ -175,10 +177,24 @@ def test_saved_params_are_validated_before_saving(store):
 ])
 def test_explanations_cite_their_papers(store, topic, papers):
     tool = registry.get_tool("explain")
-    result = registry.execute(tool, registry.parse_input(tool, {"topic": topic}), ToolContext(store=store))
+    result = registry.execute(tool, registry.parse_input(tool, {"topic": topic, "detail": "full"}), ToolContext(store=store))
     assert not result.is_error
     assert papers <= set(result.content["arxiv_ids"])
     assert "## References" in result.content["text"]
+
+
+@pytest.mark.parametrize("topic", ["draft", "medusa", "lookahead", "eagle", "ngram", "tradeoffs"])
+def test_an_explanation_is_short_unless_more_is_asked_and_honours_a_length(store, topic):
+    tool = registry.get_tool("explain")
+
+    def ask(**extra):
+        return registry.execute(tool, registry.parse_input(tool, {"topic": topic, **extra}), ToolContext(store=store)).content
+
+    short, two, full = ask(), ask(sentences=2), ask(detail="full")
+    assert short["detail"] == "short" and len(short["text"]) < 700 and "\n" not in short["text"].strip()
+    assert short["text"] in full["text"] and len(full["text"]) > 3 * len(short["text"])
+    assert len(re.split(r"(?<=[.!?])\s+(?=[A-Z(])", two["text"])) <= 2 and short["text"].startswith(two["text"][:40])
+    assert "ask for it in detail" in short["more"] and "more" not in full
 
 
 def test_write_report_stays_in_the_user_folder(store, specpilot_home):

@@ -93,7 +93,7 @@ def _deps(c: dict) -> str:
 
 
 def _explain(c: dict) -> str:
-    return c["text"].strip()
+    return c["text"].strip() + (f"\n({c['more'][0].upper()}{c['more'][1:]}.)" if c.get("more") else "")
 
 
 def _installed(c: dict) -> str:
