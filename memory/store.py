@@ -475,8 +475,12 @@ class Store(ApprovalsMixin, MachineMixin):
         if key in LEGACY_KEYS:
             self._save_legacy_answer(key, value)
             return
+        # one INSERT ... ON CONFLICT: sqlite-utils' upsert (INSERT OR IGNORE, then UPDATE) drops the row without an
+        # error when the disk is full
         with self._write() as db:
-            db["onboarding_answers"].upsert({"key": key, "value": dumps(value), "updated_at": utc_now()}, pk="key")
+            db.execute("insert into onboarding_answers (key, value, updated_at) values (?, ?, ?) on conflict (key) "
+                       "do update set value = excluded.value, updated_at = excluded.updated_at",
+                       [key, dumps(value), utc_now()])
 
     def get_answer(self, key: str, default: Any = None) -> Any:
         """The saved answer ``key``, or ``default`` when it was never answered (legacy keys: see

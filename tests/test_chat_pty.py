@@ -27,7 +27,14 @@ def spawn_chat(home: Path, *flags: str) -> pexpect.spawn:
                          cwd=str(ROOT), env=env, encoding="utf-8", timeout=90, dimensions=(50, 200))
 
 
+def store_a_run() -> None:
+    """A stored run, so a share has something to send (it is refused before any approval otherwise)."""
+    with Store() as store:
+        store.add_run({"method": "draft", "prompt": "p", "speedup": 1.2, "hardware": {"name": "Test CPU"}})
+
+
 def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exits(specpilot_home, tmp_path):
+    store_a_run()
     chat = spawn_chat(specpilot_home, "--skip-onboarding")
     chat.expect_exact(PROMPT)
     assert "Which method" not in chat.before  # --skip-onboarding
@@ -39,7 +46,8 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
     chat.expect("No parameters saved yet")
     chat.expect_exact(PROMPT)
 
-    destination = str(tmp_path / "shared" / "report.md")
+    destination = str(tmp_path / "shared")  # an existing folder: the approval names it as an absolute path
+    (tmp_path / "shared").mkdir()
     chat.sendline("share my results")
     chat.expect("Where should the report go")
     chat.expect_exact(PROMPT)
@@ -70,12 +78,13 @@ def test_a_chat_killed_at_an_approval_question_leaves_the_request_unfinished(spe
     the request is recorded as unfinished with what stopped it, and the approval stays pending."""
     import signal
 
+    store_a_run()
     chat = spawn_chat(specpilot_home, "--skip-onboarding")
     chat.expect_exact(PROMPT)
     chat.sendline("share my results")
     chat.expect("Where should the report go")
     chat.expect_exact(PROMPT)
-    chat.sendline(str(tmp_path / "report.md"))
+    chat.sendline(str(tmp_path))
     chat.expect_exact("(anything else does not approve) > ")
     chat.kill(signal.SIGTERM)
     chat.expect(pexpect.EOF)

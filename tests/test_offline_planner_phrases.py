@@ -239,15 +239,18 @@ def test_what_did_we_do_last_time_recalls_the_finished_and_unfinished_work(store
     assert "Unfinished tasks:" in reply.text and "share my results" in reply.text
 
 
-def test_a_path_answers_a_pending_question_and_known_commands_still_work(store):
+def test_a_path_answers_a_pending_question_and_known_commands_still_work(store, tmp_path):
+    store.add_run({"method": "draft", "prompt": "p", "speedup": 1.2})  # something to share
+    folder = tmp_path / "specpilot-report"
+    folder.mkdir()  # a share goes to an existing folder (refused before any approval otherwise)
     s = Session(store, OfflineBrain())
     assert s.handle("share my results").awaiting
     aside = s.handle("/params")  # a known command in between: answered, and the question stays open
     assert "No parameters saved" in aside.text and "(Still waiting for the user: Where should the report go" in aside.text
-    reply = s.handle("/tmp/specpilot-report")  # a path, not a command: it answers the question
+    reply = s.handle(str(folder))  # a path, not a command: it answers the question
     assert "needs your approval" in reply.text
     [approval] = store.list_approvals()
-    assert approval["arguments"]["input"]["destination"] == "/tmp/specpilot-report"
+    assert approval["arguments"]["input"]["destination"] == str(folder.resolve())
     tasks = {t["request"]: t for t in store.list_tasks()}
     assert tasks["/params"]["status"] == "done" and tasks["share my results"]["status"] == "unfinished"
     assert tasks["share my results"]["left"][0].startswith("waiting for approval")
