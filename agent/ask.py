@@ -3,7 +3,7 @@
 The message goes through the same :class:`agent.loop.Session` as the chat (memory first, the task
 recorded with what was and was not done), with no terminal: a gated tool comes back as an approval
 request, never runs. Onboarding is never started. With ``plan_only`` only read-only tools run
-(``Tool.read_only``: recall, lookup_runs, guidance, explain, check_deps); a tool that would load a
+(``Tool.read_only``: recall, lookup_runs, explain, check_deps); a tool that would load a
 model, write files or memory, or needs approval is validated and listed with ``executed: false``.
 
 ``--json`` prints exactly one object on stdout::

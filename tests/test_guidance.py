@@ -48,15 +48,36 @@ def test_draft_guidance_is_5_to_10x_smaller_and_marked_as_advice(store, monkeypa
     assert any("about 7B-14B parameters" in r for r in out["reasons"])
     from tools.engine.methods import DraftParams
 
-    # on a CPU without a curve: K sized as run and compare size it (the conservative CPU curve), with its reason
-    fallback = size_params("draft", MachineCost("cpu", CPU["name"], dict(CPU_FALLBACK_CURVE), "fallback")).params
-    assert (out["suggested_params"]["k"], out["suggested_params"]["k_max"]) == (fallback["k"], fallback["k_max"])
-    assert out["param_reasons"]["k"].startswith("sized: ") and out["source"].startswith("k and k_max sized")
+    # on a CPU without a curve and no model here to measure one: the starting values, said to be unmeasured (never a
+    # made-up curve presented as this machine's), with measuring as the next step
+    assert (out["suggested_params"]["k"], out["suggested_params"]["k_max"]) == (DraftParams().k, DraftParams().k_max)
+    assert out["source"].startswith("not measured: no cost curve of meta-llama/Llama-3.1-70B is stored")
+    assert "could not be measured" in out["source"] and out["next_step"]["tool"] == "measure_cost_curve"
+    assert "not sized" in out["param_reasons"]["k"]
     assert out["advice"].startswith("advice to be measured")
     assert out["measured_best"].startswith("no stored runs")
     on_gpu = advise(store, monkeypatch, hardware=GPU, method="draft", target="meta-llama/Llama-3.1-70B")
     assert any("device_map='auto'" in r for r in on_gpu["reasons"])
     assert on_gpu["suggested_params"]["k"] == DraftParams().k  # a GPU without a curve keeps the defaults
+
+
+def test_guidance_measures_this_machine_first_where_no_curve_is_stored(store, monkeypatch):
+    measured = []
+
+    def measure(ctx, method, target, backend):  # what a run stores before its first step: the target's curve
+        measured.append((method, target))
+        dtype = guidance.run_dtype(store, method, CPU)
+        store.save_cost_curve(target, CPU["name"], dict(DESIGN_CPU_CURVE), dtype=dtype,
+                              kernels=cpu_gemm.expected_kernels("cpu", dtype))
+
+    monkeypatch.setattr(guidance, "measure_machine", measure)
+    out = advise(store, monkeypatch, method="lookahead", target="my-model")
+    assert measured == [("lookahead", "my-model")] and out["measured_now"]
+    assert out["source"].startswith("sized to the cost curve measured on this machine")
+    again = advise(store, monkeypatch, method="lookahead", target="my-model")
+    assert measured == [("lookahead", "my-model")] and "measured_now" not in again  # stored: not measured twice
+    declined = advise(store, monkeypatch, method="ngram", target="other-model", measure=False)
+    assert declined["source"].startswith("not measured") and "declined" in declined["source"]
 
 
 def test_builtin_draft_ratio_is_stated(store, monkeypatch):
@@ -82,19 +103,19 @@ def test_eagle_guidance_sizes_eagle_s_own_tree(store, monkeypatch):
     out = advise(store, monkeypatch, method="eagle")
     params = out["suggested_params"]
     assert {"depth", "topk", "tree_nodes"} <= set(params) and "num_candidate_tokens" not in params
-    assert params["pass_costs"] and params["pass_costs"][0] == 1.0  # sized to the conservative CPU curve
-    assert "conservative CPU curve" in out["source"] and any("eagle train" in r for r in out["reasons"])
+    assert params["pass_costs"] is None  # not sized: no curve is measured here (and none is made up)
+    assert out["source"].startswith("not measured") and any("eagle train" in r for r in out["reasons"])
 
 
-def test_lookahead_without_a_curve_is_sized_to_the_conservative_cpu_curve_and_says_so(store, monkeypatch):
+def test_lookahead_without_a_curve_that_cannot_be_measured_gives_the_starting_values_and_says_so(store, monkeypatch):
+    from tools.engine.lookahead import LookaheadParams
+
     out = advise(store, monkeypatch, method="lookahead")
     params = out["suggested_params"]
-    fallback = size_params("lookahead", MachineCost("cpu", CPU["name"], dict(CPU_FALLBACK_CURVE), "fallback"))
-    assert params == fallback.params and (params["window"], params["ngram"], params["guess"]) != (15, 5, 5)
-    assert out["source"].startswith("sized to a conservative CPU curve")
-    assert any("measure_cost_curve" in r for r in out["reasons"])
-    assert any(r.startswith(f"window={params['window']} (sized): ") for r in out["reasons"])
-    assert out["param_reasons"]["window"].startswith("sized: ") and out["next_step"]["tool"] == "measure_cost_curve"
+    start = LookaheadParams()
+    assert (params["window"], params["ngram"], params["guess"]) == (start.window, start.ngram, start.guess)
+    assert out["source"].startswith("not measured") and "not sized to this machine" in out["source"]
+    assert "not sized" in out["param_reasons"]["window"] and out["next_step"]["tool"] == "measure_cost_curve"
     gpu = advise(store, monkeypatch, hardware=GPU, method="lookahead")["suggested_params"]
     assert (gpu["window"], gpu["ngram"], gpu["guess"]) == (15, 5, 5)  # shaped for a GPU, kept there
 
@@ -110,13 +131,13 @@ def test_lookahead_is_sized_to_a_stored_cost_curve(store, monkeypatch):
     assert (params["window"], params["ngram"], params["guess"], params["prompt_lookup"]) == (3, 4, 1, 1)
     assert out["source"].startswith("sized to the cost curve measured on this machine")
     assert any("stored on 2026-01-01" in r for r in out["reasons"]) and "next_step" not in out
-    # another machine's curve does not count: the conservative CPU curve sizes it instead
+    # another machine's curve does not count: that machine is not measured yet, and the advice says so
     other = advise(store, monkeypatch, hardware={"kind": "cpu", "name": "Other CPU"}, method="lookahead")
-    assert other["source"].startswith("sized to a conservative CPU curve")
+    assert other["source"].startswith("not measured")
     # nor does a curve in a dtype runs here do not load the target in (said so)
     store.save_params("lookahead", {"dtype": "float16" if dtype != "float16" else "bfloat16"})
     shifted = advise(store, monkeypatch, method="lookahead")
-    assert shifted["source"].startswith("sized to a conservative CPU curve")
+    assert shifted["source"].startswith("not measured")
     assert any(f"a cost curve of qwen2.5-coder-1.5b-instruct in {dtype} is stored" in r for r in shifted["reasons"])
 
 

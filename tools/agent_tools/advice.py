@@ -27,12 +27,13 @@ from tools.engine.gguf_requant import FAST_DTYPE
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
 from tools.engine.params import PARAM_MODELS
 from tools.bench.machine_cost import MachineCost, prompt_threshold
-from tools.bench.context import check_backend, load_cached
+from tools.bench.context import check_backend, load_cached, prepare, release_models, sized_params
+from tools.bench.inputs import MeasureOptions
 from tools.bench.protocol import hardware_info
 from tools.bench.sizing import Sizing, remembered_machine, size_params
 from tools import models
 from tools.models import DEFAULT_TARGET
-from tools.errors import ParameterError
+from tools.errors import ParameterError, SpecpilotError
 
 LLAMACPP_DTYPE = "gguf"  # the dtype llama.cpp runs and cost curves are stored under (tools.engine.llamacpp)
 
@@ -281,12 +282,45 @@ def ngram_advice(store, target: str, hw: dict, backend: str = "transformers") ->
          "specpilot's defaults (3-gram matches; transformers uses 2-grams, 10-token drafts, 1 draft)"), sizing
 
 
+# the methods whose sizes come from this machine's cost curve (Medusa's tree is fitted to its heads instead)
+SIZED_BY_CURVE = ("draft", "lookahead", "ngram", "eagle")
+
+
+def curve_missing(store, method: str, target: str, hw: dict, backend: str) -> bool:
+    """Whether advice for ``method`` would have no measured cost curve of ``target`` on this machine to size to."""
+    if method not in SIZED_BY_CURVE or hw["kind"] != "cpu" or backend != "transformers":
+        return False
+    _, stored = machine_sizing(store, method, target, hw, backend=backend)
+    return stored is None
+
+
+def measure_machine(ctx, method: str, target: str, backend: str) -> None:
+    """Measure and store what ``method``'s sizing reads, as a run does before its first step: the target's cost
+    curve (and the draft's token cost for the draft model). Loads the models, then frees them."""
+    ctx.report(f"no cost curve of {target} is stored for this machine: measuring it first (loads the model; "
+               "a minute at most), so the advice is sized to this machine")
+    prepared = prepare(MeasureOptions(target=target, backend=backend), [method], None, ctx.report)
+    try:
+        sized_params([method], {}, ctx.store, prepared.ctx, allow_measure=True, progress=ctx.report)
+    finally:
+        release_models()
+
+
 def guidance(inp, ctx) -> dict:
     """The guidance tool's answer for ``inp`` (a tools.agent_tools.guidance.GuidanceInput)."""
     check_backend(inp.method, inp.backend)  # Medusa and EAGLE need hidden states llama.cpp does not give
     target, target_source = resolve_target(ctx.store, inp.method, inp.target)
     size_b = inp.target_size_b or size_from_name(target)
     hw = detect_hardware("cpu" if inp.backend == "llamacpp" else inp.hardware)
+    measured_now, not_measured = False, None
+    if curve_missing(ctx.store, inp.method, target, hw, inp.backend):
+        not_measured = "measuring was declined"
+        if inp.measure:
+            try:
+                measure_machine(ctx, inp.method, target, inp.backend)
+                measured_now, not_measured = True, None
+            except SpecpilotError as exc:  # the model is not here, say: advise without pretending to have measured
+                not_measured = f"it could not be measured ({exc})"
     if inp.method == "draft":
         params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target, inp.backend)
     elif inp.method == "medusa":
@@ -304,6 +338,17 @@ def guidance(inp, ctx) -> dict:
            "hardware": hw, "backend": inp.backend, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
     if sizing is not None:  # each parameter's source (sized, default) and reason, as a run records them
         out["param_reasons"] = sizing.reasons()
+    if measured_now:
+        out["measured_now"] = "this machine's cost curve was measured for this advice and stored"
+    elif not_measured:
+        defaults = _defaults(inp.method)
+        out["suggested_params"] = {k: defaults.get(k, v) for k, v in params.items()}
+        out["param_reasons"] = {k: "the method's starting value: not sized, no cost curve of the target is measured "
+                                   "on this machine" for k in out["suggested_params"] if k in defaults}
+        out["source"] = (f"not measured: no cost curve of {target} is stored for this machine and {not_measured}, so "
+                         "these are the method's starting values, not sized to this machine")
+        out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
+                            "why": "size the parameters to this machine"}
     if inp.method == "lookahead" and inp.backend == "transformers" and not source.startswith("sized to the cost curve measured"):
         out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
                             "why": "size W/N/G to this machine"}

@@ -28,6 +28,9 @@ class GuidanceInput(BaseModel):
     backend: Literal["transformers", "llamacpp"] = Field(
         "transformers", description="the engine the runs use: llamacpp sizes to llama.cpp's cost curve of the GGUF "
                                     "file stored here (`specpilot guide METHOD --backend llamacpp --measure`)")
+    measure: bool = Field(True, description="where no cost curve of the target is stored for this CPU, measure it "
+                                            "first (loads the target; up to a minute) so the advice is this machine's; "
+                                            "False: the method's starting values, said to be unmeasured")
 
 
 class CostCurveInput(BaseModel):
@@ -54,14 +57,15 @@ def detect_hardware(choice: str) -> dict:
     return advice().detect_hardware(choice)
 
 
-@tool("guidance", GuidanceInput, read_only=True)
+@tool("guidance", GuidanceInput)
 def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
     """Suggest starting parameters for a method, tailored to the target's size and the hardware: a draft
     smaller than the target that shares its tokenizer (or none, said so); Medusa threshold 0.09, alpha
     0.3 and a tree sized to the hardware; lookahead (and draft's K, prompt lookup's draft sizes) sized as
-    run and compare size them, to this machine's measured cost curve when one is stored (else to a
-    conservative CPU curve on a CPU, the source's W=15, N=5, G=5 on a GPU, with measure_cost_curve as the
-    next step), each parameter with its reason. The target saved in memory is used when none is given.
+    run and compare size them, to this machine's measured cost curve: on a CPU where none is stored it is
+    measured first (measure=False declines: then the method's starting values, said to be unmeasured); on a
+    GPU without one, the source's W=15, N=5, G=5 with measure_cost_curve as the next step; each parameter
+    with its reason. The target saved in memory is used when none is given.
     Uses measured sweeps from memory when present, and the newest stored vLLM sweep of the target (best K per
     concurrency level) under 'serving'. This is advice to be measured, never a result."""
     result = advice().guidance(inp, ctx)
