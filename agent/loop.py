@@ -4,7 +4,8 @@ A session reads memory first (saved parameters, unfinished tasks), records every
 task (what is done and what is left), routes slash commands to the deterministic planner, gates
 deploy/serve requests before any planning, and runs every tool call through the approval gate.
 Brains (agent.brains) only decide which tools to call and what to say; the loop knows them only through
-agent.brains.base (a concrete planner for slash commands is passed in, or made by agent.brains.make_brain).
+agent.brains.base: the brain is given to the Session, and so is the planner that answers slash commands (by
+default the brain's own ``commands`` planner, which agent.brains.make_brain attaches, else the brain itself).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Callable
 from typing import Any, ContextManager, TypeVar
 
 from agent.approval import Confirm, Gate, request_deploy_planning
-from agent.brains import make_brain
 from agent.brains.background import request_part
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
 from agent.brains.phrases import QUOTED
@@ -64,8 +64,7 @@ class Session:
     ``approval_required``). ``activity(text)`` returns a context manager shown while a tool runs
     (the chat's spinner); ``progress(text)`` receives progress lines from tools; ``stream_text(text)``
     receives a brain's answer as it arrives (a brain that used it marks its Reply ``streamed``).
-    ``planner`` answers slash commands (default: the brain itself when it is the offline planner, else
-    a new offline planner).
+    ``planner`` answers slash commands (default: the brain's ``commands`` planner, else the brain itself).
     """
 
     def __init__(self, store: Any, brain: Brain, confirm: Confirm | None = None, session_id: str | None = None,
@@ -207,7 +206,7 @@ class Session:
     def planner(self):
         """The deterministic planner (slash commands go to it whatever the brain)."""
         if self._planner is None:
-            self._planner = self.brain if getattr(self.brain, "name", "") == "offline" else make_brain("offline")
+            self._planner = getattr(self.brain, "commands", None) or self.brain
         return self._planner
 
     def _for_planner(self, text: str, continuing: bool) -> bool:

@@ -12,7 +12,7 @@ from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
 
-BRAINS = ("auto", "anthropic", "local", "offline")
+BRAINS = ("auto", "anthropic", "local", "model", "offline")
 KEY_ENV = "ANTHROPIC_API_KEY"
 
 
@@ -33,17 +33,18 @@ def make_brain(name: str = "auto"):
         # the brains import the loop and the tools (torch): loaded here, not with agent.brains.base
         from agent.brains import anthropic_brain
 
-        return anthropic_brain.AnthropicBrain()
-    if name == "local":
-        brain, why = _local_brain()
+        return _with_commands(anthropic_brain.AnthropicBrain())
+    if name in ("local", "model"):
+        brain, why = _local_brain(model_only=name == "model")
         if brain is not None:
-            return brain
+            return _with_commands(brain)
         return _offline(fallback_reason=why)
     return _offline()
 
 
-def _local_brain():
-    """(the local brain, None), or (None, why it cannot be used)."""
+def _local_brain(model_only: bool = False):
+    """(the local brain, None), or (None, why it cannot be used). ``model_only``: the model decides every
+    free-text turn, with retrieved worked examples (no rule pass)."""
     try:
         from agent.brains import local
     except ImportError as exc:
@@ -51,7 +52,15 @@ def _local_brain():
     if not local.local_model_available():
         return None, (f"the local brain's model {local.local_model_ref()} is not fetched "
                       f"(specpilot models fetch {local.local_model_ref()})")
+    if model_only:
+        return local.LocalBrain(rules=False, examples=local.NEAREST), None
     return local.LocalBrain(), None
+
+
+def _with_commands(brain):
+    """``brain`` with the deterministic planner that answers its slash commands (agent.loop.Session asks it)."""
+    brain.commands = _offline()
+    return brain
 
 
 def _offline(fallback_reason: str | None = None):

@@ -18,8 +18,7 @@ import logging
 import os
 from typing import Any
 
-from agent.brains.base import Reply
-from agent.loop import Session
+from agent.brains.base import ToolSession, Reply
 from tools.agent_tools import registry
 from tools.errors import DependencyError, ParameterError
 from tools.agent_tools.explain import prompt_text
@@ -32,7 +31,7 @@ MAX_ITERATIONS = 12
 MAX_TOKENS = 4096
 
 
-def system_prompt(session: Session) -> str:
+def system_prompt(session: ToolSession) -> str:
     """prompts/system.md followed by what memory holds now (read before acting)."""
     memory = json.dumps(session.memory(), indent=1, ensure_ascii=False, default=str)
     return f"{prompt_text('system.md').strip()}\n\n## Memory now (read before acting)\n{memory}\n"
@@ -67,7 +66,7 @@ class AnthropicBrain:
         self.stream = stream  # stream the text when the session shows it as it arrives (the chat)
         self.messages: list[dict] = []
 
-    def respond(self, session: Session, text: str) -> Reply:
+    def respond(self, session: ToolSession, text: str) -> Reply:
         """Run the tool-use loop for one user message; return Claude's answer."""
         import anthropic
 
@@ -103,7 +102,7 @@ class AnthropicBrain:
                      "recorded in the task.", unfinished=f"stopped after {self.max_iterations} tool rounds",
                      streamed=streamed)
 
-    def _create(self, session: Session, system: str, tools: list[dict]) -> tuple[Any, bool]:
+    def _create(self, session: ToolSession, system: str, tools: list[dict]) -> tuple[Any, bool]:
         """One Messages API call: streamed to ``session.stream_text`` when the session shows text as it
         arrives (returns the final message and whether any text was shown), else a plain call."""
         kwargs = {"model": self.model, "max_tokens": self.max_tokens, "system": system, "tools": tools,
@@ -118,7 +117,7 @@ class AnthropicBrain:
                 shown = True
             return stream.get_final_message(), shown
 
-    def _run_tools(self, session: Session, content: list) -> None:
+    def _run_tools(self, session: ToolSession, content: list) -> None:
         """Run every tool_use block through the session and send the results back; on an interrupt or
         an error the calls without a result get one that says so before the exception goes on."""
         results = []

@@ -50,6 +50,23 @@ class Reply:
     waiting_call: Any = None  # (call, argument) the question is about, where another brain completes it
 
 
+class ToolSession(Protocol):
+    """What a brain uses of the conversation loop's session (agent.loop.Session implements it); brains
+    depend on this, not on the loop, and the loop is given its brain."""
+
+    store: Any
+    task_id: int | None
+    last_prompt: str | None
+
+    def call_tool(self, name: str, tool_input: dict | str | None) -> ToolResult:
+        """Run a tool through the approval gate and record it."""
+        raise NotImplementedError
+
+    def memory(self) -> dict:
+        """Saved parameters, default method, unfinished tasks and newest runs."""
+        raise NotImplementedError
+
+
 class Brain(Protocol):
     """Decides which tools to call for a user message and what to answer."""
 

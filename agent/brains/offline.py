@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.brains.background import without_thread
 from agent.brains.approval_words import APPROVED_TOOLS, find_approval_id
-from agent.brains.base import RUN_WORDS, Reply, command_name, is_known_command
+from agent.brains.base import ToolSession, RUN_WORDS, Reply, command_name, is_known_command
 from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
 from agent.brains.phrase_fields import (compare_params, explained_topic, guidance_fields, known_packages,
                                        method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
@@ -35,7 +35,6 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   first_named, leading_methods, named_methods, unquote)
 from agent.brains.prompt_words import Message, find_prompt
 from agent.brains.refusals import CONTENT_WRITING, DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
-from agent.loop import Session
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
 from tools.engine.params import ACCELERATED, METHODS
@@ -61,7 +60,7 @@ class OfflineBrain:
 
     # ---- entry ---------------------------------------------------------------------------
 
-    def respond(self, session: Session, text: str) -> Reply:
+    def respond(self, session: ToolSession, text: str) -> Reply:
         """Map one message onto tools; ask for what is missing; answer with the tools' exact figures.
         While a question is pending, anything but a known /command answers it (a path such as
         /tmp/report.md included)."""
@@ -76,7 +75,7 @@ class OfflineBrain:
 
     # ---- slash commands ------------------------------------------------------------------
 
-    def _slash(self, session: Session, text: str) -> Reply:
+    def _slash(self, session: ToolSession, text: str) -> Reply:
         command, _, rest = text.strip()[1:].partition(" ")
         command, rest = command.lower(), rest.strip()
         handler = SLASH.get(command)
@@ -84,11 +83,11 @@ class OfflineBrain:
             return Reply(f"Unknown command /{command}.\n{HELP}", not_done=f"unknown command /{command}")
         return handler(self, session, rest, rest.split())
 
-    def _slash_runs(self, session: Session, rest: str, args: list[str]) -> Reply:
+    def _slash_runs(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         method = find_method(rest) if rest else None
         return self._call(session, "lookup_runs", {"method": method, "limit": 10} if method else {"limit": 10})
 
-    def _slash_run(self, session: Session, rest: str, args: list[str]) -> Reply:
+    def _slash_run(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         method = args[0] if args and args[0] in METHODS else None
         rest = rest[len(args[0]):].strip() if method else rest
         options = {}
@@ -97,11 +96,11 @@ class OfflineBrain:
             rest = rest[len(word):].strip()
         return self._run(session, method, rest or None, again=True, options=options)
 
-    def _slash_compare(self, session: Session, rest: str, args: list[str]) -> Reply:
+    def _slash_compare(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         named, prompt = leading_methods(rest)
         return self._compare(session, named, unquote(prompt) or None)
 
-    def _slash_save(self, session: Session, rest: str, args: list[str]) -> Reply:
+    def _slash_save(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         method = args[0] if args and args[0] in METHODS else None
         params = find_params(rest[len(args[0]):] if method else rest)
         if not params:
@@ -109,13 +108,13 @@ class OfflineBrain:
                          not_done="no parameter values given to /save")
         return self._save(session, method or method_of_params(params), params, make_default=False)
 
-    def _slash_measure(self, session: Session, rest: str, args: list[str]) -> Reply:
+    def _slash_measure(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         target = find_target(rest) or (args[0] if args else None)
         return self._call(session, "measure_cost_curve", {"target": target} if target else {})
 
     # ---- words ---------------------------------------------------------------------------
 
-    def _words(self, session: Session, text: str) -> Reply:
+    def _words(self, session: ToolSession, text: str) -> Reply:
         msg = Message.read(without_thread(text))
         for rule in WORD_RULES:
             reply = getattr(self, rule)(session, msg)
@@ -123,7 +122,7 @@ class OfflineBrain:
                 return reply
         return self._not_understood(msg)
 
-    def _social(self, session: Session, msg: Message) -> Reply | None:
+    def _social(self, session: ToolSession, msg: Message) -> Reply | None:
         if msg.words <= 8 and not IN_SCOPE.search(msg.head) and not msg.has(RECALL_STRONG):  # "hi, where were we?"
             if GREETING.search(msg.head):
                 return Reply(GREETING_TEXT)
@@ -131,7 +130,7 @@ class OfflineBrain:
                 return Reply(CLOSING_TEXT)
         return None
 
-    def _refusals(self, session: Session, msg: Message) -> Reply | None:
+    def _refusals(self, session: ToolSession, msg: Message) -> Reply | None:
         """Deleting what is stored: no tool does that (harmful prompts are declined by the session, for every brain);
         nor does any write a person's own text."""
         if msg.has(CONTENT_WRITING) and not msg.prompt:
@@ -144,7 +143,7 @@ class OfflineBrain:
                          not_done="no tool deletes stored runs or memory; told where the file is")
         return None
 
-    def _other_hardware(self, session: Session, msg: Message) -> Reply | None:
+    def _other_hardware(self, session: ToolSession, msg: Message) -> Reply | None:
         named = find_hardware(msg.request or msg.head)  # not "We have a 4090 and got 95 tok/s. Please run X on ..."
         if named is None and BACK_TO_IT.search(msg.request):  # "She has an M2 Ultra. What would X get on her machine?"
             named = find_hardware(msg.head)
@@ -164,7 +163,7 @@ class OfflineBrain:
         return Reply("\n".join(lines), not_done=f"no estimate for other hardware ({named}): specpilot measures only "
                                                  "this machine; offered to run here or on that machine")
 
-    def _save_words(self, session: Session, msg: Message) -> Reply | None:
+    def _save_words(self, session: ToolSession, msg: Message) -> Reply | None:
         heads = asks_for_heads(msg.head) and not SAVE_ONLY.match(msg.head)
         numbers = [v for v in find_params(msg.head).values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
         saving = msg.has(SAVE_VERBS) or (bool(re.search(r"\b(?:drop|discard|keep)\b", msg.head, re.I) or
@@ -191,7 +190,7 @@ class OfflineBrain:
         question = f"Which values should I save{' for ' + method if msg.methods else ''}? e.g. 'save k=6 for {method}'"
         return Reply(question, awaiting="the parameter values to save")
 
-    def _compare_words(self, session: Session, msg: Message) -> Reply | None:
+    def _compare_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if msg.prompt and BASELINE_ONLY.search(msg.head):  # "I just want plain baseline tok/s here ... use: <prompt>"
             return self._run(session, "baseline", msg.prompt, target=msg.target, options=find_params(msg.head))
         if asked_one(msg) is not None and msg.prompt:
@@ -217,7 +216,7 @@ class OfflineBrain:
             return self._explain(session, "tradeoffs")
         return self._compare(session, msg.methods, None, msg.target)
 
-    def _run_on_prompt(self, session: Session, msg: Message) -> Reply | None:
+    def _run_on_prompt(self, session: ToolSession, msg: Message) -> Reply | None:
         if not msg.prompt or RUN_ID.search(msg.text.lower()):  # a run id: a stored run asked about
             return None
         if STORED_PROMPT.search(msg.head):  # "every run whose prompt has 'merge two sorted' in it": stored runs
@@ -238,7 +237,7 @@ class OfflineBrain:
         return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
                          options=find_params(msg.head) | ({"draft": draft} if draft else {}))
 
-    def _gated_words(self, session: Session, msg: Message) -> Reply | None:
+    def _gated_words(self, session: ToolSession, msg: Message) -> Reply | None:
         upgrade = msg.has(UPGRADE_WORDS)
         # "grab lade", not "is lade set up?"
         getting = msg.has(GET_VERBS) and not msg.has(DEPS_WORDS) and not msg.has(PACKAGE_PRESENCE)
@@ -275,13 +274,13 @@ class OfflineBrain:
             return self._call(session, "write_report", report)
         return None
 
-    def _cost_curve_words(self, session: Session, msg: Message) -> Reply | None:
+    def _cost_curve_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if not msg.has(COST_CURVE):
             return None
         fields = {k: v for k, v in find_params(msg.head).items() if k in ("dtype", "repeats")}
         return self._call(session, "measure_cost_curve", {**fields, **({"target": msg.target} if msg.target else {})})
 
-    def _recall_words(self, session: Session, msg: Message) -> Reply | None:
+    def _recall_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if (msg.methods or msg.target) and (msg.has(FIGURES) or msg.has(RUNS_QUESTION)):  # stored runs, not memory
             return None
         if msg.has(GUIDE_WORDS) and msg.has(PARAM_WORDS) and not msg.has(PAST):  # "recommend parameters for my setup"
@@ -292,11 +291,11 @@ class OfflineBrain:
             return self._call(session, "recall", {"include_done_tasks": True})
         return None
 
-    def _explicit_explain(self, session: Session, msg: Message) -> Reply | None:
+    def _explicit_explain(self, session: ToolSession, msg: Message) -> Reply | None:
         topic = find_topic(msg.head) if EXPLAIN_VERB.search(msg.head) else None
         return self._explain(session, topic) if topic else None
 
-    def _guidance_words(self, session: Session, msg: Message) -> Reply | None:
+    def _guidance_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if RUN_WORDS.match(msg.text) or re.search(HOW_SPEEDS, msg.head, re.I):  # "run EAGLE with depth 8": a run
             return None  # (its prompt asked for), not advice; "how can lookahead speed anything up?": how it works
         about_values = msg.has(PARAM_WORDS) and not msg.has(PAST) and not msg.has(TRADEOFF_QUESTION)
@@ -309,7 +308,7 @@ class OfflineBrain:
         method = next((m for m in named if m in ACCELERATED), None) or method_of_words(msg.head)
         return self._guidance(session, method, msg.target, guidance_fields(msg.head))
 
-    def _explain_words(self, session: Session, msg: Message) -> Reply | None:
+    def _explain_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
             return None
         if WITHOUT_DRAFT.search(msg.head):  # "how can lookahead speed anything up without a draft model?": lookahead's
@@ -327,12 +326,12 @@ class OfflineBrain:
                          else explained_topic(msg.head) or single or find_topic(msg.head))
         return self._explain(session, topic) if topic else None
 
-    def _deps_words(self, session: Session, msg: Message) -> Reply | None:
+    def _deps_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if not (msg.has(DEPS_WORDS) or (msg.has(PACKAGE_PRESENCE) and known_packages(msg.head))):
             return None
         return self._call(session, "check_deps", {"method": find_method(msg.head) or find_method(msg.text) or "all"})
 
-    def _lookup_words(self, session: Session, msg: Message) -> Reply | None:
+    def _lookup_words(self, session: ToolSession, msg: Message) -> Reply | None:
         asking = msg.has(ASKING) or msg.head.rstrip().endswith("?") or (msg.has(FIGURES) and (
             msg.has(RUNS_QUESTION) or newest_n(msg.head) or re.search(r"\b(?:i|we) (?:got|saw|measured)\b", msg.head,
                                                                      re.I))) or \
@@ -343,7 +342,7 @@ class OfflineBrain:
             return self._lookup(session, msg.text)
         return None
 
-    def _run_words(self, session: Session, msg: Message) -> Reply | None:
+    def _run_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if not msg.has(RUN_LOOSE):
             return None
         method = msg.methods[0] if msg.methods else None
@@ -359,7 +358,7 @@ class OfflineBrain:
 
     # ---- workflows -----------------------------------------------------------------------
 
-    def plan_deployment(self, session: Session, request: str) -> Reply:
+    def plan_deployment(self, session: ToolSession, request: str) -> Reply:
         """A plan in words only (called after the person approved planning); nothing is run."""
         best = [r for r in session.store.find_runs(limit=200) if r.get("speedup") is not None]
         best.sort(key=lambda r: r["speedup"], reverse=True)
@@ -374,7 +373,7 @@ class OfflineBrain:
         return Reply("Plan (in words only; specpilot does not deploy or serve anything):\n"
                      + "\n".join(f"{i}. {s}" for i, s in enumerate(steps, start=1)))
 
-    def _call(self, session: Session, name: str, tool_input: dict) -> Reply:
+    def _call(self, session: ToolSession, name: str, tool_input: dict) -> Reply:
         if name in APPROVED_TOOLS and self.approval:  # the gate checks the id is for exactly this
             tool_input = {**tool_input, "approval_id": self.approval}
         result = session.call_tool(name, tool_input)
@@ -384,7 +383,7 @@ class OfflineBrain:
         self.pending = {"tool": tool, "input": tool_input, "missing": missing, "question": question}
         return Reply(question, awaiting=question)
 
-    def _complete(self, session: Session, pending: dict, answer: str) -> Reply:
+    def _complete(self, session: ToolSession, pending: dict, answer: str) -> Reply:
         tool_input = dict(pending["input"])
         missing, tool = pending["missing"], pending["tool"]
         if missing == "method":
@@ -410,10 +409,10 @@ class OfflineBrain:
             return self._install(session, find_packages("install " + answer))
         return Reply(f"I was waiting for {missing}; let us start over.\n{HELP}")
 
-    def _default_method(self, session: Session) -> str | None:
+    def _default_method(self, session: ToolSession) -> str | None:
         return session.store.get_answer("default_method")
 
-    def _run(self, session: Session, method: str | None, prompt: str | None, again: bool = False,
+    def _run(self, session: ToolSession, method: str | None, prompt: str | None, again: bool = False,
              target: str | None = None, options: dict | None = None) -> Reply:
         method = method or self._default_method(session)
         keep = {"again": again, "target": target, "options": options or {}}
@@ -435,7 +434,7 @@ class OfflineBrain:
         session.last_prompt = prompt
         return self._call(session, "run_method", run_input(method, prompt, target, options or {}))
 
-    def _draft_problem(self, session: Session, methods: list[str], target: str | None) -> str | None:
+    def _draft_problem(self, session: ToolSession, methods: list[str], target: str | None) -> str | None:
         """Why the draft method cannot run on ``target`` (no smaller built-in model shares its tokenizer
         and no draft is saved), or None."""
         if target not in BUILTIN_MODELS or not any(METHODS[m].needs_draft for m in methods if m in METHODS):
@@ -447,7 +446,7 @@ class OfflineBrain:
                 "draft as large as the target measures nothing useful. Save one with '/save draft draft=REF "
                 f"target={target}', or use a method without a draft (lookahead, ngram).")
 
-    def _compare(self, session: Session, named: list[str], prompt: str | None, target: str | None = None,
+    def _compare(self, session: ToolSession, named: list[str], prompt: str | None, target: str | None = None,
                  options: dict | None = None) -> Reply:
         """Compare the named methods (all when none is) with the baseline on ``prompt``; each method's
         parameters are left to the tool, which takes those saved in memory."""
@@ -469,14 +468,14 @@ class OfflineBrain:
             reply.text = f"Draft left out: {note}\n{reply.text}"
         return reply
 
-    def _already_measured(self, session: Session, method: str, prompt: str, target: str | None = None) -> str | None:
+    def _already_measured(self, session: ToolSession, method: str, prompt: str, target: str | None = None) -> str | None:
         saved = session.store.get_params(method) or {}
         for run in session.store.find_runs(method=method, prompt=prompt, limit=5):
             if (target or saved.get("target", run.get("target"))) == run.get("target"):
                 return statement(run)
         return None
 
-    def _lookup(self, session: Session, text: str, one_method_only: bool = False) -> Reply:
+    def _lookup(self, session: ToolSession, text: str, one_method_only: bool = False) -> Reply:
         """Restate stored runs; ``one_method_only``: filter by method only when the message names one."""
         newest, target = newest_n(text), find_target(text)
         tool_input: dict[str, Any] = {"limit": min(newest, 50)} if newest else {}
@@ -493,7 +492,7 @@ class OfflineBrain:
             tool_input |= prompt_filter(text, session.last_prompt)
         return self._call(session, "lookup_runs", tool_input)
 
-    def _guidance(self, session: Session, method: str | None, target: str | None = None,
+    def _guidance(self, session: ToolSession, method: str | None, target: str | None = None,
                   fields: dict | None = None) -> Reply:
         method = method or self._default_method(session)
         if method is None or method == "baseline":
@@ -507,7 +506,7 @@ class OfflineBrain:
                            f"{result.content['target']} here (loads the model; about a minute) and stores it.")
         return reply
 
-    def _save(self, session: Session, method: str | None, params: dict, make_default: bool | None,
+    def _save(self, session: ToolSession, method: str | None, params: dict, make_default: bool | None,
               replace: bool = False) -> Reply:
         """``make_default`` None: the user said not to make it the default method."""
         method = method or self._default_method(session)
@@ -519,18 +518,18 @@ class OfflineBrain:
         return self._call(session, "save_params", {"method": method, "params": params, "make_default": make_default,
                                                    **({"replace": True} if replace else {})})
 
-    def _explain(self, session: Session, topic: str | None) -> Reply:
+    def _explain(self, session: ToolSession, topic: str | None) -> Reply:
         if topic is None:
             return Reply("I can explain: draft (draft-model speculative decoding), medusa, lookahead, eagle, "
                          "tradeoffs.")
         return self._call(session, "explain", {"topic": topic})
 
-    def _install(self, session: Session, packages: list[str], upgrade: bool = False) -> Reply:
+    def _install(self, session: ToolSession, packages: list[str], upgrade: bool = False) -> Reply:
         if not packages:
             return self._ask("install_packages", {}, "packages", "Which packages should I install (PyPI names)?")
         return self._call(session, "install_packages", {"packages": packages, **({"upgrade": True} if upgrade else {})})
 
-    def _train(self, session: Session, target: str | None, sizes: dict | None = None) -> Reply:
+    def _train(self, session: ToolSession, target: str | None, sizes: dict | None = None) -> Reply:
         saved = session.store.get_params("medusa") or {}
         target = target or saved.get("target")
         sizes = dict(sizes or {})
@@ -539,7 +538,7 @@ class OfflineBrain:
             sizes = {k: v for k, v in sizes.items() if v}
         return self._call(session, "train_medusa", {**({"target": target} if target else {}), **(sizes or {})})
 
-    def _share(self, session: Session, destination: str | None, report: dict | None = None) -> Reply:
+    def _share(self, session: ToolSession, destination: str | None, report: dict | None = None) -> Reply:
         if not destination:
             return self._ask("share_results", dict(report or {}), "destination",
                              "Where should the report go (an http(s) URL or a folder outside this machine)? "

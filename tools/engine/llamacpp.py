@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from tools.engine.backend import Backend
+from tools.engine.cpu_info import cpu_flags
 from tools.engine.loop import decode
 from tools.engine.params import DraftParams
 from tools.engine.replay import diagnose_divergence  # noqa: F401 - part of this backend's API
@@ -72,6 +73,13 @@ def _lib():
         llama_cpp.llama_backend_init()
         _lib.ready = True
     return llama_cpp
+
+
+def extra_buffers_work() -> bool:
+    """Whether llama.cpp may use its extra weight buffers (repacked weights, AMX). Not on a CPU with AMX: the
+    llama-cpp-python 0.3.36 build here picks AMX for quantized matmuls and dies of a general protection
+    fault on its first tile instruction (``ldtilecfg`` in ``ggml_backend_amx_mul_mat``), killing the process."""
+    return "amx_int8" not in cpu_flags()
 
 
 library = _lib  # the llama_cpp module, quiet: for llama.cpp's other entry points (tools.engine.gguf_requant)
@@ -148,7 +156,9 @@ class LlamaCppBackend(Backend):
         if not self.path.is_file():
             raise ModelNotFoundError(f"GGUF file {self.path} does not exist", hint="check the path")
         self.n_threads = n_threads or max(1, torch.get_num_threads())
-        self._model = lib.llama_model_load_from_file(str(self.path).encode(), lib.llama_model_default_params())
+        model_params = lib.llama_model_default_params()
+        model_params.use_extra_bufts = extra_buffers_work()
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise ModelIntegrityError(f"llama.cpp could not load {self.path}",
                                       hint="check that it is a complete GGUF file of an architecture llama.cpp knows")
