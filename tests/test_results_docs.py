@@ -163,7 +163,7 @@ def test_the_page_has_a_section_per_file_naming_machine_and_dtype(tmp_path):
         assert f"[{name}.json](../benchmarks/results/{name}.json)" in page
     assert "## epyc (suite, AMD EPYC (2 cores, 2 threads, AVX2), float32)" in page
     assert "## gpu-sweep (vLLM sweep, NVIDIA H100 80GB HBM3, bfloat16)" in page
-    assert "| ngram | 4 | 8 | 420.00 | 18.00 | 30.00 | 50.00 | 90.00 | 1.05x | 2.000 | yes |" in page
+    assert "| ngram | 4 | 8 | 420.00 | 18.00 | 30.00 | 50.00 | 90.00 | 1.05x | 2.000 | identical |" in page
     assert "![throughput against TPOT p50" in page and "(results-gpu-sweep.png)" in page
     assert "- best_k: " in page
     assert "- machine: 2-core CPU" in page and "- 2 rows; their keys: `a`" in page

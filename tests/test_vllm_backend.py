@@ -151,8 +151,11 @@ def test_greedy_outputs_are_compared_token_by_token_with_a_near_tie_diagnosis():
     assert real["position"] == 0 and real["kind"] == "mismatch"
     short = diagnose(base, loadgen.RequestResult("a", ok=True, token_ids=[1, 2]), "float32")
     assert short["kind"] == "length"
-    same, first, count = equality({"a": base}, {"a": loadgen.RequestResult("a", ok=True, token_ids=[1, 9, 3])}, "bfloat16")
-    assert same is False and first["prompt"] == "a" and count == 0
+    outputs = {"a": loadgen.RequestResult("a", ok=True, token_ids=[1, 9, 3]),
+               "b": loadgen.RequestResult("b", ok=True, token_ids=[7, 2, 3])}
+    same, shown, kinds = equality({"a": base, "b": base}, outputs, "bfloat16")
+    assert same is False and shown["prompt"] == "b" and shown["kind"] == "mismatch"  # a real mismatch is shown first
+    assert kinds == {"identical": 0, "near_tie": 1, "mismatch": 1}
 
 
 # ------------------------------------------------------------------------------------------ lifecycle

@@ -126,7 +126,7 @@ def run_serving(args, methods: list[str], prompts: list[dict], prompt_set: str |
         print(json.dumps(result, default=str))
         return 0
     out.print(serving_table(result))
-    for line in vllm_bench.summary_lines(result):
+    for line in result.get("summary") or []:
         out.print(line, highlight=False)
     if chart is not None:
         out.print(f"chart: {chart}", highlight=False)
@@ -136,7 +136,8 @@ def run_serving(args, methods: list[str], prompts: list[dict], prompt_set: str |
 def save_serving_result(name: str, result: dict):
     """``benchmarks/results/NAME.json`` of kind ``vllm_sweep`` (tools.report.results)."""
     rows = [{k: v for k, v in r.items() if k not in ("first_divergence",)} for r in result["rows"]]
-    summary = {"best_k": result.get("best_k"), "target": result.get("target"), "prompts": result.get("prompts"),
+    summary = {"lines": result.get("summary"), "best_k": result.get("best_k"), "target": result.get("target"),
+               "prompts": result.get("prompts"),
                "prompt_set": result.get("prompt_set"), "versions": result.get("versions"),
                "settings": result.get("settings")}
     return save_result(name, "vllm_sweep", rows, summary, hardware=result.get("hardware") or {},
@@ -161,8 +162,8 @@ def serving_table(result: dict) -> Table:
         elif same:
             text = "identical"
         else:
-            d = r.get("first_divergence") or {}
-            text = f"differs at token {d.get('position')} ({d.get('kind')})"
+            kinds = r.get("outputs") or {}
+            text = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in kinds.items() if n)
         table.add_row(r["method"], str(r["k"] or "—"), str(r["concurrency"]), fmt(r["throughput_tok_s"], 1),
                       fmt(r["speedup"], 2, "x"), fmt(r["tpot_p50_ms"], 0, " ms"), fmt(r["itl_p99_ms"], 0, " ms"),
                       fmt(r["ttft_p50_ms"], 0, " ms"), fmt(r["ttft_p99_ms"], 0, " ms"),

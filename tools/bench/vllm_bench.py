@@ -180,16 +180,19 @@ def diagnose(baseline: loadgen.RequestResult, method: loadgen.RequestResult, dty
 
 
 def equality(baseline: dict[str, loadgen.RequestResult], method: dict[str, loadgen.RequestResult],
-             dtype: str) -> tuple[bool, dict | None, int]:
-    """(every output identical, the first divergence with its prompt key, identical count)."""
-    first, same = None, 0
+             dtype: str) -> tuple[bool, dict | None, dict[str, int]]:
+    """(every output identical, the divergence to show: the first real mismatch, else the first other one, with
+    its prompt key, and how many prompts were identical / near-ties / mismatches / other)."""
+    found, kinds = [], {"identical": 0}
     for key, base in baseline.items():
         d = diagnose(base, method[key], dtype) if key in method else {"kind": "missing", "position": 0}
         if d is None:
-            same += 1
-        elif first is None:
-            first = {"prompt": key, **d}
-    return same == len(baseline), first, same
+            kinds["identical"] += 1
+            continue
+        kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
+        found.append({"prompt": key, **d})
+    shown = next((d for d in found if d["kind"] == "mismatch"), found[0] if found else None)
+    return not found, shown, kinds
 
 
 # ------------------------------------------------------------------------------------------ one server
@@ -300,6 +303,7 @@ def serve_bench(inp: ServeBenchInput, store: Store | None = None, progress=None)
         raise
     result = assemble(inp, measured, dtype, store, task_id, versions={**state.get("versions", {}),
                                                                       "device": state.get("device")})
+    result["summary"] = summary_lines(result)
     store.update_task(task_id, status="done", run_ids=[r["run_id"] for r in result["rows"]])
     return result
 
@@ -324,6 +328,7 @@ def endpoint_bench(inp: ServeBenchInput, store: Store, progress=None) -> dict:
         store.update_task(task_id, status="unfinished", note=interruption(exc))
         raise
     result = assemble(inp, measured, inp.dtype, store, task_id, versions={"endpoint": inp.endpoint})
+    result["summary"] = summary_lines(result)
     store.update_task(task_id, status="done", done=["endpoint"], run_ids=[r["run_id"] for r in result["rows"]])
     return result
 
@@ -358,7 +363,7 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
     base = next((m for m in measured if m.method == "baseline"), None)
     rows = []
     for m in measured:
-        same, first, identical = equality(base.outputs, m.outputs, dtype) if base and m is not base else (None, None, None)
+        same, first, kinds = equality(base.outputs, m.outputs, dtype) if base and m is not base else (None, None, None)
         for c, lv in m.levels.items():
             ref = base.levels.get(c) if base else None
             speedup = (lv["throughput_tok_s"] / ref["throughput_tok_s"]
@@ -368,7 +373,7 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
                                                    "itl_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms",
                                                    "acceptance_rate", "acceptance_length", "requests", "failed")},
                    "baseline_throughput_tok_s": ref.get("throughput_tok_s") if ref else None,
-                   "matches_baseline": (True if m is base else same), "identical_prompts": identical,
+                   "matches_baseline": (True if m is base else same), "outputs": kinds,
                    "first_divergence": first}
             row["run_id"] = store.add_run(run_record(inp, m, row, lv, ref, dtype, hardware, versions, task_id))
             rows.append(row)
