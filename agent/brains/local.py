@@ -35,6 +35,7 @@ from typing import Any
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
 from agent.brains.constrained import ConstrainedLM
+from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
 from agent.brains.phrases import QUOTED
 from memory.helpers import home_dir
@@ -149,12 +150,14 @@ def _llamacpp_installed() -> bool:
     return True
 
 
-def load_engine(ref: str) -> ConstrainedLM:
-    """The model ``ref`` behind a ConstrainedLM with the prefix in its cache (loaded once per process)."""
-    if ref not in _ENGINES:
+def load_engine(ref: str, prefix: str | None = None) -> ConstrainedLM:
+    """The model ``ref`` behind a ConstrainedLM with ``prefix`` (default: the hand-written decoder's
+    prompt) in its cache (loaded once per process and prefix)."""
+    prefix = prefix or local_prompt.prefix_text(registry.load_tools())
+    key = f"{ref}\0{hashlib.sha256(prefix.encode()).hexdigest()[:12]}"
+    if key not in _ENGINES:
         model, tokenizer, how = open_model(ref)
         lm = ConstrainedLM(model, tokenizer, stop_ids(tokenizer))
-        prefix = local_prompt.prefix_text(registry.load_tools())
         path = prefix_cache_path(ref, how, prefix)
         if not (path.exists() and lm.load_prefix(path, prefix)):
             lm.set_prefix(prefix)
@@ -165,8 +168,8 @@ def load_engine(ref: str) -> ConstrainedLM:
                         stale.unlink(missing_ok=True)
             except OSError as exc:
                 log.warning("could not save the prefix cache to %s: %s", path, exc)
-        _ENGINES[ref] = lm
-    return _ENGINES[ref]
+        _ENGINES[key] = lm
+    return _ENGINES[key]
 
 
 @dataclass
@@ -184,9 +187,11 @@ class LocalBrain:
 
     name = "local"
 
-    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, rules: bool = True):
+    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, rules: bool = True,
+                 examples: int = 0):
         self.model = model or local_model_ref()
         self.rules = rules  # False: the model decides every turn
+        self.examples = examples  # retrieved worked examples shown before each turn (agent.brains.examples)
         self.max_text_tokens = max_text_tokens
         self.history: list[str] = []  # past exchanges, as chat markup
         self.user_texts: list[str] = []  # what the user wrote (arguments are grounded in it)
@@ -246,7 +251,10 @@ class LocalBrain:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
         validation error shown to the model."""
         tools = registry.load_tools()
-        context = self._context() + local_prompt.user_turn(text)
+        shown = ""
+        if self.examples:
+            shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples)))
+        context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join([*self.user_texts, text])
         decision = self._decode(context, tools, said)
         if decision.error is None:

@@ -91,6 +91,17 @@ def system_text(tools: dict[str, Tool]) -> str:
             + "\n".join(examples))
 
 
+def examples_text(examples) -> str:
+    """Retrieved worked examples (agent.brains.examples) as a system message placed before this turn."""
+    shown = []
+    for e in examples:
+        answer = call_text(e.tool, e.args) if e.tool else reply_call(e.reply or "Could you say more?")
+        shown.append(f"user: {e.text}\nassistant: {answer}")
+    if not shown:
+        return ""
+    return f"{IM_START}system\n# Similar requests\n" + "\n".join(shown) + f"{IM_END}\n"
+
+
 def prefix_text(tools: dict[str, Tool]) -> str:
     """The fixed prefix: the system message."""
     return f"{IM_START}system\n{system_text(tools)}{IM_END}\n"

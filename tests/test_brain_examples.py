@@ -1,0 +1,42 @@
+"""The local model's retrieved worked examples: drawn from the fitted chat sets only, nearest first."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from agent.brains import local_prompt
+from agent.brains.examples import Example, ExampleIndex, default_index
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+
+
+def held_out_texts() -> set[str]:
+    names = re.findall(r"^\| (conversations_fresh_\w+\.jsonl) \|.*\| held out \|$",
+                       (DATA / "MANIFEST.md").read_text(encoding="utf-8"), re.MULTILINE)
+    assert names  # the manifest names its held-out sets
+    return {json.loads(line)["text"] for name in names
+            for line in (DATA / name).read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def test_the_pool_holds_no_request_of_a_held_out_set():
+    pool = {e.text for e in default_index().examples}
+    assert len(pool) > 1500
+    assert not pool & held_out_texts()
+
+
+def test_nearest_examples_share_the_request_words():
+    index = ExampleIndex([Example("run lookahead on my prompt", "run_method", {"method": "lookahead"}),
+                          Example("save k=4 for draft", "save_params", {"method": "draft"}),
+                          Example("hello there", None, {}, "Hello!")])
+    assert [e.tool for e in index.nearest("please save k=6 for the draft method", k=2)][0] == "save_params"
+    assert index.nearest("zzz qqq", k=2) == []
+
+
+def test_examples_are_shown_as_calls_and_replies():
+    text = local_prompt.examples_text([Example("list my runs", "lookup_runs", {}),
+                                       Example("hi", None, {}, "Hello!")])
+    assert '{"name": "lookup_runs", "arguments": {}}' in text
+    assert '{"name": "reply", "arguments": {"text": "Hello!"}}' in text
+    assert local_prompt.examples_text([]) == ""
