@@ -51,7 +51,6 @@ from mcp.server import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 from mcp_types.version import is_version_at_least
 
 from agent.approval import ApprovalDenied, Gate, approval_prompt
@@ -470,10 +469,11 @@ def _error(request_id: Any, code: int, message: str) -> dict:
 
 
 class ScreenedLines:
-    """The lines from stdin, minus the invalid ones, whose errors go to ``replies`` instead."""
+    """The lines from stdin, minus the invalid ones, each answered on ``wire`` before the next line is read
+    (in order, and never lost when the input ends right after it)."""
 
-    def __init__(self, lines: Any, replies: Any):
-        self.lines, self.replies = lines, replies
+    def __init__(self, lines: Any, wire: WireOut):
+        self.lines, self.wire = lines, wire
 
     def __aiter__(self):
         return self._screened()
@@ -482,7 +482,9 @@ class ScreenedLines:
         async for line in self.lines:
             passed, error = screen_line(line)
             if error is not None:
-                await self.replies.send(error)
+                reply = types.JSONRPCError(jsonrpc="2.0", id=error["id"],
+                                           error=types.ErrorData(code=error["code"], message=error["message"]))
+                await self.wire.write(reply.model_dump_json(by_alias=True, exclude_unset=True) + "\n")
             if passed:
                 yield line
 
@@ -534,17 +536,6 @@ def _claim_stdin() -> tuple[WireIn, Callable[[], None]]:
         os.close(wire)
 
     return WireIn(wire), restore
-
-
-async def _answer_errors(errors: Any, write_stream: Any) -> None:
-    """Write the error answers for invalid lines (until the connection closes)."""
-    try:
-        async for error in errors:
-            reply = types.JSONRPCError(jsonrpc="2.0", id=error["id"],
-                                       error=types.ErrorData(code=error["code"], message=error["message"]))
-            await write_stream.send(SessionMessage(reply))
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-        pass  # the client left
 
 
 class WireOut:
@@ -620,11 +611,8 @@ async def _serve() -> int:
     try:
         with Store() as store, anyio.CancelScope() as everything:  # a signal cancels the transport too
             app = SpecpilotMCP(store)
-            send_errors, errors = anyio.create_memory_object_stream(float("inf"))
-            async with stdio_server(stdin=ScreenedLines(lines, send_errors), stdout=wire) as (read_stream,
-                                                                                              write_stream):
+            async with stdio_server(stdin=ScreenedLines(lines, wire), stdout=wire) as (read_stream, write_stream):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_answer_errors, errors, write_stream)
                     tg.start_soon(_stop_on_signal, app, wire, stopped, everything)
                     await app.server.run(read_stream, write_stream, app.server.create_initialization_options())
                     tg.cancel_scope.cancel()

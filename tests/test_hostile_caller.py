@@ -393,11 +393,12 @@ def test_calls_before_initialize_and_lone_surrogates_get_clear_errors(specpilot_
         assert early["error"]["code"] == -32602 and "not initialized" in early["error"]["message"]
         assert "send initialize" in early["error"]["message"] and early["error"]["data"]
         server.initialize()
+        assert "result" in server.request(3, "ping")
         server.send('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "run_method", '
                     '"arguments": {"method": "draft", "prompt": "a\\ud800b"}}}')
+        server.proc.stdin.close()  # the input ends at once: the answer is still written
         odd = server.answer(2)
         assert odd["error"]["code"] == -32602 and "lone surrogate (\\ud800)" in odd["error"]["message"]
-        assert "result" in server.request(3, "ping")
     finally:
         assert "Traceback" not in server.close()
 
