@@ -465,6 +465,20 @@ def test_a_read_only_open_leaves_no_read_only_wal_or_shm_behind(monkeypatch):
         assert not s.read_only and add_run(s)
 
 
+def test_a_read_only_memory_still_answers_read_requests_in_the_conversation(monkeypatch):
+    from agent.ask import ask
+
+    with Store() as s:
+        s.update_params("draft", {"k": 6})
+    pretend_read_only(monkeypatch, database_path())
+    with Store() as s:
+        assert s.read_only
+        answer = ask(s, "/params", brain="offline")
+        assert "k=6" in answer["reply"].replace(" ", "") or "'k': 6" in answer["reply"], answer["reply"]
+        assert "Not recorded in memory" in answer["reply"] and "read-only" in answer["reply"]
+        assert answer["task"]["id"] is None
+
+
 def read_only_mount_works(folder: Path) -> bool:
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return False
