@@ -171,7 +171,7 @@ def cli_in_process(capfd):
 # after the other had finished. The workers take these files first, slowest first (measured with
 # --durations=0); the rest follow as before. A file missing here only starts later.
 SLOW_FILES_FIRST = (
-    "test_mcp_hardening.py", "test_speculative_lossless.py", "test_chat_onboarding.py", "test_mcp.py",
+    "test_mcp_hardening.py", "test_hostile_caller.py", "test_speculative_lossless.py", "test_chat_onboarding.py", "test_mcp.py",
     "test_cli_run.py", "test_kill_during_run.py", "test_speculative.py", "test_approval_gates.py",
     "test_json_cli.py", "test_lookahead.py", "test_eagle.py", "test_prompt_lookup.py", "test_chat_pty.py",
     "test_upstream_peers.py", "test_mcp_polish.py", "test_medusa_data.py", "test_llamacpp_cli.py",
