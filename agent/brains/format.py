@@ -195,7 +195,16 @@ def _serving(c: dict) -> str:
     return "\n".join(lines)
 
 
+def _choose(c: dict) -> str:
+    lines = [f"For {c['category'].replace('_', ' ')}: {c['pick']} first."]
+    lines += [f"- {line}" for line in c["lines"][:3]]
+    lines.append(f"Next: measure {' and '.join(c['next_step']['input']['methods'][1:])} on your own prompt "
+                 "(compare them on it).")
+    return "\n".join(lines)
+
+
 FORMATTERS = {
+    "choose_method": _choose,
     "measure_serving": _serving,
     "run_method": _run, "lookup_runs": _lookup, "recall": _recall, "guidance": _guidance, "check_deps": _deps,
     "explain": _explain, "install_packages": _installed, "train_medusa": _trained, "write_report": _report,

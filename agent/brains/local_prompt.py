@@ -27,12 +27,15 @@ Rules:
 - Figures come only from runs measured here. For other hardware (another GPU or computer) call no tool: say that \
 specpilot measures only this machine and will not estimate, and offer to run it here.
 - Running or comparing needs the user's own prompt text. If none is given, ask for it.
-- Deploying, serving and topics other than decoding speed are out of scope: say so briefly."""
+- Deploying a model for others and topics other than decoding speed are out of scope: say so briefly. Measuring \
+on a local vLLM server (measure_serving) is a measurement, not a deployment."""
 
 # one line per tool (the registry's own descriptions are written for larger models)
 SHORT = {
     "run_method": "measure how much faster one method is than plain generation, on the user's prompt",
     "compare_methods": "measure two or more methods side by side on the user's prompt",
+    "measure_serving": "measure vLLM's speculative modes against speculation off at given concurrency levels",
+    "choose_method": "say which method suits a kind of request (summarization, coding, ...), from what was measured",
     "lookup_runs": "restate figures of runs already stored (past results, speedups, acceptance)",
     "recall": "read memory: saved parameters, unfinished and earlier tasks, recent runs",
     "save_params": "save a method's parameters as the user's defaults",

@@ -46,6 +46,7 @@ TOOL_MODULES = (
     "tools.agent_tools.serving_tool",
     "tools.agent_tools.lookup",
     "tools.agent_tools.guidance",
+    "tools.agent_tools.choose",
     "tools.agent_tools.explain",
     "tools.agent_tools.deps",
     "tools.agent_tools.install",
