@@ -141,6 +141,22 @@ def test_bench_does_not_run_a_method_whose_saved_parameters_do_not_fit_together(
 
 
 # ---------------------------------------------------------------------------- 2. guidance and onboarding
+def measuring_gives(monkeypatch, curve: dict) -> list:
+    """Guidance's measurement of this machine stands in as storing ``curve`` (what a run measures and stores
+    before its first step); returns the list of what was measured."""
+    measured = []
+
+    def measure(ctx, method, target, backend):
+        measured.append((method, target))
+        hw = cpu_hw()
+        dtype = guidance.run_dtype(ctx.store, method, hw)
+        ctx.store.save_cost_curve(target, hw["name"], dict(curve), dtype=dtype,
+                                  kernels=cpu_gemm.expected_kernels("cpu", dtype))
+
+    monkeypatch.setattr(guidance, "measure_machine", measure)
+    return measured
+
+
 def advise(store, monkeypatch, method: str, hw: dict | None = None, **extra) -> dict:
     monkeypatch.setattr(guidance, "detect_hardware", lambda choice: hw or cpu_hw())
     tool = registry.get_tool("guidance")
@@ -149,22 +165,27 @@ def advise(store, monkeypatch, method: str, hw: dict | None = None, **extra) -> 
     return result.content
 
 
-def test_guidance_offers_the_sized_lookahead_on_a_cpu_without_a_curve(monkeypatch):
+def test_guidance_on_a_cpu_without_a_curve_measures_it_then_offers_the_sized_lookahead(monkeypatch):
+    measured = measuring_gives(monkeypatch, CPU_FALLBACK_CURVE)
     with Store() as store:
         out = advise(store, monkeypatch, "lookahead")
     fallback = size_params("lookahead", machine(dict(CPU_FALLBACK_CURVE)))
+    assert measured == [("lookahead", DEFAULT_TARGET)] and out["measured_now"]
     assert out["suggested_params"] == fallback.params
     assert (out["suggested_params"]["window"], out["suggested_params"]["guess"]) != (15, 5)
     assert out["param_reasons"]["window"] == f"sized: {fallback.fields['window'].reason}"
     assert any(r.startswith(f"window={fallback.params['window']} (sized): ") for r in out["reasons"])
-    assert out["next_step"]["tool"] == "measure_cost_curve"
+    assert "next_step" not in out
 
 
 def test_guidance_tune_and_run_size_lookahead_alike_from_the_stored_curve(monkeypatch):
     hw = cpu_hw()
     with Store() as store:
         dtype = guidance.run_dtype(store, "lookahead", hw)
-        store.save_cost_curve(DEFAULT_TARGET, hw["name"], AVX2, dtype=dtype, measured_at="2026-02-03T00:00:00")
+        kernels = cpu_gemm.expected_kernels("cpu", dtype)  # as a run on this machine stores it
+        store.save_cost_curve(DEFAULT_TARGET, hw["name"], AVX2, dtype=dtype, measured_at="2026-02-03T00:00:00",
+                              kernels=kernels)
+        monkeypatch.setattr(cpu_gemm, "kernels", lambda model: kernels)  # the stand-in target's layers are those
         advised = advise(store, monkeypatch, "lookahead", hw)["suggested_params"]
         target = SimpleNamespace(ref=DEFAULT_TARGET, device="cpu", dtype=dtype, model=None)
         tuned, reasoning = sized_lookahead_params(store, target, allow_measure=False)
@@ -179,6 +200,7 @@ def test_guidance_tune_and_run_size_lookahead_alike_from_the_stored_curve(monkey
 
 
 def test_guidance_sizes_draft_k_as_run_does(monkeypatch):
+    measuring_gives(monkeypatch, CPU_FALLBACK_CURVE)
     with Store() as store:
         out = advise(store, monkeypatch, "draft")
     fallback = size_params("draft", machine(dict(CPU_FALLBACK_CURVE)))
@@ -202,6 +224,7 @@ def onboard(store, monkeypatch, answers: dict[str, str]) -> tuple[dict, list[str
 
 
 def test_onboarding_offers_the_sized_values_and_saves_only_what_was_changed(monkeypatch):
+    measuring_gives(monkeypatch, CPU_FALLBACK_CURVE)
     fallback = size_params("lookahead", machine(dict(CPU_FALLBACK_CURVE))).params
     changed = fallback["ngram"] - 1
     with Store() as store:
@@ -219,6 +242,7 @@ def test_onboarding_offers_the_sized_values_and_saves_only_what_was_changed(monk
 
 
 def test_onboarding_keeps_a_typed_value_equal_to_the_offer_unsaved(monkeypatch):
+    measuring_gives(monkeypatch, CPU_FALLBACK_CURVE)
     fallback = size_params("draft", machine(dict(CPU_FALLBACK_CURVE))).params
     with Store() as store:
         offered, first = onboard(store, monkeypatch, {"Which method": "draft", "draft parameter k": str(fallback["k"]),
