@@ -129,3 +129,18 @@ def test_last_reports_the_newest_task_in_the_order_it_was_asked(tiny_model_dir, 
     assert all(run_id in text for run_id in result["run_ids"]) and "## Hardware" in text
     for path in written["charts"].values():
         assert_png(path)
+
+
+def test_reports_never_share_a_name_nor_write_through_a_planted_file(tmp_path):
+    store = Store()
+    task_id, _ = store_fake_bench(store)
+    runs, task = select_runs(store, task_id=task_id)
+    first = write_report(runs, fmt="json", out=tmp_path, task=task)
+    second = write_report(runs, fmt="json", out=tmp_path, task=task)  # the same second: two files
+    assert first["json"] != second["json"]
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "planted.md").symlink_to(victim)
+    with pytest.raises(ParameterError, match="exists already"):
+        write_report(runs, fmt="md", out=tmp_path / "planted.md", task=task)
+    assert victim.read_text() == "keep me"

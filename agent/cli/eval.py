@@ -405,11 +405,10 @@ def _confirm(args):
     return None
 
 
-def save_checked_params(store: Store, method: str, params: dict) -> None:
-    """Save ``params`` for ``method`` once they validate as a run would read them (ParameterError names
-    a bad field, e.g. an invalid value saved earlier that this save would carry over)."""
-    validate_saved_params(method, params)
-    store.save_params(method, params)
+def save_checked_params(store: Store, method: str, changes: dict) -> dict:
+    """Merge ``changes`` into ``method``'s saved parameters in one transaction, refusing (ParameterError naming
+    the field) a result a run could not read, e.g. an invalid value saved earlier; return what is saved."""
+    return store.update_params(method, changes, check=lambda merged: validate_saved_params(method, merged))
 
 
 def cmd_tune(args) -> int:
@@ -430,8 +429,8 @@ def cmd_tune(args) -> int:
         if not args.json:
             out.print(tune_table(result))
             out.print(result["recommendation"])
-        if confirm(question):
-            save_checked_params(Store(), args.method, result["would_save"])
+        if confirm(question):  # merged into what is saved now, in one transaction (not the sweep's start)
+            result["would_save"] = save_checked_params(Store(), args.method, result["best"]["params"])
             result["saved"] = True
         if args.json:
             _print_json(result)
@@ -470,8 +469,7 @@ def cmd_tune_from_last_sweep(args) -> int:
         out.print("not saved: no terminal to ask on; add --yes to save")
         return 0
     if confirm(f"save {best['label']} as your {args.method} parameters?"):
-        saved = store.get_params(args.method) or {}
-        save_checked_params(store, args.method, {**saved, **bench.compare.own_params(args.method, best["params"])})
+        save_checked_params(store, args.method, bench.compare.own_params(args.method, best["params"]))
         out.print("saved to memory")
     else:
         out.print("not saved")

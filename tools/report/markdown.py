@@ -10,7 +10,9 @@ here sends anything off the machine (sharing goes through the share approval gat
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 from collections import defaultdict
 from pathlib import Path
 
@@ -479,9 +481,26 @@ def _target_paths(out: str | Path | None, stem: str) -> tuple[Path, str]:
 
 
 def default_stem(runs: list[dict], task: dict | None) -> str:
-    """report-<UTC time>-<task N | first run id>."""
+    """report-<UTC time>-<task N | first run id>-<random>: two reports in one second never share a name, and
+    nobody can plant a file at the name beforehand."""
     when = re.sub(r"[^0-9T]", "", utc_now()[:19])
-    return f"report-{when}-" + (f"task{task['id']}" if task else str(runs[0]["run_id"]))
+    return f"report-{when}-" + (f"task{task['id']}" if task else str(runs[0]["run_id"])) + f"-{secrets.token_hex(3)}"
+
+
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Create ``path`` with ``text``; never over an existing file and never through a symlink at that name."""
+    try:
+        fd = os.open(path, NEW_FILE, 0o644)
+    except FileExistsError:
+        raise ParameterError(f"{path} exists already; a report never replaces a file",
+                             hint="give another --out name, or leave --out out for a new file in the reports folder")
+    except OSError as exc:
+        raise ParameterError(f"cannot create {path}: {exc.strerror or exc}", hint="give a folder you can write to")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def write_report(runs: list[dict], fmt: str = "md", out: str | Path | None = None, task: dict | None = None) -> dict:
@@ -498,14 +517,14 @@ def write_report(runs: list[dict], fmt: str = "md", out: str | Path | None = Non
     if fmt == "json":
         path = folder / f"{stem}.json"
         payload = {"generated_at": utc_now(), "task": task, "runs": runs}
-        path.write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        write_new(path, json.dumps(payload, indent=1, ensure_ascii=False, default=str))
         result["json"] = str(path)
         return result
     charts = make_charts(runs, folder, stem)
     result["charts"] = {k: str(v) for k, v in charts.items()}
     if fmt == "md":
         path = folder / f"{stem}.md"
-        path.write_text(render_markdown(runs, task, charts, folder), encoding="utf-8")
+        write_new(path, render_markdown(runs, task, charts, folder))
         result["markdown"] = str(path)
     elif not charts:
         raise ParameterError("these runs have nothing to chart", hint="use --format md or json")
