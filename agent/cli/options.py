@@ -22,14 +22,20 @@ from tools.errors import ParameterError
 NOT_ON_CLI = frozenset({"pool_from_prompt", "min_ngram_size", "max_candidate_tokens", "max_draft_tokens", "pass_costs",
                         "acceptance_prior", "draft_cost", "gguf_draft_until"})
 # fields whose flag is not named after the field, so it is written by hand: field -> (flag, argparse options)
-def k_values(text: str) -> int | list[int]:
-    """``--k 4`` (one K) or ``--k 1,2,4,8`` (a K sweep, measured per concurrency level on --backend vllm)."""
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers (``1,4,16``), for argparse."""
     try:
         values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or a list such as 1,2,4,8") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or a comma-separated list such as 1,4,16") from None
     if not values:
-        raise argparse.ArgumentTypeError("give K, e.g. 4, or a list such as 1,2,4,8")
+        raise argparse.ArgumentTypeError("give at least one number, e.g. 4, or a list such as 1,4,16")
+    return values
+
+
+def k_values(text: str) -> int | list[int]:
+    """``--k 4`` (one K) or ``--k 1,2,4,8`` (a K sweep, measured per concurrency level on --backend vllm)."""
+    values = int_list(text)
     return values[0] if len(values) == 1 else values
 
 

@@ -12,7 +12,7 @@ import json
 
 from rich.table import Table
 
-from agent.cli.options import prompt_text
+from agent.cli.options import int_list, prompt_text
 from agent.render import err, fmt, out
 from tools.bench import vllm_bench
 from tools.bench.vllm_bench import ServeBenchInput
@@ -25,20 +25,10 @@ from tools.errors import ParameterError
 SERVING_BACKEND = "vllm"
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers, e.g. 1,4,16") from None
-    if not values:
-        raise argparse.ArgumentTypeError("give at least one number, e.g. 1,4,16")
-    return values
-
-
 def add_serving_options(p: argparse.ArgumentParser) -> None:
     """The serving options of run, compare and bench (used with --backend vllm or --endpoint)."""
     g = p.add_argument_group("serving (--backend vllm, --endpoint)")
-    g.add_argument("--concurrency", type=_int_list, default=None, metavar="N[,N...]",
+    g.add_argument("--concurrency", type=int_list, default=None, metavar="N[,N...]",
                    help="concurrent request streams per level, e.g. 1,4,16,64 (default 1)")
     g.add_argument("--requests-per-level", type=int, default=None, metavar="N",
                    help="requests sent at each level (default: every prompt once, and at least two per stream)")
