@@ -244,9 +244,11 @@ def configurations(inp: ServeBenchInput, methods: list[str], draft_folder, heads
     out = [("baseline", None, None)]
     for method in methods:
         for k in inp.k or [DEFAULT_K]:
-            params = inp.params.get(method, {})
-            out.append((method, k, spec_config(method, k, params, draft_folder=draft_folder,
-                                               heads_folder=heads.get(method))))
+            config = spec_config(method, k, inp.params.get(method, {}), draft_folder=draft_folder,
+                                 heads_folder=heads.get(method))
+            k = config.get("num_speculative_tokens", k)  # Medusa: at most one token per head
+            if (method, k) not in [(m, kk) for m, kk, _ in out]:
+                out.append((method, k, config))
     return out
 
 
