@@ -161,20 +161,28 @@ def _choose_method(store: Any, ask: Ask, say: Say) -> str:
 
 
 def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
-    """Collect the method's parameters (guidance's suggestions offered) and save them; return them."""
+    """Collect the method's parameters and save them; return them. The target is asked first, so guidance's
+    suggestions (offered as the defaults) are sized for that target on this machine (measured first where no
+    cost curve of it is stored)."""
     store = session.store
-    suggested = session.call_tool("guidance", {"method": method})
-    suggested_params = {} if suggested.is_error else suggested.content["suggested_params"]
-    if not suggested.is_error:
-        say(suggestion_text(method, suggested.content))
-    params = _collect(store, method, suggested_params, ask, say, use_saved=True)
+    offered: dict[str, dict] = {}
+
+    def suggest(target: str) -> dict:
+        if "params" not in offered:
+            result = session.call_tool("guidance", {"method": method, "target": target})
+            offered["params"] = {} if result.is_error else result.content["suggested_params"]
+            if not result.is_error:
+                say(suggestion_text(method, result.content))
+        return offered["params"]
+
+    params = _collect(store, method, suggest, ask, say, use_saved=True)
     while True:
         saved = session.call_tool("save_params", {"method": method, "params": params, "make_default": True,
                                                   "replace": True})
         if not saved.is_error:
             return params
         say(f"Those parameters do not work together: {saved.content['error']} — please answer them again.")
-        params = _collect(store, method, suggested_params, ask, say, use_saved=False)
+        params = _collect(store, method, suggest, ask, say, use_saved=False)
 
 
 def suggestion_text(method: str, guidance: dict) -> str:
@@ -221,14 +229,17 @@ def _first_run(session: Session, method: str, params: dict, ask: Ask, say: Say) 
 _MISSING = object()
 
 
-def _collect(store: Any, method: str, suggested: dict, ask: Ask, say: Say, use_saved: bool) -> dict:
-    """Ask each parameter question not answered yet (every one when ``use_saved`` is False); save each answer."""
+def _collect(store: Any, method: str, suggest: Callable[[str], dict], ask: Ask, say: Say, use_saved: bool) -> dict:
+    """Ask each parameter question not answered yet (every one when ``use_saved`` is False); save each answer.
+    ``suggest(target)`` gives the offered values of the method's own parameters, asked for once the target is known."""
     params: dict[str, Any] = {}
-    for q in questions(method, suggested):
+    for q in questions(method, {}):
         key = f"onboarding.{method}.{q.key}"
         value = store.get_answer(key, _MISSING) if use_saved else _MISSING
         if q.key == "draft":
             q = draft_question(str(params.get("target") or DEFAULT_TARGET))
+        if q.key in OWN_PARAMS[method] and value is _MISSING:
+            q = Question(q.key, q.text, suggest(str(params.get("target") or DEFAULT_TARGET)).get(q.key))
         while value is _MISSING:
             try:
                 value = parse_answer(_ask(ask, q.text, "" if q.default is None else str(q.default)), q.default)
