@@ -433,10 +433,11 @@ def summary_lines(result: dict) -> list[str]:
         if not at:
             continue
         best = max(at, key=lambda r: r["speedup"])
-        verdict = "pays" if best["speedup"] > 1.0 else "does not pay"
+        verdict = "faster" if best["speedup"] > 1.0 else "slower"
         lines.append(f"concurrency {c}: best {config_name(best['method'], best['k'])} at {best['speedup']:.2f}x "
                      f"throughput ({best['throughput_tok_s']:.1f} against {best['baseline_throughput_tok_s']:.1f} "
-                     f"tokens/s): speculation {verdict} here (run {best['run_id']})")
+                     f"tokens/s with speculation off): {verdict} than speculation off here, in one measurement "
+                     f"(run {best['run_id']})")
     for method, by_level in result.get("best_k", {}).items():
         lines.append(f"{method}: best K by level " + ", ".join(f"{c}: K={k}" for c, k in by_level.items()))
     return lines
