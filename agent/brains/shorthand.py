@@ -23,7 +23,8 @@ FLAG = re.compile(rf"(?<!\S)--?(?P<name>[A-Za-z][\w-]*)(?:\s*=\s*|\s+)(?P<value>
 WNG = re.compile(r"\(?\b(?P<names>[WNG](?:\s*[/,]\s*[WNG]){1,2})\)?\s*[=:]?\s*\(?\s*"
                  r"(?P<values>\d+(?:\s*[/,]\s*\d+){1,2})\)?", I)
 WNG_ALONE = re.compile(r"\b[WNG](?:\s*/\s*[WNG]){1,2}\b(?!\s*[=:(\d])", I)  # "sane W/N/G?": the three named
-PATH = re.compile(r"((?<!\S)(?:[a-z]+://|~|\.{0,2}/)\S+|\S+/\S+/\S*)", I)
+# both alternatives start at a word's start: a regex free to start anywhere in one long word is quadratic
+PATH = re.compile(r"((?<!\S)(?:[a-z]+://|~|\.{0,2}/)\S+|(?<!\S)\S+/\S+/\S*)", I)
 # (pattern, replacement) in order; the method names read by agent.brains.phrases.METHOD_SYNONYMS
 REWRITES = (
     (re.compile(r"γ|\bgamma\b", I), "k"),

@@ -435,12 +435,13 @@ def render_results(folder: Path, relative_to: Path | None = None) -> str:
 
 
 def latest_results(folder: Path) -> list[tuple[Path, dict]]:
-    """The newest ``suite`` and ``vllm_sweep`` result per machine and kind (by date, then name), sorted by machine."""
-    latest: dict[tuple[str, str], tuple[Path, dict]] = {}
+    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind and target model (by date, then name),
+    sorted by machine."""
+    latest: dict[tuple[str, str, str], tuple[Path, dict]] = {}
     for path, data in load_results(folder):
         if not (_is_result(data) and data["kind"] in SECTIONS):
             continue
-        key = (machine_of(data), data["kind"])
+        key = (machine_of(data), data["kind"], str((data.get("summary") or {}).get("target") or ""))
         if key not in latest or (str(data.get("date") or ""), path.name) > (str(latest[key][1].get("date") or ""),
                                                                            latest[key][0].name):
             latest[key] = (path, data)
@@ -464,11 +465,16 @@ def latest_table(folder: Path, relative_to: Path) -> list[str]:
                              f"{prompts} prompts, total time", link])
         else:
             rows = data.get("rows") or []
-            for r in rows:
-                if r.get("concurrency") == min((x.get("concurrency") or 0) for x in rows) and r.get("method") != "baseline":
+            levels = sorted({x.get("concurrency") or 0 for x in rows})
+            summary = data.get("summary") or {}
+            over = ", ".join(str(v) for v in ("vLLM", summary.get("target"),
+                                               f"{summary['prompts']} prompts" if summary.get("prompts") else None) if v)
+            for r in rows:  # the lightest and the heaviest load: how the gain moves with concurrency
+                if r.get("concurrency") in (levels[0], levels[-1]) and r.get("method") != "baseline":
                     label = r.get("method") + (f" K={r['k']}" if r.get("k") is not None else "")
                     body.append([machine, dtype, label, _cell(r.get("speedup"), 2, "x"),
-                                 _cell(r.get("acceptance_length"), 2), f"vLLM, concurrency {r.get('concurrency')}", link])
+                                 _cell(r.get("acceptance_length"), 2), f"{over}, concurrency {r.get('concurrency')}",
+                                 link])
     if not body:
         return []
     return _table(["machine", "dtype", "method", "speedup", "tokens per step", "measured over", "result"], body)
@@ -524,7 +530,7 @@ def draw_sweep_chart(data: dict, path: Path) -> Path:
             ax.annotate(str(r.get("concurrency")), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("TPOT p50 (ms per output token)")
     ax.set_ylabel("throughput (output tokens/s)")
-    ax.set_title(f"{data.get('name')}: {machine_of(data)}, {data.get('dtype') or ''}".rstrip(", "))
+    ax.set_title(f"{data.get('name')}: {machine_of(data)}, {data.get('dtype') or ''}".rstrip(", "), fontsize=9)
     ax.grid(True, alpha=0.3)
     if lines:
         ax.legend(fontsize=8)
