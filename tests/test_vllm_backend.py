@@ -313,6 +313,20 @@ def test_bench_on_vllm_prints_one_row_per_level_and_stores_them(fake_vllm, tmp_p
     assert not vllm_server._LIVE  # every server stopped
 
 
+def test_bracketing_measures_speculation_off_again_and_reports_the_drift(fake_vllm, monkeypatch):
+    from tools.bench import vllm_bench
+
+    monkeypatch.setattr(vllm_bench, "model_folder", lambda ref, what: None)
+    result = vllm_bench.serve_bench(ServeBenchInput(methods=["ngram"], k=[3], concurrency=[1, 2], max_new_tokens=6,
+                                                    bracket=True, prompts=[{"question_id": 1, "category": "c",
+                                                                            "prompt": "x"}]))
+    assert [(r["method"], r["concurrency"]) for r in result["rows"]] == [
+        ("baseline", 1), ("baseline", 2), ("ngram", 1), ("ngram", 2)]  # the second baseline is no row of its own
+    assert all(r["baseline_drift"] is not None and r["baseline_drift"] >= 0 for r in result["rows"])
+    assert any("measured before and after the methods differed by" in line for line in result["summary"])
+    assert "baseline (again, after the methods)" in result["servers"]
+
+
 def test_a_method_whose_output_differs_is_reported_with_its_position(fake_vllm, tmp_path, monkeypatch):
     from tools.bench import vllm_bench
 

@@ -43,6 +43,9 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
                    help="passed to vllm serve (ray: several nodes)")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="the server's context (default: the longest prompt plus the new tokens, rounded up)")
+    g.add_argument("--bracket", action="store_true",
+                   help="measure speculation off again after the methods: speedups against the mean of both, and "
+                        "the drift between them reported (one more server start)")
     g.add_argument("--kv-cache-gib", type=int, default=None,
                    help="KV cache of a CPU server in GiB (VLLM_CPU_KVCACHE_SPACE; default 4)")
 
@@ -99,7 +102,7 @@ def serve_input(args, methods: list[str], prompts: list[dict], prompt_set: str |
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
         distributed_executor_backend=args.distributed_executor_backend, eagle_heads=getattr(args, "eagle_heads", None),
         medusa_heads=getattr(args, "medusa_heads", None), endpoint=args.endpoint,
-        baseline_endpoint=args.baseline_endpoint, prompts=prompts, prompt_set=prompt_set)
+        baseline_endpoint=args.baseline_endpoint, bracket=args.bracket, prompts=prompts, prompt_set=prompt_set)
 
 
 def run_serving(args, methods: list[str], prompts: list[dict], prompt_set: str | None, command: str) -> int:

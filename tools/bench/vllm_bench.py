@@ -79,6 +79,8 @@ class ServeBenchInput(BaseModel):
     medusa_heads: str | None = None
     endpoint: str | None = Field(None, description="an OpenAI-compatible server to measure instead of starting vLLM")
     baseline_endpoint: str | None = Field(None, description="the same model served with speculation off (speedup)")
+    bracket: bool = Field(False, description="measure speculation off again after the methods: speedups against the "
+                                             "mean of both, and the drift between them reported per level")
     prompts: list[dict] = Field(default_factory=list, description="question_id, category, prompt")
     prompt_set: str | None = None
 
@@ -276,6 +278,8 @@ def serve_bench(inp: ServeBenchInput, store: Store | None = None, progress=None)
     dtype = server_dtype(inp.dtype, cuda)
     prompts = tokenized_prompts(inp, target)
     configs = configurations(inp, methods, draft_folder, heads)
+    if inp.bracket:
+        configs.append((AFTER, None, None))
     max_len = inp.max_model_len or sized_context([len(p) for _, p in prompts if isinstance(p, list)],
                                                  inp.max_new_tokens, max(inp.k or [DEFAULT_K]))
     task_id = store.create_task(task_request(inp, methods), "bench-vllm", [config_name(m, k) for m, k, _ in configs])
@@ -345,8 +349,24 @@ def medusa_folder(inp: ServeBenchInput, target: Path, store: Store) -> Path:
     return export_for_vllm(inp.target, inp.medusa_heads, target, store)
 
 
+AFTER = "baseline_after"  # the baseline measured again after the methods (bracket)
+
+
 def config_name(method: str, k: int | None) -> str:
+    if method == AFTER:
+        return "baseline (again, after the methods)"
     return method if k is None else f"{method} K={k}"
+
+
+def reference_level(base: Measured | None, after: Measured | None, c: int) -> tuple[dict | None, float | None]:
+    """The baseline's figures at level ``c`` (throughput the mean of both measurements where bracketed) and the
+    drift between the two (|after - before| / before), None without a second measurement."""
+    ref = base.levels.get(c) if base else None
+    again = after.levels.get(c) if after else None
+    if not ref or not again or not ref.get("throughput_tok_s") or not again.get("throughput_tok_s"):
+        return ref, None
+    before, later = ref["throughput_tok_s"], again["throughput_tok_s"]
+    return {**ref, "throughput_tok_s": (before + later) / 2}, abs(later - before) / before
 
 
 def task_request(inp: ServeBenchInput, methods: list[str]) -> str:
@@ -363,11 +383,14 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
                  "isa": cpu_info.cpu_isa(), "name": cpu_info.cpu_name(inp.threads)}
                 if versions.get("device") != "cuda" else {"device": "cuda", "name": versions.get("gpu") or "CUDA GPU"})
     base = next((m for m in measured if m.method == "baseline"), None)
+    after = next((m for m in measured if m.method == AFTER), None)
     rows = []
     for m in measured:
+        if m is after:
+            continue
         same, first, kinds = equality(base.outputs, m.outputs, dtype) if base and m is not base else (None, None, None)
         for c, lv in m.levels.items():
-            ref = base.levels.get(c) if base else None
+            ref, drift = reference_level(base, after, c)
             speedup = (lv["throughput_tok_s"] / ref["throughput_tok_s"]
                        if ref and ref.get("throughput_tok_s") and lv.get("throughput_tok_s") else None)
             row = {"method": m.method, "k": m.k, "concurrency": c, "speedup": speedup,
@@ -376,7 +399,7 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
                                                    "acceptance_rate", "acceptance_length", "requests", "failed")},
                    "baseline_throughput_tok_s": ref.get("throughput_tok_s") if ref else None,
                    "matches_baseline": (True if m is base else same), "outputs": kinds,
-                   "first_divergence": first}
+                   "first_divergence": first, "baseline_drift": drift}
             row["run_id"] = store.add_run(run_record(inp, m, row, lv, ref, dtype, hardware, versions, task_id))
             rows.append(row)
     return {"backend": "vllm" if not inp.endpoint else "endpoint", "task_id": task_id, "rows": rows,
@@ -408,7 +431,8 @@ def run_record(inp, m: Measured, row: dict, level: dict, ref: dict | None, dtype
         acceptance_rate=level.get("acceptance_rate"), tokens_drafted=level.get("draft_tokens"),
         tokens_accepted=level.get("accepted_tokens"), steps=level.get("drafts"),
         mean_accepted_per_step=level.get("acceptance_length"),
-        method_extra={"level": level, "spec_config": m.spec_config, "server": m.server},
+        method_extra={"level": level, "spec_config": m.spec_config, "server": m.server,
+                      "baseline_drift": row.get("baseline_drift")},
         hardware=hardware, dtype=dtype, versions=versions, sweep={"concurrency": row["concurrency"], "k": m.k},
     )
     return record.to_store()
@@ -438,6 +462,11 @@ def summary_lines(result: dict) -> list[str]:
                      f"throughput ({best['throughput_tok_s']:.1f} against {best['baseline_throughput_tok_s']:.1f} "
                      f"tokens/s with speculation off): {verdict} than speculation off here, in one measurement "
                      f"(run {best['run_id']})")
+    drifts = {r["concurrency"]: r["baseline_drift"] for r in result["rows"] if r.get("baseline_drift") is not None}
+    if drifts:
+        lines.append("speculation off measured before and after the methods differed by " + ", ".join(
+            f"{d:.0%} at concurrency {c}" for c, d in drifts.items()) + ": a speedup closer to 1.00x than that is "
+            "within this run's own drift")
     for method, by_level in result.get("best_k", {}).items():
         lines.append(f"{method}: best K by level " + ", ".join(f"{c}: K={k}" for c, k in by_level.items()))
     return lines
