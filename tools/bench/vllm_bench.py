@@ -400,6 +400,8 @@ def assemble(inp: ServeBenchInput, measured: list[Measured], dtype: str, store: 
                    "baseline_throughput_tok_s": ref.get("throughput_tok_s") if ref else None,
                    "matches_baseline": (True if m is base else same), "outputs": kinds,
                    "first_divergence": first, "baseline_drift": drift}
+            if m is base and ref:  # the reference itself: bracketed, the mean of its two measurements
+                row.update(speedup=1.0, throughput_tok_s=ref["throughput_tok_s"])
             row["run_id"] = store.add_run(run_record(inp, m, row, lv, ref, dtype, hardware, versions, task_id))
             rows.append(row)
     return {"backend": "vllm" if not inp.endpoint else "endpoint", "task_id": task_id, "rows": rows,
