@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memory import Store
+from tools.engine import cpu_info
 from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,6 @@ RESULT_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # the instruction-set flags a result records (in this order) where /proc/cpuinfo lists them: what decides
 # whether bfloat16 is fast on a CPU and how a pass over several tokens costs against one
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
-WIDEST_ISA = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
 README_BEGIN = "<!-- results:begin -->"
 README_END = "<!-- results:end -->"
 # the columns of a vLLM sweep's rows, in table order
@@ -66,10 +66,8 @@ def cpu_isa_flags(cpuinfo: str | None = None) -> list[str]:
     """The flags of :data:`ISA_FLAGS` that this CPU has, read from ``/proc/cpuinfo`` (or from ``cpuinfo``,
     that file's text); an empty list where the OS does not say."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
+        present = cpu_info.cpu_flags()
+        return [f for f in ISA_FLAGS if f in present]
     flags: set[str] = set()
     for line in cpuinfo.splitlines():
         if line.startswith(("flags", "Features")):
@@ -80,18 +78,7 @@ def cpu_isa_flags(cpuinfo: str | None = None) -> list[str]:
 
 def widest_isa(flags: Iterable[str]) -> str | None:
     """The widest matrix instruction set among ``flags`` ("AMX", "AVX512-BF16", "AVX-512", "AVX2"), or None."""
-    present = set(flags)
-    return next((name for flag, name in WIDEST_ISA if flag in present), None)
-
-
-def _cpu_model_name() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+    return cpu_info.isa_of(set(flags))
 
 
 def result_hardware(measured: dict | None = None) -> dict:
@@ -100,7 +87,7 @@ def result_hardware(measured: dict | None = None) -> dict:
     run recorded (tools.bench.protocol.hardware_info); what it leaves out is read from this machine."""
     measured = dict(measured or {})
     isa = measured.get("isa") if isinstance(measured.get("isa"), list) else cpu_isa_flags()
-    cpu = measured.get("cpu") or _cpu_model_name()
+    cpu = measured.get("cpu") or cpu_info.cpu_model_name()
     cores = measured.get("cpu_cores") or os.cpu_count()
     out = {"name": measured.get("name"), "cpu": cpu, "cpu_cores": cores, "isa": isa}
     if measured.get("gpu"):
