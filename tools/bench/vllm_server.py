@@ -26,7 +26,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,7 +34,8 @@ from pathlib import Path
 
 import httpx
 
-from tools.bench.upstream import peers_dir, run_steps
+from tools.bench.llamacpp_server import free_port
+from tools.bench.upstream import peers_dir, run_steps, torch_requirement
 from tools.errors import DependencyError
 
 log = logging.getLogger(__name__)
@@ -100,12 +100,6 @@ def require_ready() -> dict:
     return state
 
 
-def torch_requirement() -> str:
-    from importlib import metadata
-
-    return "torch==" + metadata.version("torch").split("+")[0]
-
-
 def setup_commands(cuda: bool | None = None) -> list[list[str]]:
     """The exact commands ``specpilot peers setup vllm`` runs (shown to the person before approval)."""
     cuda = has_cuda() if cuda is None else cuda
@@ -144,12 +138,6 @@ def _stop_with_parent() -> None:
             import ctypes
 
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class VllmServer:
