@@ -125,11 +125,15 @@ def _read_chunk(result: RequestResult, chunk: dict[str, Any], now: float, last: 
                 result.chunk_gaps_s.append(now - last[0])
             last[0] = now
         result.text += text
-        if ids:
-            result.token_ids = (result.token_ids or []) + [int(t) for t in ids]
+        if ids:  # appended in place: the client's own work per chunk stays small while it times the stream
+            if result.token_ids is None:
+                result.token_ids = []
+            result.token_ids.extend(int(t) for t in ids)
         lp = choice.get("logprobs") or {}
         if lp.get("top_logprobs"):
-            result.top_logprobs = (result.top_logprobs or []) + [dict(d or {}) for d in lp["top_logprobs"]]
+            if result.top_logprobs is None:
+                result.top_logprobs = []
+            result.top_logprobs.extend(dict(d or {}) for d in lp["top_logprobs"])
         if choice.get("finish_reason"):
             result.finish_reason = choice["finish_reason"]
 
