@@ -19,13 +19,15 @@ from collections.abc import Callable
 from typing import Any, ContextManager, TypeVar
 
 from agent.approval import Confirm, Gate, request_deploy_planning
+from agent.commands import parse_command, tool_command
 from agent.brains.background import request_part
 from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
-from agent.brains.phrases import QUOTED
+from agent.brains.phrases import QUOTED, named_methods
 from agent.brains.prompt_words import find_prompt
 from agent.brains.refusals import HARMFUL
 from tools.agent_tools.lookup import statement, task_line
-from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt
+from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt, load_tools
+from tools.engine.params import ACCELERATED
 from tools.errors import ParameterError, StoreError
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ class Session:
         self.task_id: int | None = None
         self.turn_results: list[ToolResult] = []
         self.last_prompt: str | None = None
+        self.last_results: list[ToolResult] = []  # the newest turn's tool results that had any (for /details)
         self._planner = planner
         self.not_recorded: str | None = None  # why this turn's log or task could not be written
 
@@ -142,7 +145,7 @@ class Session:
         if not text:
             return Reply("Say what you would like to do, or /help.")
         continuing = self.task_id is not None
-        if continuing and is_known_command(text):
+        if continuing and (is_known_command(text) or tool_command(text, load_tools())):
             return self._aside(text)
         self.not_recorded = None
         reply = self._handle(text, continuing)
@@ -160,7 +163,10 @@ class Session:
             self.remember(lambda: self.store.update_task(self.task_id, note=f"user answered: {text[:200]}"))
         self.turn_results = []
         try:
-            if is_deploy_request(text) and not continuing:
+            command = None if continuing else self._tool_command(text)
+            if command is not None:
+                reply = command
+            elif is_deploy_request(text) and not continuing:
                 reply = self._deploy(text)
             elif HARMFUL.search(text) and not continuing:
                 reply = Reply("I will not generate text for that prompt, not even to time it. Give me another prompt "
@@ -186,9 +192,30 @@ class Session:
             return Reply(f"Something went wrong while answering: {type(exc).__name__}: {exc}")
         if not reply.data:
             reply.data = [r for r in self.turn_results if r.name == "run_method"]
+        if reply.off_request is None and not continuing:
+            reply.off_request = off_request(text, self.turn_results)
         self._close_task(reply)
+        if self.turn_results:
+            self.last_results = list(self.turn_results)
         self.remember(lambda: self.store.log_message(self.session_id, "assistant", reply.text))
         return reply
+
+    def _tool_command(self, text: str) -> Reply | None:
+        """``/TOOL key=value ...`` (agent.commands: parsed from the tool's schema) run as typed; None when the
+        message is not a tool command, or is one of the planner's own commands in its own syntax."""
+        tools = load_tools()
+        name = tool_command(text, tools)
+        if name is None:
+            return None
+        try:
+            arguments = parse_command(text, tools[name])
+        except ParameterError as exc:
+            if is_known_command(text):  # "/explain how medusa works": the planner's command
+                return None
+            return Reply(exc.user_message(), not_done=f"/{name} did not validate")
+        from agent.brains.format import format_result  # noqa: PLC0415  (the formatter loads the tools' texts)
+
+        return Reply(format_result(self.call_tool(name, arguments)))
 
     def _aside(self, text: str) -> Reply:
         """A known /command while a question waits for its answer: handled as a task of its own; the
@@ -257,10 +284,12 @@ class Session:
             update = {"status": "unfinished", "left": left}
         elif reply.unfinished:
             update = {"status": "unfinished", "left": [reply.unfinished]}
-        elif reply.not_done:  # the request could not be served: recorded as such, not as done
-            update = {"status": "failed", "left": [f"not done: {reply.not_done}"], "note": f"not done: {reply.not_done}"}
+        elif reply.not_done or reply.off_request:  # not served, or not what was asked: recorded as such, not as done
+            why = f"not done: {reply.not_done or reply.off_request}"
+            update = {"status": "failed", "left": [why], "note": why}
         elif self.turn_results and all(r.is_error for r in self.turn_results):
-            update = {"status": "failed", "left": [ANSWER_STEP]}
+            why = "not done: " + "; ".join(f"{r.name} failed: {r.content.get('error')}" for r in self.turn_results)
+            update = {"status": "failed", "left": [why[:500]], "note": why[:500]}
         else:
             update = {"status": "done", "done": [ANSWER_STEP], "left": []}
         self.remember(lambda: self.store.update_task(task_id, **update))
@@ -277,7 +306,8 @@ class Session:
                          f"{approval['id']}` in your terminal if you want me to plan it.",
                          unfinished=f"waiting for approval {approval['id']} to plan a deployment")
         if approval["status"] == "denied":
-            return Reply(f"{scope} You declined, so I will not plan it (approval {approval['id']} denied).")
+            return Reply(f"{scope} You declined, so I will not plan it (approval {approval['id']} denied).",
+                         not_done=f"planning a deployment was declined (approval {approval['id']} denied)")
         planner = getattr(self.brain, "plan_deployment", None)
         if planner is not None:
             reply = planner(self, text)
@@ -286,6 +316,33 @@ class Session:
                                              f"Only plan in words; no tool deploys or serves anything.] {text}")
         reply.text = f"{scope} You approved planning it (approval {approval['id']}).\n{reply.text}"
         return reply
+
+
+def off_request(text: str, results: list[ToolResult]) -> str | None:
+    """Why tool results that answered are not the answer to ``text``: the request names methods and every
+    method-specific result is about others (guidance for the default method when another was named); None
+    when the request names none, or a result is about one it names."""
+    named = {m for m in named_methods(instruction_part(text)) if m in ACCELERATED}
+    about = set().union(*(methods_of(r) for r in results if not r.is_error)) if results else set()
+    if not named or not about or named & about:
+        return None
+    return f"the answer is about {', '.join(sorted(about))}, not {', '.join(sorted(named))} as asked"
+
+
+def methods_of(result: ToolResult) -> set[str]:
+    """The methods a tool result is about (empty for results about no method in particular)."""
+    c = result.content
+    if result.name in ("guidance", "run_method", "check_deps"):
+        found = {c.get("method")}
+    elif result.name == "explain":
+        found = {c.get("topic")}
+    elif result.name == "compare_methods":
+        found = {r.get("method") for r in c.get("rows") or []}
+    elif result.name == "lookup_runs":
+        found = {r.get("method") for r in c.get("runs") or []}
+    else:
+        found = set()
+    return {m for m in found if m in ACCELERATED}
 
 
 def resolve_waiting(store: Any, tool_input: Any, result: ToolResult) -> None:

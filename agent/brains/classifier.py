@@ -1,0 +1,109 @@
+"""Which tool a free-text request asks for, learned from labelled requests: a multinomial logistic regression
+over TF-IDF features of the message (lower-cased words, adjacent word pairs and character 4-grams).
+
+It is fitted by benchmarks/scripts/train_tool_classifier.py on the fitted chat sets only (the held-out sets of
+benchmarks/data/MANIFEST.md are never shown to it) and shipped as ``prompts/tool_classifier.npz``: the
+vocabulary with its inverse document frequencies, one weight column per class and a bias. The classes are the
+registry's tool names and :data:`NO_TOOL` (ask a question, decline, chat). Nothing here reads words by rule:
+spelling, language and phrasing are what the weights absorb, and the model and the tools' schemas do the rest.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+WEIGHTS = "tool_classifier.npz"
+NO_TOOL = "<none>"  # the class of a request that gets an answer in words
+CHAR_N = 4
+MAX_CHARS = 2000  # a pasted prompt beyond this adds nothing to which tool is asked for
+TOKEN = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*", re.UNICODE)
+
+
+def features(text: str) -> Counter:
+    """Counts of the message's words, word pairs and character 4-grams (case folded)."""
+    text = text.casefold()[:MAX_CHARS]
+    words = TOKEN.findall(text)
+    counts = Counter(words)
+    counts.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+    padded = f" {' '.join(text.split())} "
+    counts.update("#" + padded[i:i + CHAR_N] for i in range(len(padded) - CHAR_N + 1))
+    return counts
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The classifier's pick: a tool name or None (answer in words), its probability, and the runner-up."""
+
+    tool: str | None
+    probability: float
+    second: str | None
+    second_probability: float
+
+
+class ToolClassifier:
+    """Inference over the fitted weights: ``vocab`` term -> column, ``idf`` per column, ``weights``
+    (terms x classes), ``bias`` (classes), ``labels`` (class names)."""
+
+    def __init__(self, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str]):
+        self.index = {term: i for i, term in enumerate(vocab)}
+        self.idf = idf.astype(np.float32)
+        self.weights = weights.astype(np.float32)
+        self.bias = bias.astype(np.float32)
+        self.labels = labels
+
+    def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency)."""
+        cols, vals = [], []
+        for term, count in features(text).items():
+            col = self.index.get(term)
+            if col is not None:
+                cols.append(col)
+                vals.append((1.0 + math.log(count)) * self.idf[col])
+        values = np.asarray(vals, dtype=np.float32)
+        norm = float(np.linalg.norm(values)) or 1.0
+        return np.asarray(cols, dtype=np.int64), values / norm
+
+    def probabilities(self, text: str) -> dict[str, float]:
+        cols, values = self.vector(text)
+        logits = self.bias + (values @ self.weights[cols] if len(cols) else 0.0)
+        exp = np.exp(logits - logits.max())
+        probs = exp / exp.sum()
+        return {label: float(p) for label, p in zip(self.labels, probs)}
+
+    def choose(self, text: str, allowed: set[str] | None = None) -> Choice:
+        """The most probable class among ``allowed`` tools (default: all) and no tool."""
+        ranked = sorted(((p, label) for label, p in self.probabilities(text).items()
+                         if label == NO_TOOL or allowed is None or label in allowed), reverse=True)
+        (p1, first), (p2, second) = ranked[0], ranked[1] if len(ranked) > 1 else (0.0, NO_TOOL)
+        name = lambda label: None if label == NO_TOOL else label  # noqa: E731
+        return Choice(name(first), p1, name(second), p2)
+
+
+def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str]) -> None:
+    """Write the fitted classifier (float16 weights: the file ships with the package)."""
+    np.savez_compressed(path, vocab=np.array(vocab), idf=idf.astype(np.float32), weights=weights.astype(np.float16),
+                        bias=bias.astype(np.float32), labels=np.array(labels))
+
+
+def load_bytes(data: bytes) -> ToolClassifier:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
+                              [str(v) for v in z["labels"]])
+
+
+@lru_cache(maxsize=1)
+def default_classifier() -> ToolClassifier | None:
+    """The shipped classifier, or None when the package was built without it."""
+    try:
+        data = resources.files("prompts").joinpath(WEIGHTS).read_bytes()
+    except (FileNotFoundError, OSError):
+        return None
+    return load_bytes(data)

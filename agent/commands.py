@@ -1,0 +1,178 @@
+"""Tool commands typed in the chat, parsed from the tools' own schemas: no word lists.
+
+``/TOOL [VALUE ...] [key=value ...] [--key value ...] [--flag] [--no-flag]`` calls the registry's tool TOOL (the
+names the JSON CLI and the MCP server use; a dash may stand for the underscore). Values are read by the type
+the tool's JSON schema gives the field: numbers, booleans (true/false/yes/no/1/0), lists (comma-separated, or
+the key repeated), and objects as JSON or as dotted keys (``params.k=4``). A key that is not a field of the
+tool but the tool takes a method's ``params`` goes into ``params`` (``/run_method draft k=4 prompt="..."``).
+Bare values fill the required fields in the schema's order. Quoting follows the shell (``prompt="two words"``).
+The tool's pydantic model then validates the whole call: what does not validate is a ParameterError that
+says which field is wrong and what it takes. This is what runs with no model and no key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from tools.agent_tools.registry import Tool, parse_input
+from tools.errors import ParameterError
+
+SHAPE = re.compile(r"\s*/([A-Za-z][\w-]*)(?=\s|$)(.*)", re.DOTALL)
+TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def tool_command(text: str, tools: dict[str, Tool]) -> str | None:
+    """The registry tool a message calls as a command (``/run_method ...``, ``/run-method ...``), or None."""
+    match = SHAPE.match(text)
+    if not match:
+        return None
+    name = match.group(1).replace("-", "_").lower()
+    return name if name in tools else None
+
+
+def parse_command(text: str, tool: Tool) -> dict:
+    """The validated arguments of ``/TOOL ...`` for ``tool`` (as a plain dict of what was given); a
+    ParameterError that says what to change when the text does not parse or does not validate."""
+    match = SHAPE.match(text)
+    rest = match.group(2) if match else ""
+    try:
+        words = shlex.split(rest)
+    except ValueError as exc:
+        raise ParameterError(f"could not read the command: {exc}",
+                             hint='close the quotes: /run_method draft prompt="Write a haiku"') from exc
+    schema = tool.input_schema()
+    properties, required = schema.get("properties", {}), list(schema.get("required", ()))
+    arguments: dict[str, Any] = {}
+    bare: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("--") and len(word) > 2:
+            key, eq, value = word[2:].partition("=")
+            key = key.replace("-", "_")
+            if not eq:
+                field = _field(properties, key)
+                if _type(field) == "boolean" or (key.startswith("no_") and _type(_field(properties, key[3:])) == "boolean"):
+                    value = "false" if key.startswith("no_") and key not in properties else "true"
+                    key = key[3:] if key.startswith("no_") and key not in properties else key
+                elif i + 1 < len(words):
+                    i += 1
+                    value = words[i]
+                else:
+                    raise ParameterError(f"--{word[2:]} needs a value", hint=f"write --{word[2:]} VALUE")
+            _put(arguments, properties, key, value)
+        elif re.match(r"[A-Za-z_][\w.-]*=", word):
+            key, _, value = word.partition("=")
+            _put(arguments, properties, key.replace("-", "_"), value)
+        else:
+            bare.append(word)
+        i += 1
+    _fill_required(arguments, properties, required, bare, tool)
+    parse_input(tool, arguments)
+    return arguments
+
+
+def _fill_required(arguments: dict, properties: dict, required: list[str], bare: list[str], tool: Tool) -> None:
+    """Bare values fill the required fields not given by key, in the schema's order (a list field takes every
+    bare value left when it is the last one)."""
+    open_fields = [name for name in required if name not in arguments]
+    for n, name in enumerate(open_fields):
+        if not bare:
+            return
+        if _type(properties.get(name, {})) == "array" and n == len(open_fields) - 1:
+            values, bare[:] = list(bare), []
+            _put(arguments, properties, name, ",".join(values))
+        else:
+            _put(arguments, properties, name, bare.pop(0))
+    for value in list(bare):  # a bare value an optional field allows by its enum ("draft" for methods)
+        name = next((k for k, prop in properties.items() if value in _allowed(prop)), None)
+        if name is not None:
+            bare.remove(value)
+            _put(arguments, properties, name, value)
+    if bare:
+        named = ", ".join(required) or "none"
+        raise ParameterError(f"/{tool.name} does not know what {' '.join(bare)!r} is for",
+                             hint=f"give values by name (key=value or --key value); its required fields: {named}")
+
+
+def _allowed(prop: dict) -> tuple:
+    """The values a field's schema lists (its enum, or its items' enum)."""
+    branches = [prop, *prop.get("anyOf", ())]
+    for branch in branches:
+        for where in (branch, branch.get("items", {})):
+            if "enum" in where:
+                return tuple(str(v) for v in where["enum"])
+    return ()
+
+
+def _field(properties: dict, key: str) -> dict:
+    return properties.get(key, {})
+
+
+def _type(prop: dict) -> str | None:
+    """The JSON type of a field (the non-null branch of an optional one)."""
+    if "type" in prop:
+        return prop["type"]
+    branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
+    return branches[0].get("type") if branches else None
+
+
+def _put(arguments: dict, properties: dict, key: str, raw: str) -> None:
+    """Set ``key`` (dotted keys go into objects; a key the tool lacks goes into its ``params`` when it has one)."""
+    head, dot, tail = key.partition(".")
+    if dot and head in properties:
+        inner = arguments.setdefault(head, {})
+        if not isinstance(inner, dict):
+            raise ParameterError(f"{head} was given twice", hint=f"give {head} once, as JSON or as {head}.KEY=VALUE")
+        _put(inner, {}, tail, raw)
+        return
+    if key not in properties and properties and "params" in properties:
+        arguments.setdefault("params", {})[key] = _scalar(raw)
+        return
+    prop = properties.get(key, {})
+    kind = _type(prop)
+    if kind == "array":
+        items = [v.strip() for v in raw.split(",") if v.strip()]
+        arguments[key] = [*arguments.get(key, []), *items] if isinstance(arguments.get(key), list) else items
+    elif kind == "object" or (raw.startswith("{") and kind is None and properties):
+        try:
+            arguments[key] = json.loads(raw)
+        except ValueError as exc:
+            raise ParameterError(f"{key} takes a JSON object", hint=f"{key}='{{\"k\": 4}}' or {key}.k=4") from exc
+    elif kind == "boolean":
+        low = raw.lower()
+        if low not in TRUE + FALSE:
+            raise ParameterError(f"{key} is true or false, not {raw!r}", hint=f"{key}=true or --{key} / --no-{key}")
+        arguments[key] = low in TRUE
+    elif kind in ("integer", "number"):
+        arguments[key] = _number(key, raw)
+    elif properties:
+        arguments[key] = raw
+    else:  # inside an object without a schema here (a method's params): read numbers and booleans
+        arguments[key] = _scalar(raw)
+
+
+def _number(key: str, raw: str) -> int | float:
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ParameterError(f"{key} takes a number, not {raw!r}", hint=f"write {key}=NUMBER") from exc
+    return int(value) if value.is_integer() and re.fullmatch(r"-?\d+", raw.strip()) else value
+
+
+def _scalar(raw: str) -> Any:
+    """A value whose type the schema here does not give: a number, true/false, JSON, else the text."""
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", raw.strip()):
+        return _number("value", raw)
+    if raw.startswith(("{", "[")):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw

@@ -1,0 +1,79 @@
+"""Tool commands typed in the chat (agent.commands): parsed from the tools' schemas, validated by their models."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.commands import parse_command, tool_command
+from tools.agent_tools import registry
+from tools.errors import ParameterError
+
+TOOLS = registry.load_tools()
+
+
+def parsed(text: str) -> tuple[str, dict]:
+    name = tool_command(text, TOOLS)
+    assert name is not None, text
+    return name, parse_command(text, TOOLS[name])
+
+
+def test_every_registry_tool_is_a_command_by_its_own_name_and_with_dashes():
+    for name in TOOLS:
+        assert tool_command(f"/{name}", TOOLS) == name
+        assert tool_command(f"/{name.replace('_', '-')} x=1", TOOLS) == name
+    assert tool_command("/tmp/report.md", TOOLS) is None
+    assert tool_command("run draft please", TOOLS) is None
+
+
+def test_key_value_flags_and_bare_values_follow_the_schema():
+    name, args = parsed('/run_method draft prompt="Write a haiku" --max-new-tokens 64 --temperature=0.5')
+    assert name == "run_method"
+    assert args == {"method": "draft", "prompt": "Write a haiku", "max_new_tokens": 64, "temperature": 0.5}
+
+
+def test_a_key_the_tool_lacks_goes_into_the_methods_params():
+    _, args = parsed('/run_method lookahead prompt=hi window=8 params.guess=3')
+    assert args["params"] == {"window": 8, "guess": 3}
+
+
+def test_lists_booleans_and_enum_valued_bare_words():
+    _, args = parsed('/compare_methods draft ngram --prompt "two words"')
+    assert args == {"prompt": "two words", "methods": ["draft", "ngram"]}
+    _, args = parsed("/compare_methods prompt=x methods=draft,lookahead")
+    assert args["methods"] == ["draft", "lookahead"]
+    _, args = parsed("/recall --include-done-tasks")
+    assert args == {"include_done_tasks": True}
+    _, args = parsed("/recall include_done_tasks=no")
+    assert args == {"include_done_tasks": False}
+
+
+@pytest.mark.parametrize("text, says", [
+    ('/run_method draft "unclosed', "quotes"),
+    ("/lookup_runs limit=many", "number"),
+    ("/recall include_done_tasks=maybe", "true or false"),
+    ("/run_method nonsense prompt=x", "method"),
+    ("/explain medusa extra words", "does not know"),
+    ("/run_method draft prompt=x --max-new-tokens", "needs a value"),
+])
+def test_what_does_not_parse_or_validate_says_what_to_change(text, says):
+    name = tool_command(text, TOOLS)
+    with pytest.raises(ParameterError) as err:
+        parse_command(text, TOOLS[name])
+    assert says in err.value.user_message()
+
+
+def test_the_chat_runs_a_tool_command_without_any_model():
+    from agent.brains.offline import OfflineBrain
+    from agent.loop import Session
+    from memory import Store
+
+    with Store() as store:
+        _chat_commands(Session(store, OfflineBrain()))
+
+
+def _chat_commands(session):
+    reply = session.handle("/check-deps ngram")
+    assert "ngram" in reply.text and reply.not_done is None
+    bad = session.handle("/lookup_runs limit=many")
+    assert "number" in bad.text and bad.not_done
+    assert session.handle("/explain topic=medusa detail=full").text.startswith("# Medusa")

@@ -1,0 +1,48 @@
+"""The shipped tool classifier (agent.brains.classifier): fitted on the fitted chat sets only, judged on the
+held-out ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.brains.classifier import NO_TOOL, default_classifier, features
+from tools.agent_tools import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
+HELD_OUT = ("conversations_fresh_j.jsonl", "conversations_fresh_u.jsonl", "conversations_fresh_ac.jsonl")
+
+
+def test_the_classifier_ships_and_knows_only_registry_tools():
+    model = default_classifier()
+    assert model is not None
+    assert set(model.labels) - {NO_TOOL} <= set(registry.load_tools())
+
+
+def test_the_held_out_sets_were_not_in_its_training_pool():
+    pool = {json.loads(line)["text"] for line in (ROOT / "prompts" / "tool_examples.jsonl").read_text().splitlines()
+            if line.strip()}
+    for name in HELD_OUT:
+        rows = [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+        assert not pool & {r["text"] for r in rows}, name
+
+
+def test_it_picks_the_right_tool_on_requests_it_never_saw():
+    model = default_classifier()
+    for name in HELD_OUT:
+        rows = [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+        right = sum((model.choose(r["text"]).tool or NO_TOOL) == (r.get("tool") or NO_TOOL) for r in rows)
+        assert right / len(rows) >= 0.9, (name, right, len(rows))
+
+
+def test_choices_are_limited_to_the_tools_offered():
+    model = default_classifier()
+    choice = model.choose("compare draft and ngram on 'hello'", allowed={"explain"})
+    assert choice.tool in ("explain", None)
+    assert 0.0 <= choice.probability <= 1.0
+
+
+def test_features_do_not_depend_on_case_or_spacing():
+    assert features("Run  DRAFT") == features("run draft")
+    assert features("") == features("   ") or not features("")
