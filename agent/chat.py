@@ -39,10 +39,12 @@ from tools.errors import SpecpilotError, Terminated
 HISTORY_FILE = "chat_history"
 LOG_FILE = Path("logs") / "chat.log"  # under the specpilot home
 QUIT = ("/quit", "/exit", "/q")
-HELP = """Commands: /help  /params (saved parameters)  /tasks (tasks, done and not done)  /runs (stored runs)
-          /run [method] [k=v ...] PROMPT  /compare [METHODS] PROMPT  /lookup RUN_ID  /guide METHOD  /explain TOPIC
+HELP = """Commands: /help  /details (the whole of the last answer: tables, every parameter, the full text)
+          /params (saved parameters)  /tasks (tasks, done and not done)  /runs (stored runs)
+          /run [method] [k=v ...] PROMPT  /compare [METHODS] PROMPT  /lookup RUN_ID  /guide [METHOD]  /explain TOPIC
           /deps [METHOD]  /save METHOD k=v ...  /measure [TARGET] (cost curve)  /install PKG...  /train  /report
           /share DEST  /quit (or Ctrl-D; Ctrl-C clears the line)
+Answers are short: the result, the figure that decides it with its run id, the next step.
 Or just say what you want, e.g. "run draft: write a quicksort in Python",
 "compare draft, medusa and lookahead on 'Explain quantum computing'",
 "what did we do last time?", "save k=6 as my default for draft" or
@@ -146,13 +148,14 @@ class Chat:
         self.console.file.flush()
 
     def show(self, reply: Reply) -> None:
-        """Print an answer (a streamed one was shown already: only its tables); a run gets its table."""
+        """Print an answer (a streamed one was shown already: only its tables); the detail form (/details) of a
+        run gets its table; an explanation's full text is shown as Markdown."""
         if reply.streamed:
             self.console.print()
         for result in reply.data:
-            if result.name == "run_method" and not result.is_error and result.content.get("run_id"):
+            if reply.details and result.name == "run_method" and not result.is_error and result.content.get("run_id"):
                 self.console.print(run_table(self.store.get_run(result.content["run_id"])))
-            if result.name == "explain" and not result.is_error and reply.text == result.content["text"].strip():
+            if result.name == "explain" and not result.is_error and result.content.get("detail") == "full":
                 self.console.print(Markdown(reply.text))
                 return
         if not reply.streamed:

@@ -174,7 +174,7 @@ SLOW_FILES_FIRST = (
     "test_mcp_hardening.py", "test_hostile_caller.py", "test_speculative_lossless.py", "test_chat_onboarding.py", "test_mcp.py",
     "test_cli_run.py", "test_kill_during_run.py", "test_speculative.py", "test_approval_gates.py",
     "test_json_cli.py", "test_lookahead.py", "test_eagle.py", "test_prompt_lookup.py", "test_chat_pty.py",
-    "test_upstream_peers.py", "test_mcp_polish.py", "test_medusa_data.py", "test_llamacpp_cli.py",
+    "test_answers_pty.py", "test_upstream_peers.py", "test_mcp_polish.py", "test_medusa_data.py", "test_llamacpp_cli.py",
     "test_medusa.py", "test_memory_concurrency.py", "test_local_brain.py",
 )
 

@@ -65,3 +65,46 @@ def test_an_unknown_category_is_refused_with_the_list():
     tool = registry.get_tool("choose_method")
     with pytest.raises(Exception, match="summarization"):
         registry.parse_input(tool, {"category": "long documents"})
+
+
+@pytest.mark.parametrize("words,category", [
+    ("which method would you suggest for summarising long documents on this laptop, and why?", "summarization"),
+    ("code", "coding"), ("rag", "rag"), ("translating manuals", "translation"), ("mathematics homework", "math"),
+    ("what should I use here?", None)])
+def test_a_kind_of_work_in_words_is_matched_to_a_category_by_the_categories_names(words, category):
+    assert choose.category_of(words) == category
+
+
+def guidance_for(store, **tool_input) -> dict:
+    tool = registry.get_tool("guidance")
+    result = registry.execute(tool, registry.parse_input(tool, tool_input), ToolContext(store=store))
+    assert not result.is_error, result.content
+    return result.content
+
+
+def test_guidance_without_a_method_is_a_choice_between_methods_not_the_default_methods_advice(store, monkeypatch,
+                                                                                               tmp_path):
+    monkeypatch.setattr(choose, "default_results_dir", lambda: tmp_path)
+    store.save_answer("default_method", "draft")
+    out = guidance_for(store, task="summarising long documents")
+    assert out["method"] is None and out["category"] == "summarization" and out["pick"] == "ngram"
+    assert "suggested_params" not in out and out["default_method"] == "draft"
+    every = guidance_for(store)  # no task named: over every kind of request
+    assert every["category"] is None and every["pick"] == "draft"
+    both = guidance_for(store, method="lookahead", task="rag", measure=False)  # the method's advice, and the choice
+    assert both["method"] == "lookahead" and "window" in both["suggested_params"] and both["choice"]["pick"] == "ngram"
+
+
+def test_the_planner_answers_which_method_as_a_choice_in_a_few_lines(store, monkeypatch, tmp_path):
+    from agent.brains.offline import OfflineBrain
+    from agent.loop import Session
+
+    monkeypatch.setattr(choose, "default_results_dir", lambda: tmp_path)
+    store.save_answer("default_method", "draft")  # onboarded with draft: still a choice, not draft's advice
+    reply = Session(store, OfflineBrain()).handle("which method would you suggest for summarising long documents "
+                                                  "on this laptop, and why?").text
+    lines = reply.splitlines()
+    assert lines[0] == "For summarization: ngram first." and len(lines) <= 6
+    assert [line.split(":")[0] for line in lines[1:4]] == ["- ngram", "- draft", "- eagle"]
+    assert lines[-1] == "(Parameters for your default method draft: /guide draft.)"
+    assert store.list_tasks()[0]["status"] == "done"

@@ -161,14 +161,19 @@ def test_explain_guidance_and_deps_by_words(store):
     s = session(store)
     assert "arXiv:2401.10774" in s.handle("explain medusa to me").text
     tradeoffs = s.handle("what are the trade-offs between them?").text  # the summary first, the table on request
-    assert "prompt lookup wins where the answer copies the prompt" in tradeoffs and "ask for it in detail" in tradeoffs
+    assert "prompt lookup wins where the answer copies the prompt" in tradeoffs and "/details" in tradeoffs
     assert len(tradeoffs.splitlines()) <= 3
+    full = s.handle("/details").text  # the full text of the last explanation, read anew
+    assert "**What to trust.**" in full and len(full) > 2 * len(tradeoffs)
     deps = s.handle("check dependencies for lookahead").text
-    assert "Dependencies for lookahead" in deps and "- torch (required): ok" in deps and "lade" in deps
+    assert deps.startswith("Dependencies for lookahead: ") and "lade" in deps and len(deps.splitlines()) <= 5
+    assert "- torch (required): ok" in s.handle("/details").text  # each package, on request
     suggested = s.handle("suggest lookahead parameters").text  # sized as runs size it (W=15 only on a GPU)
     assert "Suggested starting parameters for lookahead" in suggested and "window=" in suggested
-    assert "sized" in suggested
-    assert "I did not map that" in s.handle("hmm").text
+    assert "sized" in suggested and "pass_costs" not in suggested and len(suggested.splitlines()) <= 5
+    assert "pass_costs=" in s.handle("/details").text
+    not_read = s.handle("hmm").text
+    assert "I did not map that" in not_read and "/help" in not_read and len(not_read.splitlines()) <= 3
 
 
 @pytest.fixture
@@ -219,13 +224,20 @@ def compares(monkeypatch):
 
 def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(store, compares):
     store.save_params("draft", {"k": 5})
-    reply = session(store).handle("Compare draft model, Medusa and lookahead on the prompt "
+    s = session(store)
+    reply = s.handle("Compare draft model, Medusa and lookahead on the prompt "
                                   "'Explain quantum computing', using the parameters we saved.")
     [inp] = compares
     assert inp.prompt == "Explain quantum computing"
     assert inp.methods == ["baseline", "draft", "medusa", "lookahead"]
     assert "params" not in inp.model_fields_set and inp.params == {}  # the tool takes them from memory
-    text = reply.text
+    short = reply.text  # the pick with its figure, each method's speedup and run id, the next step
+    assert short.splitlines()[0] == ("Recommended on this machine for this prompt: draft, the fastest lossless method "
+                                     "measured here (1.55x).")
+    assert "draft 1.55x (run 22222222)" in short and "medusa not run (no Medusa heads for this target)" in short
+    assert "lookahead 1.21x (run 33333333; output differs: near-tie at token 17)" in short
+    assert len(short.splitlines()) <= 5
+    text = s.handle("/details").text  # the table, as compare shows it
     assert "Fake CPU (2 cores)" in text and "baseline 20.65 tok/s" in text
     lines = {line.split()[0]: line for line in text.splitlines() if line.split()}
     assert lines["draft"].split()[:6] == ["draft", "1.55x", "32.00", "72.0%", "2.84", "identical"]
@@ -236,7 +248,7 @@ def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(st
     assert "- medusa: no Medusa heads for this target: train them first (medusa)" in text  # not run, with the reason
     assert "- draft (memory): k=5" in text
     assert "Recommended on this machine for this prompt: draft, the fastest lossless method measured here (1.55x)." in text
-    task_id = store.list_tasks()[0]["id"]  # the comparison's own task
+    [task_id] = [t["id"] for t in store.list_tasks() if t["kind"] == "compare"]  # the comparison's own task
     assert f"Task {task_id}; runs: baseline 11111111, draft 22222222, lookahead 33333333." in text
     assert f"stored as the runs of task {task_id}" in text
 
@@ -281,3 +293,40 @@ def test_a_single_quoted_prompt_that_mentions_deploying_is_not_a_deploy_request(
     assert not is_deploy_request("Compare draft and medusa on 'write a deploy script'")
     assert is_deploy_request("deploy the medusa setup to production")
     assert is_deploy_request("don't just measure it, serve it")
+
+
+class DefaultMethodBrain:
+    """A brain that answers every request with the saved default method's advice (draft), whatever was asked."""
+
+    name = "default-method"
+
+    def respond(self, session, text):
+        from agent.brains.base import Reply
+        from agent.brains.format import format_result
+
+        result = session.call_tool("guidance", {"method": "draft", "measure": False})
+        return Reply(format_result(result), data=[result])
+
+
+def test_an_answer_about_another_method_than_asked_is_recorded_as_not_done(store):
+    Session(store, DefaultMethodBrain()).handle("what window should I use for lookahead?")
+    Session(store, DefaultMethodBrain()).handle("any advice for draft's k?")  # the method asked: done
+    asked, answered = sorted(store.list_tasks(), key=lambda t: t["id"])
+    assert asked["status"] == "failed"
+    assert asked["left"] == ["not done: the answer is about draft, not lookahead as asked"]
+    assert answered["status"] == "done"
+    tasks = session(store).handle("/tasks").text  # recall says so
+    assert (f"Not done: task {asked['id']}: what window should I use for lookahead? — not done: the answer is about "
+            "draft, not lookahead as asked") in tasks
+
+
+def test_details_shows_the_last_tool_answer_whole_and_says_when_there_is_none(store, runs):
+    s = session(store)
+    nothing = s.handle("/details")
+    assert "no answer to detail yet" in nothing.text and store.list_tasks()[0]["status"] == "failed"
+    short = s.handle("run draft: write a sort function").text
+    assert "Output:" not in short and "/details" in short and len(short.splitlines()) <= 3
+    details = s.handle("/details")
+    assert details.details and "Output:\n  def f(): pass" in details.text and [r.name for r in details.data] == ["run_method"]
+    s.handle("/help")  # a turn without a tool keeps the last answer for /details
+    assert "Output:\n  def f(): pass" in s.handle("/details").text

@@ -17,7 +17,7 @@ RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECAS
 SLASH_COMMANDS = frozenset({
     "help", "params", "memory", "saved", "tasks", "runs", "lookup", "run", "compare", "deps", "dependencies",
     "guide", "guidance", "suggest", "explain", "install", "train", "report", "share", "save", "measure",
-    "quit", "exit", "q"})
+    "details", "quit", "exit", "q"})
 COMMAND_SHAPE = re.compile(r"/([A-Za-z][\w-]*)(?=\s|$)")
 
 
@@ -45,8 +45,12 @@ class Reply:
     awaiting: str | None = None
     unfinished: str | None = None  # why the request could not be finished (e.g. iteration limit)
     not_done: str | None = None  # why the request could not be served at all (out of scope, not understood)
+    # why the reply, though tools answered, is not the answer to what was asked (e.g. advice for another method
+    # than the one named): the task is recorded as not done with this reason, not as done
+    off_request: str | None = None
     streamed: bool = False  # the text was already shown as it arrived (the chat does not print it again)
     data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
+    details: bool = False  # the detail form of the last answer (/details): the chat shows its tables too
     waiting_call: Any = None  # (call, argument) the question is about, where another brain completes it
 
 
@@ -57,6 +61,7 @@ class ToolSession(Protocol):
     store: Any
     task_id: int | None
     last_prompt: str | None
+    last_results: list[ToolResult]  # the tool results of the newest turn that had any (what /details shows)
 
     def call_tool(self, name: str, tool_input: dict | str | None) -> ToolResult:
         """Run a tool through the approval gate and record it."""

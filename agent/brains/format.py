@@ -1,5 +1,10 @@
-"""Turn tool results into plain answers for the offline brain: exact figures with their source, the
-approval a gated call waits for, and errors as messages (never tracebacks)."""
+"""Turn tool results into plain answers for the local and offline brains: exact figures with their source,
+the approval a gated call waits for, and errors as messages (never tracebacks).
+
+Every result has two forms. :func:`format_result` is the short form a person reads as the answer (1-6 lines:
+the choice or result, the one figure that decides it with its run id, or "not measured yet", and the next
+step); :func:`format_details` is the whole of it (tables, every parameter with its reason), which the chat
+shows on /details. Claude, the MCP host and `--json` get the structured result itself."""
 
 from __future__ import annotations
 
@@ -8,9 +13,20 @@ import json
 from tools.agent_tools.registry import ToolResult
 from tools.report.markdown import fmt, versus_baseline
 
+DETAILS_HINT = "/details"  # the chat command that shows the detail form of the last answer
+
 
 def format_result(result: ToolResult) -> str:
-    """A readable answer built only from what the tool returned."""
+    """The short answer built only from what the tool returned."""
+    return _format(result, SHORT)
+
+
+def format_details(result: ToolResult) -> str:
+    """The whole answer built from what the tool returned (the detail form)."""
+    return _format(result, DETAILS)
+
+
+def _format(result: ToolResult, forms: dict) -> str:
     c = result.content
     if result.is_error:
         return f"That did not work: {c.get('error')}"
@@ -21,8 +37,11 @@ def format_result(result: ToolResult) -> str:
     if c.get("status") == "not_executed":
         shown = json.dumps(c.get("input") or {}, ensure_ascii=False, default=str)
         return f"Planned, not executed: {result.name} {shown} ({c.get('reason')})."
-    formatter = FORMATTERS.get(result.name)
+    formatter = forms.get(result.name) or DETAILS.get(result.name)
     return formatter(c) if formatter else json.dumps(c, indent=2, ensure_ascii=False, default=str)
+
+
+# ---------------------------------------------------------------------------- the detail forms
 
 
 def _run(c: dict) -> str:
@@ -58,6 +77,9 @@ def _recall(c: dict) -> str:
         lines.append(f"Default method: {default}")
     lines.append("Unfinished tasks:" if c.get("unfinished_tasks") else "No unfinished tasks.")
     lines += [f"  {t}" for t in c.get("unfinished_tasks", [])]
+    if c.get("not_done_tasks"):
+        lines.append("Not done:")
+        lines += [f"  {t}" for t in c["not_done_tasks"]]
     if c.get("done_tasks"):
         lines.append("Finished tasks:")
         lines += [f"  {t}" for t in c["done_tasks"]]
@@ -68,11 +90,24 @@ def _recall(c: dict) -> str:
 
 
 def _guidance(c: dict) -> str:
+    if c.get("method") is None:
+        return _choose(c)
     params = ", ".join(f"{k}={v}" for k, v in c["suggested_params"].items())
     lines = [f"Suggested starting parameters for {c['method']} on {c['target']} ({c['hardware']['name']}): {params}",
              *[f"- {r}" for r in c["reasons"]], f"Source: {c['source']}.", c["measured_best"],
              f"Note: {c['advice']}."]
+    lines += [f"Serving: {line}" for line in c.get("serving") or []]
+    if c.get("choice"):
+        lines += _choice_lines(c["choice"], every=True)
+    lines.append(_guidance_next(c))
     return "\n".join(lines)
+
+
+def _guidance_next(c: dict) -> str:
+    if (c.get("next_step") or {}).get("tool") == "measure_cost_curve":
+        return (f"Next: /measure sizes it to this machine (it measures the cost curve of {c['target']} here: loads "
+                "the model, about a minute, and stores it).")
+    return f"Next: run it on your own prompt ('run {c['method']}: <your prompt>') to measure it here."
 
 
 def _deps(c: dict) -> str:
@@ -93,7 +128,10 @@ def _deps(c: dict) -> str:
 
 
 def _explain(c: dict) -> str:
-    return c["text"].strip() + (f"\n({c['more'][0].upper()}{c['more'][1:]}.)" if c.get("more") else "")
+    measured = (c.get("measured_here") or {}).get("sentence")
+    gap = "\n\n" if c.get("detail") == "full" else "\n"  # the full text is Markdown: its own paragraph
+    return (c["text"].strip() + (f"{gap}{measured}" if measured else "")
+            + (f"\n({c['more'][0].upper()}{c['more'][1:]}.)" if c.get("more") else ""))
 
 
 def _installed(c: dict) -> str:
@@ -196,20 +234,175 @@ def _serving(c: dict) -> str:
 
 
 def _choose(c: dict) -> str:
-    lines = [f"For {c['category'].replace('_', ' ')}: {c['pick']} first."]
-    lines += [f"- {line}" for line in c["lines"][:3]]
-    lines.append(f"Next: measure {' and '.join(c['next_step']['input']['methods'][1:])} on your own prompt "
-                 "(compare them on it).")
-    return "\n".join(lines)
+    return "\n".join([*_choice_lines(c, every=True), f"Source of the first figure: {c['source']}."])
 
 
-FORMATTERS = {
+def _choice_lines(c: dict, every: bool = False) -> list[str]:
+    """A choice between methods: the pick first, a line per candidate (three, or ``every`` one), the next step."""
+    kind = (c.get("category") or "").replace("_", " ")
+    lines = [f"For {kind}: {c['pick']} first." if kind else
+             f"{c['pick']} first (over every kind of request: no kind of work was named)."]
+    lines += [f"- {line}" for line in (c["lines"] if every else c["lines"][:3])]
+    pair = [m for m in c["next_step"]["input"]["methods"] if m != "baseline"]
+    lines.append(f"Next: I can measure {' and '.join(pair)} on your own prompt: say 'compare {' and '.join(pair)} on "
+                 "<your prompt>'.")
+    return lines
+
+
+DETAILS = {
     "choose_method": _choose,
     "measure_serving": _serving,
     "run_method": _run, "lookup_runs": _lookup, "recall": _recall, "guidance": _guidance, "check_deps": _deps,
     "explain": _explain, "install_packages": _installed, "train_medusa": _trained, "write_report": _report,
     "share_results": _shared, "save_params": _saved, "measure_cost_curve": _curve, "compare_methods": _compare,
 }
+
+
+# ---------------------------------------------------------------------------- the short forms
+
+
+def _run_short(c: dict) -> str:
+    lines = [f"Measured now: {c['statement']}."]
+    if c.get("matches_baseline") is False and c.get("first_divergence"):
+        div = c["first_divergence"]
+        lines.append(f"First divergence from the baseline: {div.get('explanation') or div}")
+    if c.get("lossy"):
+        lines.append("Note: this mode is lossy by design (typical acceptance).")
+    lines.append(f"Next: compare it with other methods on this prompt (/compare METHODS PROMPT) to choose; "
+                 f"{DETAILS_HINT} shows the output and where each parameter came from.")
+    return "\n".join(lines)
+
+
+def _lookup_short(c: dict) -> str:
+    runs = c["runs"]
+    lines = [f"From memory ({len(runs)} run{'s' if len(runs) != 1 else ''}, figures as stored):"]
+    lines += [f"- {r['statement']}" for r in runs[:3]]
+    if len(runs) > 3:
+        lines.append(f"({len(runs) - 3} more: {DETAILS_HINT})")
+    return "\n".join(lines)
+
+
+def _recall_short(c: dict) -> str:
+    params = c.get("saved_params") or {}
+    default = (c.get("answers") or {}).get("default_method")
+    if params:
+        lines = ["Saved parameters: " + "; ".join(
+            f"{m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
+            for m, p in params.items())]
+    else:
+        lines = ["No parameters saved yet." + (f" Default method: {default}." if default else "")]
+    unfinished, failed, done = (c.get(key) or [] for key in ("unfinished_tasks", "not_done_tasks", "done_tasks"))
+    lines.append(f"Unfinished tasks: {unfinished[0]}" + _more(unfinished) if unfinished else "No unfinished tasks.")
+    if failed:
+        lines.append(f"Not done: {failed[0]}" + _more(failed))
+    if done:
+        lines.append("Finished tasks: " + "; ".join(t.rpartition(" — done: ")[0] for t in done[:3]) + _more(done, 3))
+    if c.get("recent_runs"):
+        lines.append(f"Newest run: {c['recent_runs'][0]}")
+    return "\n".join(lines)
+
+
+def _more(items: list, shown: int = 1) -> str:
+    return f" ({len(items) - shown} more: {DETAILS_HINT})" if len(items) > shown else ""
+
+
+def _guidance_short(c: dict) -> str:
+    if c.get("method") is None:
+        return _choice_short(c)
+    shown = {k: v for k, v in c["suggested_params"].items() if v is not None and not isinstance(v, (list, dict))}
+    lines = [f"Suggested starting parameters for {c['method']} on {c['target']} ({c['hardware']['name']}): "
+             + ", ".join(f"{k}={v}" for k, v in shown.items()) + "."]
+    measured_now = "; this machine's cost curve was measured now for it and stored" if c.get("measured_now") else ""
+    lines.append(f"Source: {c['source']}{measured_now}; advice to be measured, not a result.")
+    lines.append(f"{c['measured_best'][0].upper()}{c['measured_best'][1:]}.")
+    if c.get("choice"):
+        choice = c["choice"]
+        kind = (choice.get("category") or "every kind of request").replace("_", " ")
+        lines.append(f"For {kind}: {choice['pick']} first ({choice['source']}).")
+    lines.append(_guidance_next(c))
+    return "\n".join(lines)
+
+
+def _choice_short(c: dict) -> str:
+    lines = _choice_lines(c)
+    if c.get("default_method"):
+        lines.append(f"(Parameters for your default method {c['default_method']}: /guide {c['default_method']}.)")
+    return "\n".join(lines)
+
+
+def _deps_short(c: dict) -> str:
+    missing = [f"{p['package']} ({p['status']})" for p in c["packages"] if p["required"] and p["status"] != "ok"]
+    lines = [f"Dependencies for {c['method']}: " + ("ready." if c["ready"] else f"NOT ready: {', '.join(missing)}.")]
+    if c.get("suggested_install"):
+        lines.append(f"Suggested: {c['suggested_install']['command']} (I ask for approval before installing).")
+    if c.get("note"):
+        lines.append(c["note"])
+    lines.append(f"{DETAILS_HINT} lists each package with its version.")
+    return "\n".join(lines)
+
+
+def _explain_short(c: dict) -> str:
+    if c.get("detail") == "full":
+        return _explain(c)
+    lines = [c["text"].strip()]
+    if (c.get("measured_here") or {}).get("sentence"):
+        lines.append(c["measured_here"]["sentence"])
+    if c.get("sections"):
+        lines.append(f"({DETAILS_HINT}: the full text, also on {', '.join(c['sections'])}.)")
+    return "\n".join(lines)
+
+
+def _curve_short(c: dict) -> str:
+    ms = {int(n): float(t) for n, t in c["curve_ms"].items()}
+    one = ms.get(1)
+    costs = [f"{n} tokens {ms[n] / one:.2f}x" for n in (2, 4, 8) if one and n in ms]
+    lines = [f"Cost curve of {c['target']} measured on {c['hardware']} ({c['dtype']}) and stored"
+             + (f": a pass over {', '.join(costs)} a one-token pass." if costs else ".")]
+    lines.append("Lookahead sized to it: " + ", ".join(f"{k}={v}" for k, v in c["suggested_lookahead"].items()) + ".")
+    lines.append(f"Next: runs and guidance size to it from now on; {DETAILS_HINT} shows the curve in ms and why.")
+    return "\n".join(lines)
+
+
+def _compare_short(c: dict) -> str:
+    rows = c.get("rows") or []
+    rec = c.get("recommended") or {}
+    ids = c.get("run_ids_by_method") or {}
+    lines = []
+    if rec.get("method") and rec["method"] != "baseline":
+        lines.append(f"Recommended on this machine for this prompt: {rec['method']}, the {rec['reason']}.")
+    elif rec.get("method"):
+        lines.append(f"Recommended: plain decoding ({rec['reason']}).")
+    figures = []
+    for row in rows:
+        if row["method"] == "baseline":
+            continue
+        if row.get("status") != "measured":
+            figures.append(f"{row['method']} not run ({row.get('short_reason') or row.get('reason')})")
+            continue
+        same = "" if row.get("matches_baseline") is not False else f"; output differs: {versus_baseline(row)}"
+        figures.append(f"{row['method']} {fmt(row.get('speedup'), 2, 'x')} (run {row.get('run_id')}{same})")
+    hw = (c.get("hardware") or {}).get("name", "hardware not recorded")
+    lines.append(f"Measured on {hw}, target {c.get('target')}: " + ", ".join(figures) + ".")
+    task = f" (task {c['task_id']})" if c.get("task_id") is not None else ""
+    lines.append(f"Next: {DETAILS_HINT} shows the table{task}: tok/s, acceptance, tokens per step, parameters used.")
+    return "\n".join(lines)
+
+
+def _serving_short(c: dict) -> str:
+    hw = (c.get("hardware") or {}).get("name", "hardware not recorded")
+    where = "an endpoint" if c.get("backend") == "endpoint" else "vLLM"
+    statement = list(c.get("statement") or [])
+    lines = [f"Measured on {where}, {hw} (target {c.get('target')}, {c.get('prompts')} prompt(s)):", *statement[:3]]
+    lines.append(f"{DETAILS_HINT} shows every configuration and level" + (f" ({len(statement) - 3} more lines)."
+                                                                        if len(statement) > 3 else "."))
+    return "\n".join(lines)
+
+
+SHORT = {
+    "choose_method": _choice_short, "measure_serving": _serving_short, "run_method": _run_short,
+    "lookup_runs": _lookup_short, "recall": _recall_short, "guidance": _guidance_short, "check_deps": _deps_short,
+    "explain": _explain_short, "measure_cost_curve": _curve_short, "compare_methods": _compare_short,
+}  # the others (install, train, report, share, save) are one line in both forms
 
 
 # the rule planner's fixed answers
@@ -219,9 +412,11 @@ HELP = """I can, offline:
   look up stored figures         what was the speedup for the medusa run on that prompt?   (/runs, /lookup ID)
   remember what we did           what did we do last time?   (/params  /tasks)
   save parameters                save k=6 as my default for draft   (/save METHOD k=v ...)
-  suggest parameters             suggest lookahead parameters   (/guide METHOD)
+  suggest parameters, or a method  suggest lookahead parameters; which method would you suggest for summaries?
+                                 (/guide METHOD, /guide KIND-OF-WORK such as summarization, coding, rag)
   measure this machine's cost curve (sizes lookahead)   (/measure [target])
   explain a method               explain medusa   (/explain draft|medusa|lookahead|eagle|tradeoffs)
+  the whole of the last answer   (/details: tables, every parameter and its reason, the full text)
   check dependencies             check dependencies for medusa   (/deps [method])
   install packages (asks first)  install gguf   (/install PKG ...)
   train Medusa heads (asks first)  train medusa heads   (/train [target])

@@ -16,7 +16,7 @@ from typing import Any
 from agent.brains.background import without_thread
 from agent.brains.approval_words import APPROVED_TOOLS, find_approval_id
 from agent.brains.base import ToolSession, RUN_WORDS, Reply, command_name, is_known_command
-from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_result
+from agent.brains.format import CLOSING_TEXT, GREETING_TEXT, HELP, format_details, format_result
 from agent.brains.phrase_fields import (compare_params, explained_topic, guidance_fields, known_packages,
                                        method_of_words, newest_n, prompt_filter, report_fields, run_input, run_options,
                                        train_fields)
@@ -35,6 +35,7 @@ from agent.brains.phrases import (ADVICE_QUESTION, AGAIN, ANY_PROMPT_ANSWER, ASK
                                   first_named, leading_methods, named_methods, unquote)
 from agent.brains.prompt_words import Message, find_prompt
 from agent.brains.refusals import CONTENT_WRITING, DELETE_WORDS, MODEL_CHANGES, MODEL_TUNING
+from tools.agent_tools.choose import category_of
 from tools.agent_tools.guidance import detect_hardware
 from tools.agent_tools.lookup import statement
 from tools.engine.params import ACCELERATED, METHODS
@@ -108,6 +109,20 @@ class OfflineBrain:
                          not_done="no parameter values given to /save")
         return self._save(session, method or method_of_params(params), params, make_default=False)
 
+    def _slash_details(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
+        """The detail form of the last answer's tool results (an explanation's full text is read anew)."""
+        results = list(getattr(session, "last_results", None) or [])
+        if not results:
+            return Reply("There is no answer to detail yet: /details shows the whole of the last answer a tool gave "
+                         "in this conversation.", not_done="no tool answered earlier in this conversation")
+        parts, shown = [], []
+        for result in results:
+            if result.name == "explain" and not result.is_error and result.content.get("detail") == "short":
+                result = session.call_tool("explain", {"topic": result.content["topic"], "detail": "full"})
+            parts.append(format_details(result))
+            shown.append(result)
+        return Reply("\n\n".join(parts), data=shown, details=True)
+
     def _slash_measure(self, session: ToolSession, rest: str, args: list[str]) -> Reply:
         target = find_target(rest) or (args[0] if args else None)
         return self._call(session, "measure_cost_curve", {"target": target} if target else {})
@@ -120,7 +135,7 @@ class OfflineBrain:
             reply = getattr(self, rule)(session, msg)
             if reply is not None:
                 return reply
-        return self._not_understood(msg)
+        return self._not_understood(session, msg)
 
     def _social(self, session: ToolSession, msg: Message) -> Reply | None:
         if msg.words <= 8 and not IN_SCOPE.search(msg.head) and not msg.has(RECALL_STRONG):  # "hi, where were we?"
@@ -306,7 +321,7 @@ class OfflineBrain:
             return None
         named = find_methods(DRAFT_SIZES.sub(" ", msg.head)) or msg.methods  # "draft sizes for prompt lookup": ngram
         method = next((m for m in named if m in ACCELERATED), None) or method_of_words(msg.head)
-        return self._guidance(session, method, msg.target, guidance_fields(msg.head))
+        return self._guidance(session, method, msg.target, guidance_fields(msg.head), words=msg.head)
 
     def _explain_words(self, session: ToolSession, msg: Message) -> Reply | None:
         if not msg.has(EXPLAIN_WORDS) or msg.has(FIGURES):
@@ -349,12 +364,18 @@ class OfflineBrain:
         return self._run(session, method, msg.prompt, again=msg.has(AGAIN), target=msg.target,
                          options=find_params(msg.head))
 
-    def _not_understood(self, msg: Message) -> Reply:
+    def _not_understood(self, session: ToolSession, msg: Message) -> Reply:
+        """A request no rule read: said so in a few lines, with what this machine measured so far and how to
+        measure (the full list of what the planner does is /help)."""
+        best = max((r for r in session.store.find_runs(limit=200) if r.get("speedup") is not None),
+                   key=lambda r: r["speedup"], default=None)
+        measured = f"Best measured here so far: {statement(best)}." if best else "Nothing is measured on this machine yet."
+        hint = f"{measured}\nTry 'compare draft and ngram on <your prompt>' (measures both here), or /help for everything I do."
         if IN_SCOPE.search(msg.text):
-            return Reply("I did not map that onto anything I can do.\n" + HELP,
+            return Reply(f"I did not map that onto anything I can do.\n{hint}",
                          not_done="the request was not understood by the rule planner")
         return Reply("I did not map that onto anything I can do: it looks outside what specpilot does (measuring "
-                     "speculative decoding on this machine).\n" + HELP, not_done="outside specpilot's scope")
+                     f"speculative decoding on this machine).\n{hint}", not_done="outside specpilot's scope")
 
     # ---- workflows -----------------------------------------------------------------------
 
@@ -493,18 +514,14 @@ class OfflineBrain:
         return self._call(session, "lookup_runs", tool_input)
 
     def _guidance(self, session: ToolSession, method: str | None, target: str | None = None,
-                  fields: dict | None = None) -> Reply:
-        method = method or self._default_method(session)
+                  fields: dict | None = None, words: str = "") -> Reply:
+        """Guidance for the method the user named; where they named none, the choice between methods (for
+        the kind of work their ``words`` name, when they name one), never the saved default method's advice."""
+        tool_input = {**(fields or {}), **({"target": target} if target else {})}
         if method is None or method == "baseline":
-            return self._ask("guidance", {"target": target}, "method", "Guidance for which method: "
-                             f"{', '.join(ACCELERATED[:-1])} or {ACCELERATED[-1]}?")
-        reply = self._call(session, "guidance",
-                           {"method": method, **(fields or {}), **({"target": target} if target else {})})
-        result = reply.data[0] if reply.data else None
-        if result is not None and not result.is_error and result.content.get("next_step"):
-            reply.text += (f"\nTo size it to this machine, say /measure: it measures the cost curve of "
-                           f"{result.content['target']} here (loads the model; about a minute) and stores it.")
-        return reply
+            task = category_of(words)
+            return self._call(session, "guidance", {**tool_input, **({"task": task} if task else {})})
+        return self._call(session, "guidance", {"method": method, **tool_input})
 
     def _save(self, session: ToolSession, method: str | None, params: dict, make_default: bool | None,
               replace: bool = False) -> Reply:
@@ -567,7 +584,7 @@ SLASH = {
     "run": OfflineBrain._slash_run,
     "compare": OfflineBrain._slash_compare,
     "deps": lambda self, session, rest, args: self._call(session, "check_deps", {"method": find_method(rest) or "all"}),
-    "guide": lambda self, session, rest, args: self._guidance(session, find_method(rest), find_target(rest)),
+    "guide": lambda self, session, rest, args: self._guidance(session, find_method(rest), find_target(rest), words=rest),
     "explain": lambda self, session, rest, args: self._explain(session, find_topic(rest) if rest else None),
     "install": lambda self, session, rest, args: self._install(session, args),
     "train": lambda self, session, rest, args: self._train(session, args[0] if args else None),
@@ -575,5 +592,6 @@ SLASH = {
     "share": lambda self, session, rest, args: self._share(session, rest or None),
     "save": OfflineBrain._slash_save,
     "measure": OfflineBrain._slash_measure,
+    "details": OfflineBrain._slash_details,
 }
 SLASH.update({"dependencies": SLASH["deps"], "guidance": SLASH["guide"], "suggest": SLASH["guide"]})

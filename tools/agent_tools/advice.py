@@ -32,8 +32,8 @@ from tools.bench.inputs import MeasureOptions
 from tools.bench.protocol import hardware_info
 from tools.bench.sizing import Sizing, remembered_machine, size_params
 from tools import models
-from tools.models import DEFAULT_TARGET
 from tools.errors import ParameterError, SpecpilotError
+from tools.agent_tools.saved_params import resolve_target, saved_target  # noqa: F401  (imported from here too)
 
 LLAMACPP_DTYPE = "gguf"  # the dtype llama.cpp runs and cost curves are stored under (tools.engine.llamacpp)
 
@@ -90,25 +90,6 @@ def stored_cost_curve(store, target: str, hardware_name: str) -> dict | None:
 
 def _defaults(method: str) -> dict:
     return PARAM_MODELS[method]().model_dump()
-
-
-def saved_target(store, method: str | None = None) -> str | None:
-    """The target saved in memory: the method's, else the default method's, else any saved one."""
-    default = store.get_answer("default_method")
-    saved = store.all_params() or {}
-    for name in (method, default, *saved):
-        target = (saved.get(name) or {}).get("target") if name else None
-        if target:
-            return str(target)
-    return None
-
-
-def resolve_target(store, method: str | None, given: str | None) -> tuple[str, str]:
-    """The target to advise for and where it came from: given, saved in memory, or the built-in default."""
-    if given:
-        return given, "given"
-    found = saved_target(store, method)
-    return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
 
 
 def draft_advice(store, size_b: float | None, hw: dict, target: str,
@@ -318,7 +299,10 @@ def guidance(inp, ctx) -> dict:
         if inp.measure:
             try:
                 measure_machine(ctx, inp.method, target, inp.backend)
-                measured_now, not_measured = True, None
+                if curve_missing(ctx.store, inp.method, target, hw, inp.backend):  # timings too disturbed to keep
+                    not_measured = "measuring it now gave no curve that could be stored (the machine looked busy)"
+                else:
+                    measured_now, not_measured = True, None
             except SpecpilotError as exc:  # the model is not here, say: advise without pretending to have measured
                 not_measured = f"it could not be measured ({exc})"
     if inp.method == "draft":
@@ -341,6 +325,8 @@ def guidance(inp, ctx) -> dict:
     if measured_now:
         out["measured_now"] = "this machine's cost curve was measured for this advice and stored"
     elif not_measured:
+        sized_lines = set(sizing.lines()) if sizing is not None else set()
+        out["reasons"] = [r for r in reasons if r not in sized_lines]  # the sizes below are not this machine's
         defaults = _defaults(inp.method)
         out["suggested_params"] = {k: defaults.get(k, v) for k, v in params.items()}
         out["param_reasons"] = {k: "the method's starting value: not sized, no cost curve of the target is measured "

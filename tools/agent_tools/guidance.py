@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.agent_tools.choose import category_of, ranking
 from tools.agent_tools.registry import ToolContext, tool
+from tools.agent_tools.saved_params import resolve_target
 from tools.bench.vllm_bench import stored_sweep_lines
 from tools.engine.params import AcceleratedName
 
@@ -19,7 +21,13 @@ class GuidanceInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: AcceleratedName
+    method: AcceleratedName | None = Field(None, description="the method the person named; leave it out when they "
+                                                             "did not name one: the answer is then a choice "
+                                                             "between methods (for the task, when one is given)")
+    task: str | None = Field(None, max_length=200,
+                             description="the kind of work to speed up, in the person's words or as Spec-Bench names "
+                                         "it (summarization, rag, coding, math, translation, writing, qa, ...): the "
+                                         "methods are ranked for it from what was measured")
     target: str | None = Field(None, description="the target model reference (default: the target saved in "
                                                  "memory, else the built-in default target)")
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
@@ -67,12 +75,31 @@ def guidance(inp: GuidanceInput, ctx: ToolContext) -> dict:
     GPU without one, the source's W=15, N=5, G=5 with measure_cost_curve as the next step; each parameter
     with its reason. The target saved in memory is used when none is given.
     Uses measured sweeps from memory when present, and the newest stored vLLM sweep of the target (best K per
-    concurrency level) under 'serving'. This is advice to be measured, never a result."""
+    concurrency level) under 'serving'. This is advice to be measured, never a result.
+    Without a method (the person named none: "which method for summarising documents?") the answer is a
+    choice between methods, as choose_method gives it, for ``task`` (matched to a Spec-Bench category); with a
+    method and a task, the method's advice and that choice under 'choice'."""
+    if inp.method is None:
+        return method_choice(inp, ctx)
     result = advice().guidance(inp, ctx)
+    if inp.task:
+        result["choice"] = method_choice(inp, ctx)
     serving = stored_sweep_lines(ctx.store, result.get("target") or inp.target or "", inp.method)
     if serving and isinstance(result, dict):
         result["serving"] = serving
     return result
+
+
+def method_choice(inp: GuidanceInput, ctx: ToolContext) -> dict:
+    """guidance's answer when no method was named: choose_method's ranking for the task's category (every
+    kind of request when the task names none), with the default method saved in memory, if any."""
+    target, target_source = resolve_target(ctx.store, None, inp.target)
+    category = category_of(inp.task)
+    out = {"method": None, "task": inp.task, **ranking(ctx.store, category, target), "target_source": target_source}
+    default = ctx.store.get_answer("default_method")
+    if default:
+        out["default_method"] = default
+    return out
 
 
 @tool("measure_cost_curve", CostCurveInput)

@@ -118,7 +118,8 @@ class RecallInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    include_done_tasks: bool = Field(False, description="also list finished tasks (newest 10)")
+    include_done_tasks: bool = Field(False, description="also list finished tasks and those not done, with why "
+                                                        "(newest 10 of each)")
 
 
 def task_line(task: dict) -> str:
@@ -128,11 +129,17 @@ def task_line(task: dict) -> str:
     return f"task {task['id']} ({task['status']}): {task['request']} — done: {done} / not done: {left}"
 
 
+def not_done_line(task: dict) -> str:
+    """A task that was not done as 'task N: request — not done: why'."""
+    why = "; ".join(step.removeprefix("not done: ") for step in task.get("left") or []) or "no reason recorded"
+    return f"task {task['id']}: {task['request']} — not done: {why}"
+
+
 @tool("recall", RecallInput, read_only=True)
 def recall(inp: RecallInput, ctx: ToolContext) -> dict:
     """Read what memory holds before acting: saved parameters per method, onboarding answers,
-    unfinished tasks (as "done: … / not done: …") and the newest runs. Never ask the user again for
-    anything listed here."""
+    unfinished tasks (as "done: … / not done: …") and the newest runs (with include_done_tasks, also the
+    finished tasks and those not done, with the reason). Never ask the user again for anything listed here."""
     store = ctx.store
     unfinished = store.unfinished_tasks()
     if ctx.task_id is not None:  # the request being handled now is not unfinished work
@@ -145,6 +152,7 @@ def recall(inp: RecallInput, ctx: ToolContext) -> dict:
                            for c in store.cost_curves()]}
     if inp.include_done_tasks:
         out["done_tasks"] = [task_line(t) for t in store.list_tasks(status="done")[:10]]
+        out["not_done_tasks"] = [not_done_line(t) for t in store.list_tasks(status="failed")[:10]]
     return out
 
 

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from tools.bench.inputs import MeasureOptions, RunInput
 from tools.engine.params import PARAM_MODELS, parse_params
 from tools.errors import ParameterError
+from tools.models import DEFAULT_TARGET
 
 
 def run_fields() -> set[str]:
@@ -80,3 +81,22 @@ def validate_saved_params(method: str, params: object) -> None:
     top, _ = split_saved_params(method, params)
     check_run_fields(method, top)
     check_strict_types(method, params)
+
+
+def saved_target(store, method: str | None = None) -> str | None:
+    """The target saved in memory: the method's, else the default method's, else any saved one."""
+    default = store.get_answer("default_method")
+    saved = store.all_params() or {}
+    for name in (method, default, *saved):
+        target = (saved.get(name) or {}).get("target") if name else None
+        if target:
+            return str(target)
+    return None
+
+
+def resolve_target(store, method: str | None, given: str | None) -> tuple[str, str]:
+    """The target to advise for and where it came from: given, saved in memory, or the built-in default."""
+    if given:
+        return given, "given"
+    found = saved_target(store, method)
+    return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
