@@ -40,3 +40,23 @@ def test_examples_are_shown_as_calls_and_replies():
     assert '{"name": "lookup_runs", "arguments": {}}' in text
     assert '{"name": "reply", "arguments": {"text": "Hello!"}}' in text
     assert local_prompt.examples_text([]) == ""
+
+
+def test_nearest_can_keep_to_one_tool_or_to_answers_in_words():
+    index = ExampleIndex([Example("run lookahead on my prompt", "run_method", {"method": "lookahead"}),
+                          Example("save lookahead k=4", "save_params", {"method": "lookahead"}),
+                          Example("lookahead hello", None, {}, "Hello!")])
+    assert [e.tool for e in index.nearest("lookahead please", k=3, tool="save_params")] == ["save_params"]
+    assert [e.reply for e in index.nearest("lookahead please", k=3, tool="")] == ["Hello!"]
+
+
+def test_typical_examples_stand_for_every_class_and_differ_from_each_other():
+    index = default_index()
+    picked = index.typical(3)
+    classes = {e.tool or "" for e in index.examples}
+    assert {e.tool or "" for e in picked} == classes
+    for cls in classes:
+        members = [e for e in picked if (e.tool or "") == cls]
+        assert 1 <= len(members) <= 3 and len({e.text for e in members}) == len(members)
+    assert picked == index.typical(3)  # chosen by the data, the same every time
+    assert not {e.text for e in picked} & held_out_texts()

@@ -328,3 +328,63 @@ def test_what_the_rule_planner_maps_is_called_without_the_model(monkeypatch, cha
         assert asked.awaiting and len(recording.calls) == 1
         brain.respond(recording, "'def fib(n):'")  # ... and the quoted answer completes its call
         assert recording.calls[-1] == ("compare_methods", {"methods": ["baseline", "draft", "medusa"], "prompt": "def fib(n):"})
+
+
+def test_run_settings_written_inside_params_move_beside_them_where_the_tool_has_them():
+    properties = registry.load_tools()["run_method"].input_schema()["properties"]
+    arguments = {"method": "medusa", "prompt": "x", "params": {"tree": "cpu8", "max_new_tokens": 64, "dtype": "float32"}}
+    local.hoist_settings(arguments, properties)
+    assert arguments == {"method": "medusa", "prompt": "x", "params": {"tree": "cpu8"}, "max_new_tokens": 64,
+                         "dtype": "float32"}
+    saved = {"method": "draft", "params": {"k": 4, "max_new_tokens": 64}}  # save_params keeps settings in params
+    local.hoist_settings(saved, registry.load_tools()["save_params"].input_schema()["properties"])
+    assert saved == {"method": "draft", "params": {"k": 4, "max_new_tokens": 64}}
+
+
+class FixedClassifier:
+    def __init__(self, tool):
+        self.tool = tool
+
+    def choose(self, text, allowed=None):
+        from agent.brains.classifier import Choice
+
+        return Choice(self.tool, 0.9, None, 0.1)
+
+
+def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(chat_model_dirs):
+    tools = registry.load_tools()
+    for tool in ("explain", "recall", None):
+        brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, rules=False,
+                                 classifier=FixedClassifier(tool))
+        decision = brain.decide("tell me something")
+        assert decision.name == tool
+        if tool is not None:
+            registry.parse_input(tools[tool], decision.arguments)
+
+
+def test_a_text_value_the_user_never_wrote_is_dropped_whatever_its_field(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    invented = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def f():",
+                                                            "target": "/models/invented.gguf", "seed": 7})
+    monkeypatch.setattr(brain, "decide", lambda text: invented)
+    session = RecordingSession()
+    brain.respond(session, "run draft on 'def f():'")
+    assert session.calls == [("run_method", {"method": "draft", "prompt": "def f():"})]
+    written = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def f():",
+                                                           "target": "./models/q.gguf", "backend": "llamacpp"})
+    monkeypatch.setattr(brain, "decide", lambda text: written)
+    brain.respond(session, "draft on 'def f():' with target ./models/q.gguf on the llamacpp backend")
+    assert session.calls[-1] == ("run_method", written.arguments)
+
+
+def test_list_items_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    invented = local.Decision(name="write_report", arguments={"run_ids": ["run_id1", "run_id2"], "limit": 20})
+    monkeypatch.setattr(brain, "decide", lambda text: invented)
+    session = RecordingSession()
+    brain.respond(session, "put my 20 newest runs in a report file")
+    assert session.calls == [("write_report", {"limit": 20})]
+    named = local.Decision(name="write_report", arguments={"run_ids": ["4f2a91c0", "run_x"]})
+    monkeypatch.setattr(brain, "decide", lambda text: named)
+    brain.respond(session, "report runs 4f2a91c0 please")
+    assert session.calls[-1] == ("write_report", {"run_ids": ["4f2a91c0"]})

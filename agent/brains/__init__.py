@@ -43,8 +43,8 @@ def make_brain(name: str = "auto"):
 
 
 def _local_brain(model_only: bool = False):
-    """(the local brain, None), or (None, why it cannot be used). ``model_only``: the model decides every
-    free-text turn, with retrieved worked examples (no rule pass)."""
+    """(the local brain, None), or (None, why it cannot be used). ``model_only``: no rule pass; the tool
+    classifier picks the tool (or an answer in words) and the model writes the arguments."""
     try:
         from agent.brains import local
     except ImportError as exc:
@@ -53,8 +53,8 @@ def _local_brain(model_only: bool = False):
         return None, (f"the local brain's model {local.local_model_ref()} is not fetched "
                       f"(specpilot models fetch {local.local_model_ref()})")
     if model_only:
-        return local.LocalBrain(rules=False, examples=local.NEAREST), None
-    return local.LocalBrain(), None
+        return local.LocalBrain(rules=False, classifier=local.default_classifier()), None
+    return local.LocalBrain(classifier=local.default_classifier()), None
 
 
 def _with_commands(brain):

@@ -53,15 +53,46 @@ class ExampleIndex:
         norm = math.sqrt(sum(w * w for w in weights.values())) or 1.0
         return {t: w / norm for t, w in weights.items()}
 
-    def nearest(self, text: str, k: int = NEAREST) -> list[Example]:
-        """The ``k`` examples most similar to ``text``, most similar first."""
+    def nearest(self, text: str, k: int = NEAREST, tool: str | None = None) -> list[Example]:
+        """The ``k`` examples most similar to ``text``, most similar first (``tool``: only examples of that
+        tool; the empty string: only answers in words)."""
         query = self._vector(terms(text))
         scores: dict[int, float] = {}
         for t, w in query.items():
             for i in self.postings.get(t, ()):
                 scores[i] = scores.get(i, 0.0) + w * self.vectors[i][t]
+        if tool is not None:
+            scores = {i: v for i, v in scores.items() if (self.examples[i].tool or "") == tool}
         best = sorted(scores, key=lambda i: -scores[i])[:k]
         return [self.examples[i] for i in best]
+
+
+    def typical(self, per_class: int, overlap: float = 0.5) -> list[Example]:
+        """For each tool (and for answers in words), the ``per_class`` examples most similar to the rest of their
+        class, skipping one too close to an example already picked (cosine above ``overlap``): worked examples
+        that stand for their class, chosen by the data, not by hand."""
+        picked: list[Example] = []
+        classes: dict[str, list[int]] = {}
+        for i, e in enumerate(self.examples):
+            classes.setdefault(e.tool or "", []).append(i)
+        for members in classes.values():
+            centre: dict[str, float] = {}
+            for i in members:
+                for t, w in self.vectors[i].items():
+                    centre[t] = centre.get(t, 0.0) + w
+            ranked = sorted(members, key=lambda i: -sum(w * centre.get(t, 0.0) for t, w in self.vectors[i].items()))
+            chosen: list[int] = []
+            for i in ranked:
+                if len(chosen) == per_class:
+                    break
+                if all(self._cosine(i, j) <= overlap for j in chosen):
+                    chosen.append(i)
+            picked += [self.examples[i] for i in chosen]
+        return picked
+
+    def _cosine(self, i: int, j: int) -> float:
+        a, b = self.vectors[i], self.vectors[j]
+        return sum(w * b.get(t, 0.0) for t, w in a.items())
 
 
 def load_examples(text: str) -> list[Example]:

@@ -11,6 +11,12 @@ more with the error in the conversation. A prompt or destination the user never 
 not invented; an optional filter they never wrote is dropped. The tool's result is answered with the
 rule planner's formatter (exact figures and their source), so the model writes only what it must.
 
+With a tool classifier (agent.brains.make_brain gives the shipped one), the turns the rules do not map, and
+every turn of ``--brain model`` (which reads no rules), go otherwise: the classifier, learned from the
+labelled chat requests (agent.brains.classifier), picks the tool or an answer in words, and the model writes
+that call's arguments after a cached prefix that shows typical labelled requests of every tool
+(agent.brains.examples).
+
 Speed: a built-in model runs its GGUF file on llama.cpp (tools.engine.llamacpp; transformers
 otherwise). The system prompt and tool list are a fixed prefix whose KV cache is computed once and
 saved beside the model (``<models>/<name>/local-brain/``; other models: the specpilot home), keyed
@@ -34,6 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
+from agent.brains.classifier import ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -56,9 +63,7 @@ CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
-# run settings the model must not invent: kept only when the number is in the user's words (else the
-# tool's default, or the saved value, applies: a small model otherwise "helpfully" adds temperature 0.7)
-NUMERIC_GROUNDED = ("temperature", "max_new_tokens", "top_p", "top_k", "seed", "repeats", "warmup")
+TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 
 _ENGINES: dict[str, ConstrainedLM] = {}
@@ -188,9 +193,10 @@ class LocalBrain:
     name = "local"
 
     def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, rules: bool = True,
-                 examples: int = 0):
+                 examples: int = 0, classifier: ToolClassifier | None = None):
         self.model = model or local_model_ref()
         self.rules = rules  # False: the model decides every turn
+        self.classifier = classifier  # picks the tool (agent.brains.classifier); the model then writes its arguments
         self.examples = examples  # retrieved worked examples shown before each turn (agent.brains.examples)
         self.max_text_tokens = max_text_tokens
         self.history: list[str] = []  # past exchanges, as chat markup
@@ -199,7 +205,12 @@ class LocalBrain:
         self.last_turn: dict = {}  # seconds, forward passes and tokens of the last turn
 
     def engine(self) -> ConstrainedLM:
-        return load_engine(self.model)
+        if self.classifier is None:
+            return load_engine(self.model)
+        # the model writes arguments for the tool the classifier picked: its prefix shows typical labelled
+        # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix)
+        worked = default_index().typical(TYPICAL_PER_TOOL)
+        return load_engine(self.model, local_prompt.prefix_text(registry.load_tools(), worked))
 
     def respond(self, session: Any, text: str) -> Reply:
         start = time.perf_counter()
@@ -251,24 +262,32 @@ class LocalBrain:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
         validation error shown to the model."""
         tools = registry.load_tools()
+        name = None
+        if self.classifier is not None:
+            name = self.classifier.choose(text, allowed=set(tools)).tool or local_prompt.REPLY
         shown = ""
         if self.examples:
-            shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples)))
+            only = None if name is None else "" if name == local_prompt.REPLY else name
+            shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples, tool=only)))
         context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join([*self.user_texts, text])
-        decision = self._decode(context, tools, said)
+        decision = self._decode(context, tools, said, name)
         if decision.error is None:
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
-        return self._decode(retry, tools, said)
+        return self._decode(retry, tools, said, name)
 
-    def _decode(self, context: str, tools: dict, said: str) -> Decision:
+    def _decode(self, context: str, tools: dict, said: str, name: str | None = None) -> Decision:
+        """One call decoded after ``context``; ``name`` (a tool or reply) fixes the call's name."""
         lm = self.engine()
         lm.begin(context)
         names = [*tools, local_prompt.REPLY]
         lm.text += local_prompt.CALL_OPEN
-        name = names[lm.choose(names)]
+        if name is None:
+            name = names[lm.choose(names)]
+        else:
+            lm.text += name
         lm.text += local_prompt.ARGS_OPEN
         if name == local_prompt.REPLY:
             lm.text += '{"text": "'
@@ -331,25 +350,52 @@ class LocalBrain:
         return value
 
     def _ground(self, session: Any, text: str, decision: Decision, tools: dict) -> str | None:
-        """Drop optional text arguments the user never wrote (an invented filter is no filter); return
-        the first required one that is not in their words (it is asked for, not invented)."""
+        """Checks of a decoded call against the user's words and the tool's schema: a run setting put inside
+        ``params`` that the tool takes beside it moves there; an optional text value the user never wrote is
+        dropped (an invented filter is no filter; a built-in model's name is kept), and so is an optional number
+        they never wrote; the first required text that is not in their words is returned (it is asked for,
+        not invented)."""
+        schema = tools[decision.name].input_schema() if decision.name in tools else {}
+        properties, required = schema.get("properties", {}), set(schema.get("required", ()))
+        hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
             decision.arguments["prompt"] = self._whole(decision.arguments["prompt"])
         said = _squash(" ".join([*self.user_texts, str(getattr(session, "last_prompt", None) or "")]))
-        required = set(tools[decision.name].input_schema().get("required", ())) if decision.name in tools else set()
-        for key in GROUNDED:
+        numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
+        kinds = {k: getattr(tool_grammar.arg_of(k, prop), "kind", None) for k, prop in properties.items()}
+        free = {k for k, kind in kinds.items() if kind == "string"}
+        for key in [k for k, kind in kinds.items() if kind == "string_list"]:  # run ids, files: only the user's
             value = decision.arguments.get(key)
-            if isinstance(value, str) and _squash(value) not in said:
+            if isinstance(value, list):
+                kept = [v for v in value if isinstance(v, str) and _squash(v) in said]
+                if kept:
+                    decision.arguments[key] = kept
+                elif key in required:
+                    return key
+                else:
+                    del decision.arguments[key]
+        for key, value in list(decision.arguments.items()):
+            if key in free and isinstance(value, str) and _squash(value) not in said \
+                    and value.lower() not in models.BUILTIN_MODELS:
                 if key in required:
                     return key
                 del decision.arguments[key]
-        numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
-        for key in NUMERIC_GROUNDED:
-            value = decision.arguments.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) not in numbers \
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) not in numbers \
                     and key not in required:
                 del decision.arguments[key]
         return None
+
+
+def hoist_settings(arguments: dict, properties: dict) -> None:
+    """Move the run settings a model wrote inside ``params`` (max_new_tokens, dtype, ...) beside it where the
+    tool's schema has them at the top level; a method's own parameters stay in ``params``."""
+    params = arguments.get("params")
+    if not isinstance(params, dict):
+        return
+    for key in [k for k in params if k in properties and k not in ("params", "method", "methods")]:
+        arguments.setdefault(key, params.pop(key))
+    if not params:
+        del arguments["params"]
 
 
 class _Planned(Exception):

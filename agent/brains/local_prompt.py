@@ -81,10 +81,13 @@ def call_text(name: str, arguments: dict) -> str:
     return f"{CALL_OPEN}{name}{ARGS_OPEN}{json.dumps(arguments, ensure_ascii=False)}{CALL_CLOSE}"
 
 
-def system_text(tools: dict[str, Tool]) -> str:
+def system_text(tools: dict[str, Tool], worked=None) -> str:
+    """The system text; ``worked`` (agent.brains.examples.Example rows) replaces the hand-written examples."""
     lines = [signature(t, SHORT.get(name) or t.description.split(". ")[0][:160]) for name, t in tools.items()]
     examples = []
-    for user, answer in EXAMPLES:
+    pairs = EXAMPLES if worked is None else [
+        (e.text, (e.tool, e.args) if e.tool else (e.reply or "Could you say more?")) for e in worked]
+    for user, answer in pairs:
         if isinstance(answer, tuple) and answer[0] not in tools:
             continue
         shown = reply_call(answer) if isinstance(answer, str) else call_text(*answer)
@@ -105,9 +108,9 @@ def examples_text(examples) -> str:
     return f"{IM_START}system\n# Similar requests\n" + "\n".join(shown) + f"{IM_END}\n"
 
 
-def prefix_text(tools: dict[str, Tool]) -> str:
-    """The fixed prefix: the system message."""
-    return f"{IM_START}system\n{system_text(tools)}{IM_END}\n"
+def prefix_text(tools: dict[str, Tool], worked=None) -> str:
+    """The fixed prefix: the system message (with ``worked`` examples in place of the hand-written ones)."""
+    return f"{IM_START}system\n{system_text(tools, worked)}{IM_END}\n"
 
 
 def user_turn(text: str) -> str:

@@ -1,16 +1,13 @@
 """The registry's tools as the local model sees them, and the grammar of a tool call's arguments.
 
-Each tool's pydantic input schema becomes a short list of :class:`Arg` (name, kind, allowed values):
-the arguments a person sets in words (method, prompt, target, params, ...); plumbing (approval ids,
-threads, seeds, device maps) is left out, so the prompt stays short and the model cannot invent it.
-:func:`signature` renders a tool in one line for the prompt; :func:`decode_arguments` decodes the
-JSON arguments with a ConstrainedLM: keys, enum values and booleans are chosen among the allowed
-ones, numbers are digits, strings are free text (usually copied from the user's words), and a
-method's ``params`` take that method's own parameter names; the object closes only once its required
-keys are in. An optional argument is offered only when the user's words could have set it (a digit
-for a number, a named value for a choice, the setting's name for a flag), so a small model cannot
-invent a temperature, a target or a filter. The result is a dict that the caller validates with the
-tool's input model.
+Each tool's pydantic input schema becomes a list of :class:`Arg` (name, kind, allowed values): every field
+but the approval id. :func:`signature` renders a tool in one line for the prompt; :func:`decode_arguments`
+decodes the JSON arguments with a ConstrainedLM: keys, enum values and booleans are chosen among the
+allowed ones, numbers are digits (offered only when the user wrote a digit), strings are free text (usually
+copied from the user's words; a model field takes a built-in name or a path), and a method's ``params`` take
+that method's own parameter names; the object closes only once its required keys are in. Nothing here
+reads the user's words for meaning: the model chooses, and the brain's grounding checks drop a text or
+number the user never wrote. The result is a dict that the caller validates with the tool's input model.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ from tools.engine.params import PARAM_MODELS
 from tools.models import BUILTIN_MODELS, DTYPES
 
 # fields a person does not set in conversation (or that only the approval gate may fill)
-HIDDEN = frozenset({"approval_id", "device_map", "threads", "seed", "warmup", "chat", "medusa_heads", "data_files",
-                    "peers", "upgrade", "task_id", "run_ids", "labels", "num_heads", "top_k", "target_size_b",
-                    "out", "min_ngram_size"})
-MODEL_FIELDS = ("target", "draft")  # chosen among the built-in models
+HIDDEN = frozenset({"approval_id"})
+MODEL_FIELDS = ("target", "draft")  # a built-in model's name or a path the user wrote
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
 MAX_KEYS = 6  # arguments per object at most
 MAX_STRING_TOKENS = 64
@@ -62,7 +57,7 @@ def arg_of(name: str, prop: dict, required: bool = False) -> Arg | None:
     if "enum" in prop:
         return Arg(name, "enum", tuple(str(v) for v in prop["enum"]), required)
     if name in MODEL_FIELDS:
-        return Arg(name, "enum", tuple(BUILTIN_MODELS), required)
+        return Arg(name, "string", tuple(BUILTIN_MODELS), required)
     if name == "dtype":
         return Arg(name, "enum", DTYPES, required)
     if kind == "boolean":
@@ -92,57 +87,16 @@ def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
 
 
-# how people name the values of optional choices; a value not listed is named by itself ("json", "gpu")
-VALUE_WORDS = {
-    "draft": r"draft|speculative|assisted", "medusa": r"medusa", "lookahead": r"look[- ]?ahead|jacobi",
-    "ngram": r"n-?gram|prompt[- ]lookup", "baseline": r"baseline|plain|autoregressive|no speculation",
-    "smollm2-135m-instruct": r"smol|135m|small|tiny", "qwen2.5-coder-0.5b-instruct": r"0\.5 ?b|500m|half a billion",
-    "qwen2.5-coder-1.5b-instruct": r"1\.5 ?b|default (?:target|model)",
-}
-# optional text filters are offered only when the request talks about what they filter on
-TEXT_CUES = {"prompt_contains": r"prompt|containing|mention", "run_id": r"\b[0-9a-f]{4,}\b"}
-# words of setting names that users say for other reasons (method names, "prompt lookup", "max tokens")
-GENERIC_WORDS = frozenset({"as", "the", "of", "to", "from", "max", "min", "num", "size", "prompt", "run", "runs",
-                           "k", "new", "tokens", "pool", "lookup", "draft", "medusa", "lookahead", "ngram", "baseline"})
-
-
-def _words(name: str) -> list[str]:
-    return [w for w in name.split("_") if w not in GENERIC_WORDS]
-
-
-def named(name: str, said: str, every: bool = True) -> bool:
-    """Whether ``said`` names the setting ``name`` (every / any of its own words, e.g. "adaptive")."""
-    found = [re.search(rf"\b{re.escape(w)}", said, re.IGNORECASE) is not None for w in _words(name)]
-    return bool(found) and (all(found) if every else any(found))
-
-
-def said_values(arg: Arg, said: str) -> tuple[str, ...]:
-    """The values of an optional choice that ``said`` names (all of them for a required one)."""
-    if arg.required or arg.kind != "enum":
-        return arg.values
-    pattern = {v: VALUE_WORDS.get(v, re.escape(v).replace(r"\_", "[-_ ]?").replace(r"\-", "[-_ ]?"))
-               for v in arg.values}
-    return tuple(v for v, p in pattern.items() if re.search(rf"\b(?:{p})", said, re.IGNORECASE))
-
-
 def mentioned(arg: Arg, said: str, strict: bool = False) -> bool:
-    """Whether the user's words (``said``) could have set ``arg``: required arguments always; optional
-    choices when one of their values is named; numbers when a digit is written; flags when named; a
-    method's ``params`` when a digit or one of their names is. ``strict`` (inside params): text only
-    when named."""
+    """Whether the user's words (``said``) could have set ``arg``: a number only when a digit is written
+    (a small model otherwise "helpfully" adds a temperature); every other argument is offered, the model
+    chooses, and the brain's grounding drops a text value the user never wrote. ``strict`` is kept for the
+    callers' signature."""
     if arg.required:
         return True
-    if arg.kind == "enum":
-        return bool(said_values(arg, said))
     if arg.kind == "number":
         return bool(DIGIT.search(said))
-    if arg.kind == "bool":
-        return named(arg.name, said)
-    if arg.kind == "params":
-        return bool(DIGIT.search(said)) or any(named(p.name, said, every=False) for p in param_args(None))
-    if arg.name in TEXT_CUES:
-        return re.search(TEXT_CUES[arg.name], said, re.IGNORECASE) is not None
-    return not strict or named(arg.name, said, every=False)
+    return True
 
 
 def param_args(method: str | None) -> list[Arg]:
@@ -233,7 +187,7 @@ def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, s
     """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set,
     optional choices narrowed to the values it names); the closing ``}`` is committed too."""
     out: dict = {}
-    args = [Arg(a.name, a.kind, said_values(a, said), a.required) for a in args if mentioned(a, said, strict)]
+    args = [a for a in args if mentioned(a, said, strict)]
     left = list(args)
     while len(out) < MAX_KEYS and left:
         options, meaning = _key_options(left, first=not out)
