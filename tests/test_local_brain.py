@@ -345,10 +345,10 @@ class FixedClassifier:
     def __init__(self, tool):
         self.tool = tool
 
-    def choose(self, text, allowed=None):
-        from agent.brains.classifier import Choice
+    def probabilities(self, text):
+        from agent.brains.classifier import NO_TOOL
 
-        return Choice(self.tool, 0.9, None, 0.1)
+        return {self.tool or NO_TOOL: 0.9, "check_deps" if self.tool != "check_deps" else "recall": 0.1}
 
 
 def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(chat_model_dirs):
@@ -388,3 +388,17 @@ def test_list_items_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dir
     monkeypatch.setattr(brain, "decide", lambda text: named)
     brain.respond(session, "report runs 4f2a91c0 please")
     assert session.calls[-1] == ("write_report", {"run_ids": ["4f2a91c0"]})
+
+
+def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_model(chat_model_dirs):
+    class Unsure:
+        def probabilities(self, text):
+            return {"explain": 0.45, "<none>": 0.35, "recall": 0.17, "check_deps": 0.03}
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, rules=False, classifier=Unsure())
+    tools = registry.load_tools()
+    assert brain.candidates("anything", tools) == ["explain", "reply", "recall"]
+    assert brain.decide("explain medusa").name in ("explain", "recall", None)
+    sure = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=FixedClassifier("recall"))
+    assert sure.candidates("anything", tools) == ["recall"]
+    assert local.LocalBrain(str(chat_model_dirs[0]), rules=False).candidates("x", tools) == [*tools, "reply"]

@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import ToolClassifier, default_classifier
+from agent.brains.classifier import NO_TOOL, ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -63,6 +63,9 @@ CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
+SURE = 0.8  # the classifier's pick is taken as it is from this probability on
+PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
+MAX_CANDIDATES = 4
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 
@@ -242,8 +245,18 @@ class LocalBrain:
         if pending is None or quoted is None:
             return None
         decision, key = pending
-        value = next(g for g in quoted.groups() if g)
-        return Decision(name=decision.name, arguments={**decision.arguments, key: value})
+        value: Any = next(g for g in quoted.groups() if g)
+        tool = registry.load_tools().get(decision.name)
+        prop = tool.input_schema().get("properties", {}).get(key, {}) if tool else {}
+        if getattr(tool_grammar.arg_of(key, prop), "kind", None) == "string_list":
+            value = [value]  # packages, files, run ids: one quoted answer is one item
+        completed = Decision(name=decision.name, arguments={**decision.arguments, key: value})
+        if tool is not None:
+            try:
+                registry.parse_input(tool, completed.arguments)
+            except ParameterError as exc:
+                completed.error = exc.user_message()
+        return completed
 
     def _ruled(self, session: Any, text: str) -> Decision | Reply | None:
         """The tool call the rule planner makes for ``text`` (validated), its answer where it declines or asks
@@ -260,34 +273,47 @@ class LocalBrain:
 
     def decide(self, text: str) -> Decision:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
-        validation error shown to the model."""
+        validation error shown to the model. With a classifier, its pick is the call's name when it is sure;
+        otherwise the model chooses among the classifier's likely candidates."""
         tools = registry.load_tools()
-        name = None
-        if self.classifier is not None:
-            name = self.classifier.choose(text, allowed=set(tools)).tool or local_prompt.REPLY
+        names = self.candidates(text, tools)
         shown = ""
         if self.examples:
-            only = None if name is None else "" if name == local_prompt.REPLY else name
+            only = None if len(names) != 1 else "" if names[0] == local_prompt.REPLY else names[0]
             shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples, tool=only)))
         context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join([*self.user_texts, text])
-        decision = self._decode(context, tools, said, name)
+        decision = self._decode(context, tools, said, names)
         if decision.error is None:
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
-        return self._decode(retry, tools, said, name)
+        return self._decode(retry, tools, said, [decision.name])
 
-    def _decode(self, context: str, tools: dict, said: str, name: str | None = None) -> Decision:
-        """One call decoded after ``context``; ``name`` (a tool or reply) fixes the call's name."""
+    def candidates(self, text: str, tools: dict) -> list[str]:
+        """The names the call may take: every tool and reply without a classifier; the classifier's pick when
+        its probability is at least SURE; else the classes at least PLAUSIBLE (most probable first, at most
+        MAX_CANDIDATES), for the model to choose among in the conversation's context."""
+        every = [*tools, local_prompt.REPLY]
+        if self.classifier is None:
+            return every
+        ranked = sorted(self.classifier.probabilities(text).items(), key=lambda kv: -kv[1])
+        ranked = [(local_prompt.REPLY if label == NO_TOOL else label, p) for label, p in ranked]
+        ranked = [(name, p) for name, p in ranked if name in every]
+        if ranked[0][1] >= SURE:
+            return [ranked[0][0]]
+        return [name for name, p in ranked[:MAX_CANDIDATES] if p >= PLAUSIBLE] or [ranked[0][0]]
+
+    def _decode(self, context: str, tools: dict, said: str, names: list[str]) -> Decision:
+        """One call decoded after ``context``, its name one of ``names`` (fixed when there is one)."""
         lm = self.engine()
         lm.begin(context)
-        names = [*tools, local_prompt.REPLY]
         lm.text += local_prompt.CALL_OPEN
-        if name is None:
-            name = names[lm.choose(names)]
-        else:
+        if len(names) == 1:
+            name = names[0]
             lm.text += name
+        else:
+            name = names[lm.choose(names)]
         lm.text += local_prompt.ARGS_OPEN
         if name == local_prompt.REPLY:
             lm.text += '{"text": "'
