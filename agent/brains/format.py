@@ -314,13 +314,25 @@ def _guidance_short(c: dict) -> str:
              + ", ".join(f"{k}={v}" for k, v in shown.items()) + "."]
     measured_now = "; this machine's cost curve was measured now for it and stored" if c.get("measured_now") else ""
     lines.append(f"Source: {c['source']}{measured_now}; advice to be measured, not a result.")
-    lines.append(f"{c['measured_best'][0].upper()}{c['measured_best'][1:]}.")
+    lines.append(_measured_line(c))
     if c.get("choice"):
         choice = c["choice"]
         kind = (choice.get("category") or "every kind of request").replace("_", " ")
         lines.append(f"For {kind}: {choice['pick']} first ({choice['source']}).")
     lines.append(_guidance_next(c))
     return "\n".join(lines)
+
+
+def _measured_line(c: dict) -> str:
+    """What was measured with this method here, in one line: the best setting's median speedup and its runs."""
+    best = (c.get("measured") or [None])[0]
+    if not isinstance(best, dict) or best.get("median_speedup") is None:
+        return f"{c['measured_best'][0].upper()}{c['measured_best'][1:]}."
+    params = {k: v for k, v in (best.get("params") or {}).items() if v is not None and not isinstance(v, (list, dict))}
+    setting = ", ".join(f"{k}={v}" for k, v in params.items()) or "the defaults"
+    runs = ", ".join(best.get("run_ids") or [])
+    return (f"Measured here: {best['median_speedup']:.2f}x median over {best['runs']} run(s) with {setting} "
+            f"(run {runs}).")
 
 
 def _choice_short(c: dict) -> str:
