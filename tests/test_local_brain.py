@@ -402,3 +402,12 @@ def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_mode
     sure = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=FixedClassifier("recall"))
     assert sure.candidates("anything", tools) == ["recall"]
     assert local.LocalBrain(str(chat_model_dirs[0]), rules=False).candidates("x", tools) == [*tools, "reply"]
+
+
+def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    monkeypatch.setattr(brain, "decide", lambda text: local.Decision(text=""))
+    reply = brain.respond(RecordingSession(), "hmm")
+    assert reply.text == "Could you say that in other words?" and reply.not_done
+    monkeypatch.setattr(brain, "decide", lambda text: local.Decision(text="Hello!"))
+    assert brain.respond(RecordingSession(), "hi").not_done is None

@@ -346,7 +346,7 @@ class LocalBrain:
         if decision.name is None:
             answer = decision.text or "Could you say that in other words?"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
-            return Reply(answer)
+            return Reply(answer, not_done=None if decision.text else "the model wrote no answer to the request")
         missing = self._ground(session, text, decision, registry.load_tools())
         if missing:
             question = ask_for(decision, missing)
