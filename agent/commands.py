@@ -54,10 +54,11 @@ def parse_command(text: str, tool: Tool) -> dict:
             key, eq, value = word[2:].partition("=")
             key = key.replace("-", "_")
             if not eq:
-                field = _field(properties, key)
-                if _type(field) == "boolean" or (key.startswith("no_") and _type(_field(properties, key[3:])) == "boolean"):
-                    value = "false" if key.startswith("no_") and key not in properties else "true"
-                    key = key[3:] if key.startswith("no_") and key not in properties else key
+                negated = key.startswith("no_") and key not in properties
+                if negated and _type(properties.get(key[3:], {})) == "boolean":  # --no-flag
+                    key, value = key[3:], "false"
+                elif _type(properties.get(key, {})) == "boolean":  # --flag
+                    value = "true"
                 elif i + 1 < len(words):
                     i += 1
                     value = words[i]
@@ -106,10 +107,6 @@ def _allowed(prop: dict) -> tuple:
             if "enum" in where:
                 return tuple(str(v) for v in where["enum"])
     return ()
-
-
-def _field(properties: dict, key: str) -> dict:
-    return properties.get(key, {})
 
 
 def _type(prop: dict) -> str | None:

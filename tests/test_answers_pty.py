@@ -6,18 +6,15 @@ takes seconds."""
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
 import pexpect
 import pytest
 
+from chat_pty import PROMPT, quit_chat, spawn_chat
 from memory import Store
 
-ROOT = Path(__file__).resolve().parents[1]
-PROMPT = "you> "
 WIDTH = 1000  # wide enough that no answer line wraps: a line counted is a line of the answer
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 PASS_COSTS = [1.0, 1.5, 1.9, 2.4, 2.8, 3.3, 3.7, 4.1]
@@ -32,11 +29,8 @@ def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
     return make_tiny_model_folder(folder / "target"), make_tiny_model_folder(folder / "draft", seed=1)
 
 
-def spawn_chat(home: Path) -> pexpect.spawn:
-    env = dict(os.environ, SPECPILOT_HOME=str(home), TERM="dumb", COLUMNS=str(WIDTH), LINES="50", HF_HUB_OFFLINE="1")
-    env.pop("ANTHROPIC_API_KEY", None)
-    return pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "chat", "--brain", "offline", "--skip-onboarding"],
-                         cwd=str(ROOT), env=env, encoding="utf-8", timeout=120, dimensions=(50, WIDTH))
+def spawn_answers_chat(home: Path) -> pexpect.spawn:
+    return spawn_chat(home, "--skip-onboarding", width=WIDTH, timeout=120)
 
 
 def ask(chat: pexpect.spawn, text: str) -> list[str]:
@@ -56,7 +50,7 @@ def test_each_answer_is_short_answers_what_was_asked_and_details_show_the_rest(s
         slow = store.add_run({"method": "lookahead", "target": str(target), "prompt": "def add(a, b):",
                               "speedup": 0.82, "mean_accepted_per_step": 1.31, "hardware": {"name": "Test CPU (2 cores)"},
                               "params": {"window": 3, "ngram": 3, "guess": 1, "pass_costs": PASS_COSTS}})
-    chat = spawn_chat(specpilot_home)
+    chat = spawn_answers_chat(specpilot_home)
     chat.expect_exact(PROMPT)
 
     # a choice between methods, the pick first, each candidate with the source of its figure, an offer to measure
@@ -90,10 +84,7 @@ def test_each_answer_is_short_answers_what_was_asked_and_details_show_the_rest(s
 
     details = ask(chat, "/details")  # the whole explanation the short answer came from
     assert len(details) > 3 * len(slower) and any("Reported results." in line for line in details)
-    chat.sendline("/quit")
-    chat.expect(pexpect.EOF)
-    chat.close()
-    assert chat.exitstatus == 0
+    quit_chat(chat)
 
     with Store() as store:
         tasks = {t["request"]: t for t in store.list_tasks()}

@@ -7,25 +7,13 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import re
 import sys
-from pathlib import Path
 
 import pexpect
 
+from chat_pty import PROMPT, quit_chat, spawn_chat
 from memory import Store
-
-ROOT = Path(__file__).resolve().parents[1]
-PROMPT = "you> "
-
-
-def spawn_chat(home: Path, *flags: str) -> pexpect.spawn:
-    env = dict(os.environ, SPECPILOT_HOME=str(home), TERM="dumb", COLUMNS="200", LINES="50", HF_HUB_OFFLINE="1")
-    env.pop("ANTHROPIC_API_KEY", None)
-    return pexpect.spawn(sys.executable, ["-m", "agent.cli.main", "chat", "--brain", "offline", *flags],
-                         cwd=str(ROOT), env=env, encoding="utf-8", timeout=90, dimensions=(50, 200))
-
 
 def store_a_run() -> None:
     """A stored run, so a share has something to send (it is refused before any approval otherwise)."""
@@ -57,11 +45,7 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
     chat.sendline("no")
     chat.expect("denied")
     chat.expect_exact(PROMPT)
-    chat.sendline("/quit")
-    chat.expect("Bye.")
-    chat.expect(pexpect.EOF)
-    chat.close()
-    assert chat.exitstatus == 0
+    quit_chat(chat)
 
     with Store() as store:
         requests = {t["request"]: t for t in store.list_tasks()}

@@ -44,13 +44,19 @@ def _format(result: ToolResult, forms: dict) -> str:
 # ---------------------------------------------------------------------------- the detail forms
 
 
-def _run(c: dict) -> str:
+def _run_head(c: dict) -> list[str]:
+    """A run's first lines in both forms: what was measured, where the output left the baseline's, lossiness."""
     lines = [f"Measured now: {c['statement']}."]
     if c.get("matches_baseline") is False and c.get("first_divergence"):
         div = c["first_divergence"]
         lines.append(f"First divergence from the baseline: {div.get('explanation') or div}")
     if c.get("lossy"):
         lines.append("Note: this mode is lossy by design (typical acceptance).")
+    return lines
+
+
+def _run(c: dict) -> str:
+    lines = _run_head(c)
     text = str(c.get("output_text") or "").strip()
     if text:
         lines.append("Output:\n" + "\n".join("  " + line for line in text.splitlines()[:20]))
@@ -262,12 +268,7 @@ DETAILS = {
 
 
 def _run_short(c: dict) -> str:
-    lines = [f"Measured now: {c['statement']}."]
-    if c.get("matches_baseline") is False and c.get("first_divergence"):
-        div = c["first_divergence"]
-        lines.append(f"First divergence from the baseline: {div.get('explanation') or div}")
-    if c.get("lossy"):
-        lines.append("Note: this mode is lossy by design (typical acceptance).")
+    lines = _run_head(c)
     lines.append(f"Next: compare it with other methods on this prompt (/compare METHODS PROMPT) to choose; "
                  f"{DETAILS_HINT} shows the output and where each parameter came from.")
     return "\n".join(lines)

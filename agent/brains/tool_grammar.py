@@ -87,16 +87,11 @@ def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
 
 
-def mentioned(arg: Arg, said: str, strict: bool = False) -> bool:
+def mentioned(arg: Arg, said: str) -> bool:
     """Whether the user's words (``said``) could have set ``arg``: a number only when a digit is written
     (a small model otherwise "helpfully" adds a temperature); every other argument is offered, the model
-    chooses, and the brain's grounding drops a text value the user never wrote. ``strict`` is kept for the
-    callers' signature."""
-    if arg.required:
-        return True
-    if arg.kind == "number":
-        return bool(DIGIT.search(said))
-    return True
+    chooses, and the brain's grounding drops a text value the user never wrote."""
+    return arg.required or arg.kind != "number" or bool(DIGIT.search(said))
 
 
 def param_args(method: str | None) -> list[Arg]:
@@ -183,11 +178,11 @@ def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Ar
     return options, meaning
 
 
-def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, strict: bool = False) -> dict:
+def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -> dict:
     """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set,
     optional choices narrowed to the values it names); the closing ``}`` is committed too."""
     out: dict = {}
-    args = [a for a in args if mentioned(a, said, strict)]
+    args = [a for a in args if mentioned(a, said)]
     left = list(args)
     while len(out) < MAX_KEYS and left:
         options, meaning = _key_options(left, first=not out)
@@ -217,7 +212,7 @@ def _decode_value(lm, arg: Arg, said: str, siblings: dict) -> Any:
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
-    return decode_object(lm, param_args(siblings.get("method")), said, strict=True) or None  # params
+    return decode_object(lm, param_args(siblings.get("method")), said) or None  # params
 
 
 def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
