@@ -350,6 +350,9 @@ class FixedClassifier:
 
         return {self.tool or NO_TOOL: 0.9, "check_deps" if self.tool != "check_deps" else "recall": 0.1}
 
+    def argument(self, name, text):  # no argument heads: the model chooses every value
+        return {}
+
 
 def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(chat_model_dirs):
     tools = registry.load_tools()
@@ -411,3 +414,44 @@ def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_di
     assert reply.text == "Could you say that in other words?" and reply.not_done
     monkeypatch.setattr(brain, "decide", lambda text: local.Decision(text="Hello!"))
     assert brain.respond(RecordingSession(), "hi").not_done is None
+
+
+def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat_model_dirs):
+    class Heads(FixedClassifier):
+        def argument(self, name, text):
+            return {"method": {"ngram": 0.7, "draft": 0.3}, "chat": {"false": 0.8, "<absent>": 0.2},
+                    "peers": {"<absent>": 0.9, "true": 0.1}, "backend": {"llamacpp": 0.4, "<absent>": 0.6},
+                    "dtype": {"float32": 0.45, "bfloat16": 0.1, "<absent>": 0.45}}.get(name, {})
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("run_method"))
+    tools = registry.load_tools()
+    given, withheld = brain.choices("anything", tools["run_method"])
+    assert given == {"method": "ngram", "chat": False}  # dtype's float32 is not more likely than not
+    assert {"peers", "backend", "dtype"} <= withheld
+    decision = brain.decide("prompt lookup as a raw prompt on 'def f():'")
+    assert decision.name == "run_method"
+    assert decision.arguments["method"] == "ngram" and decision.arguments["chat"] is False
+    assert not {"peers", "backend", "dtype"} & set(decision.arguments)
+    assert "dtype" not in (decision.arguments.get("params") or {})
+
+
+def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    session = RecordingSession()
+    for written, target in (("prompt", None), ("vicuna-7b", "/data/models/vicuna-7b"),
+                            ("QWEN2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct")):
+        decision = local.Decision(name="run_method", arguments={"method": "ngram", "prompt": "def f():",
+                                                                "target": written})
+        monkeypatch.setattr(brain, "decide", lambda text, d=decision: d)
+        brain.respond(session, "prompt lookup on 'def f():' with the 7B at /data/models/vicuna-7b, "
+                               "or qwen2.5-coder-0.5b-instruct")
+        assert session.calls[-1][1].get("target") == target
+
+
+def test_a_value_the_schema_names_is_kept_though_the_user_wrote_another_form(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    monkeypatch.setattr(brain, "decide", lambda text: local.Decision(name="guidance",
+                                                                     arguments={"task": "summarization"}))
+    session = RecordingSession()
+    brain.respond(session, "which method for summarising long documents here?")
+    assert session.calls == [("guidance", {"task": "summarization"})]

@@ -46,3 +46,26 @@ def test_choices_are_limited_to_the_tools_offered():
 def test_features_do_not_depend_on_case_or_spacing():
     assert features("Run  DRAFT") == features("run draft")
     assert features("") == features("   ") or not features("")
+
+
+def test_its_argument_heads_read_choice_values_on_requests_they_never_saw():
+    """Every enum or boolean argument the labelled sets give values to has a head; on the held-out sets the
+    brain's reading of them (LocalBrain.choices: the most probable value, an optional one only where it is
+    more likely than not) matches the labels for at least 95% of the choice arguments of the right tool."""
+    from agent.brains.classifier import ABSENT
+    from agent.brains.local import LocalBrain
+
+    model = default_classifier()
+    assert {"method", "backend", "chat", "peers", "topic", "include_done_tasks"} <= set(model.heads)
+    brain, tools = LocalBrain(rules=False, classifier=model), registry.load_tools()
+    for name in HELD_OUT:
+        right = total = 0
+        for row in [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]:
+            if not row.get("tool"):
+                continue
+            given, withheld = brain.choices(row["text"], tools[row["tool"]])
+            for arg in [a for a in model.heads if a in given or a in withheld]:
+                want = (row.get("args") or {}).get(arg, ABSENT)
+                total += 1
+                right += given.get(arg, ABSENT) == want
+        assert total > 100 and right / total >= 0.95, (name, right, total)

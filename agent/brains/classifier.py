@@ -4,7 +4,9 @@ over TF-IDF features of the message (lower-cased words, adjacent word pairs and 
 It is fitted by benchmarks/scripts/train_tool_classifier.py on the fitted chat sets only (the held-out sets of
 benchmarks/data/MANIFEST.md are never shown to it) and shipped as ``prompts/tool_classifier.npz``: the
 vocabulary with its inverse document frequencies, one weight column per class and a bias. The classes are the
-registry's tool names and :data:`NO_TOOL` (ask a question, decline, chat). Nothing here reads words by rule:
+registry's tool names and :data:`NO_TOOL` (ask a question, decline, chat). The same file holds one more head
+per choice-valued argument (an enum or a boolean such as ``method``, ``backend``, ``chat``), over the same
+features: which value the request gives it, or :data:`ABSENT`. Nothing here reads words by rule:
 spelling, language and phrasing are what the weights absorb, and the model and the tools' schemas do the rest.
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 
 WEIGHTS = "tool_classifier.npz"
 NO_TOOL = "<none>"  # the class of a request that gets an answer in words
+ABSENT = "<absent>"  # an argument head's class for a request that does not set the argument
 CHAR_N = 4
 MAX_CHARS = 2000  # a pasted prompt beyond this adds nothing to which tool is asked for
 TOKEN = re.compile(r"[^\W_]+(?:[._\-][^\W_]+)*", re.UNICODE)
@@ -39,6 +42,23 @@ def features(text: str) -> Counter:
 
 
 @dataclass(frozen=True)
+class Head:
+    """One argument's head: ``weights`` (terms x values), ``bias`` and ``labels`` (the values and ABSENT)."""
+
+    weights: np.ndarray
+    bias: np.ndarray
+    labels: list[str]
+
+
+def _softmax(vector: tuple[np.ndarray, np.ndarray], weights: np.ndarray, bias: np.ndarray,
+             labels: list[str]) -> dict[str, float]:
+    cols, values = vector
+    logits = bias + (values @ weights[cols].astype(np.float32) if len(cols) else 0.0)
+    exp = np.exp(logits - logits.max())
+    return {label: float(p) for label, p in zip(labels, exp / exp.sum())}
+
+
+@dataclass(frozen=True)
 class Choice:
     """The classifier's pick: a tool name or None (answer in words), its probability, and the runner-up."""
 
@@ -52,12 +72,14 @@ class ToolClassifier:
     """Inference over the fitted weights: ``vocab`` term -> column, ``idf`` per column, ``weights``
     (terms x classes), ``bias`` (classes), ``labels`` (class names)."""
 
-    def __init__(self, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str]):
+    def __init__(self, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
+                 heads: dict[str, Head] | None = None):
         self.index = {term: i for i, term in enumerate(vocab)}
         self.idf = idf.astype(np.float32)
         self.weights = weights.astype(np.float32)
         self.bias = bias.astype(np.float32)
         self.labels = labels
+        self.heads = heads or {}  # argument name -> its head
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency)."""
@@ -72,11 +94,13 @@ class ToolClassifier:
         return np.asarray(cols, dtype=np.int64), values / norm
 
     def probabilities(self, text: str) -> dict[str, float]:
-        cols, values = self.vector(text)
-        logits = self.bias + (values @ self.weights[cols] if len(cols) else 0.0)
-        exp = np.exp(logits - logits.max())
-        probs = exp / exp.sum()
-        return {label: float(p) for label, p in zip(self.labels, probs)}
+        return _softmax(self.vector(text), self.weights, self.bias, self.labels)
+
+    def argument(self, name: str, text: str) -> dict[str, float]:
+        """The probability of each value the request gives argument ``name`` (booleans as ``true``/``false``,
+        :data:`ABSENT` for none); empty where no head was fitted for it."""
+        head = self.heads.get(name)
+        return _softmax(self.vector(text), head.weights, head.bias, head.labels) if head else {}
 
     def choose(self, text: str, allowed: set[str] | None = None) -> Choice:
         """The most probable class among ``allowed`` tools (default: all) and no tool."""
@@ -87,16 +111,24 @@ class ToolClassifier:
         return Choice(name(first), p1, name(second), p2)
 
 
-def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str]) -> None:
-    """Write the fitted classifier (float16 weights: the file ships with the package)."""
+def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
+         heads: dict[str, Head] | None = None) -> None:
+    """Write the fitted classifier and its argument heads (float16 weights: the file ships with the package)."""
+    arrays = {}
+    for name, head in (heads or {}).items():
+        arrays |= {f"head.{name}.weights": head.weights.astype(np.float16),
+                   f"head.{name}.bias": head.bias.astype(np.float32), f"head.{name}.labels": np.array(head.labels)}
     np.savez_compressed(path, vocab=np.array(vocab), idf=idf.astype(np.float32), weights=weights.astype(np.float16),
-                        bias=bias.astype(np.float32), labels=np.array(labels))
+                        bias=bias.astype(np.float32), labels=np.array(labels), **arrays)
 
 
 def load_bytes(data: bytes) -> ToolClassifier:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        names = sorted({key.split(".")[1] for key in z.files if key.startswith("head.")})
+        heads = {name: Head(z[f"head.{name}.weights"], z[f"head.{name}.bias"].astype(np.float32),
+                            [str(v) for v in z[f"head.{name}.labels"]]) for name in names}
         return ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
-                              [str(v) for v in z["labels"]])
+                              [str(v) for v in z["labels"]], heads)
 
 
 @lru_cache(maxsize=1)

@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import NO_TOOL, ToolClassifier, default_classifier
+from agent.brains.classifier import ABSENT, NO_TOOL, ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -64,6 +64,7 @@ MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
 SURE = 0.8  # the classifier's pick is taken as it is from this probability on
+MORE_LIKELY = 0.5  # an argument head sets an optional choice from this probability of its value on
 PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
 MAX_CANDIDATES = 4
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
@@ -283,12 +284,12 @@ class LocalBrain:
             shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples, tool=only)))
         context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join([*self.user_texts, text])
-        decision = self._decode(context, tools, said, names)
+        decision = self._decode(context, tools, said, names, text)
         if decision.error is None:
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
-        return self._decode(retry, tools, said, [decision.name])
+        return self._decode(retry, tools, said, [decision.name], text)
 
     def candidates(self, text: str, tools: dict) -> list[str]:
         """The names the call may take: every tool and reply without a classifier; the classifier's pick when
@@ -304,8 +305,31 @@ class LocalBrain:
             return [ranked[0][0]]
         return [name for name, p in ranked[:MAX_CANDIDATES] if p >= PLAUSIBLE] or [ranked[0][0]]
 
-    def _decode(self, context: str, tools: dict, said: str, names: list[str]) -> Decision:
-        """One call decoded after ``context``, its name one of ``names`` (fixed when there is one)."""
+    def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str]]:
+        """The values of ``tool``'s choice arguments (enums, booleans) as the classifier's argument heads read
+        ``text``: (the values it gives, the arguments it leaves out); the model writes the rest. An argument
+        without a head is the model's to choose; a required one always takes its most probable value, an
+        optional one a value only where it is more likely than not."""
+        given, withheld = {}, set()
+        for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
+            if arg.kind not in ("enum", "bool"):
+                continue
+            probs = self.classifier.argument(arg.name, text)
+            allowed = {v: p for v, p in probs.items() if v in arg.values or (v == ABSENT and not arg.required)}
+            if not allowed:
+                continue
+            value = max(allowed, key=allowed.get)
+            if not arg.required and allowed[value] < MORE_LIKELY * sum(allowed.values()):
+                value = ABSENT  # an optional choice is set only where its value is more likely than not
+            if value == ABSENT:
+                withheld.add(arg.name)
+            else:
+                given[arg.name] = value == "true" if arg.kind == "bool" else value
+        return given, frozenset(withheld)
+
+    def _decode(self, context: str, tools: dict, said: str, names: list[str], text: str = "") -> Decision:
+        """One call decoded after ``context``, its name one of ``names`` (fixed when there is one), its choice
+        arguments read from ``text`` by the classifier's argument heads."""
         lm = self.engine()
         lm.begin(context)
         lm.text += local_prompt.CALL_OPEN
@@ -319,7 +343,8 @@ class LocalBrain:
             lm.text += '{"text": "'
             return Decision(text=_clean(tool_grammar.decode_string(lm, self.max_text_tokens)))
         tool = tools[name]
-        arguments = tool_grammar.decode_arguments(lm, tool, said)
+        given, withheld = self.choices(text, tool)
+        arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld)
         try:
             registry.parse_input(tool, arguments)
             if isinstance(arguments.get("params"), dict) and arguments.get("method"):
@@ -375,6 +400,19 @@ class LocalBrain:
                     return part
         return value
 
+    def _reference(self, value: str) -> str | None:
+        """A model field's value as a model reference: a built-in name, else the whole word of the user's that
+        holds it when that word is a path, a .gguf file or a hub id (``owner/name``); None for anything else
+        (a bare word such as "prompt" names no model)."""
+        if value.strip().lower() in models.BUILTIN_MODELS:
+            return value.strip().lower()
+        words = [w.strip("'\"`,;()[]{}") for text in self.user_texts for w in text.split()]
+        for word in [w for w in words if value and value in w] or [value]:
+            word = word.rstrip(".:!?")
+            if "/" in word or "\\" in word or word.lower().endswith(".gguf"):
+                return word
+        return None
+
     def _ground(self, session: Any, text: str, decision: Decision, tools: dict) -> str | None:
         """Checks of a decoded call against the user's words and the tool's schema: a run setting put inside
         ``params`` that the tool takes beside it moves there; an optional text value the user never wrote is
@@ -386,6 +424,12 @@ class LocalBrain:
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
             decision.arguments["prompt"] = self._whole(decision.arguments["prompt"])
+        for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
+            reference = self._reference(decision.arguments[key])
+            if reference is None and key not in required:
+                del decision.arguments[key]
+            elif reference is not None:
+                decision.arguments[key] = reference
         said = _squash(" ".join([*self.user_texts, str(getattr(session, "last_prompt", None) or "")]))
         numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
         kinds = {k: getattr(tool_grammar.arg_of(k, prop), "kind", None) for k, prop in properties.items()}
@@ -402,7 +446,7 @@ class LocalBrain:
                     del decision.arguments[key]
         for key, value in list(decision.arguments.items()):
             if key in free and isinstance(value, str) and _squash(value) not in said \
-                    and value.lower() not in models.BUILTIN_MODELS:
+                    and value.lower() not in models.BUILTIN_MODELS and not _schema_word(value, properties[key]):
                 if key in required:
                     return key
                 del decision.arguments[key]
@@ -410,6 +454,13 @@ class LocalBrain:
                     and key not in required:
                 del decision.arguments[key]
         return None
+
+
+def _schema_word(value: str, prop: dict) -> bool:
+    """Whether ``value`` is one of the words the field's own description offers ("as Spec-Bench names it:
+    summarization, rag, ..."): the schema's vocabulary, not a value invented from nothing."""
+    word = _squash(value)
+    return bool(word) and word in re.findall(r"[a-z][a-z_-]*", _squash(str(prop.get("description", ""))))
 
 
 def hoist_settings(arguments: dict, properties: dict) -> None:

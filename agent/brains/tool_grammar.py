@@ -178,12 +178,16 @@ def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Ar
     return options, meaning
 
 
-def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -> dict:
-    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set,
-    optional choices narrowed to the values it names); the closing ``}`` is committed too."""
+def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, given: dict | None = None,
+                  withheld: frozenset[str] = frozenset()) -> dict:
+    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set); ``given``
+    members are written first as they are, ``withheld`` ones not offered; the closing ``}`` is committed too."""
     out: dict = {}
+    for name, value in (given or {}).items():
+        lm.text += f'{", " if out else ""}"{name}": {json.dumps(value, ensure_ascii=False)}'
+        out[name] = value
     args = [a for a in args if mentioned(a, said)]
-    left = list(args)
+    left = [a for a in args if a.name not in out and a.name not in withheld]
     while len(out) < MAX_KEYS and left:
         options, meaning = _key_options(left, first=not out)
         if all(a.name in out for a in args if a.required):
@@ -194,7 +198,8 @@ def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -
         if arg is None:
             return out
         left.remove(arg)
-        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, said, {**(context or {}), **out})
+        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, said, {**(context or {}), **out},
+                                                                          withheld)
         if value is None:  # no valid value: forget this key
             lm.text = before
             continue
@@ -203,7 +208,7 @@ def decode_object(lm, args: list[Arg], said: str, context: dict | None = None) -
     return out
 
 
-def _decode_value(lm, arg: Arg, said: str, siblings: dict) -> Any:
+def _decode_value(lm, arg: Arg, said: str, siblings: dict, withheld: frozenset[str] = frozenset()) -> Any:
     if arg.kind == "string":
         return decode_string(lm) or None
     if arg.kind == "number":
@@ -212,7 +217,8 @@ def _decode_value(lm, arg: Arg, said: str, siblings: dict) -> Any:
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
-    return decode_object(lm, param_args(siblings.get("method")), said) or None  # params
+    # params: the method's own parameters and the run settings, those withheld at the top level not offered
+    return decode_object(lm, param_args(siblings.get("method")), said, withheld=withheld) or None
 
 
 def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
@@ -243,8 +249,9 @@ def decode_string_list(lm) -> list[str] | None:
     return items if any(items) else None
 
 
-def decode_arguments(lm, tool: Tool, said: str) -> dict:
-    """The arguments of a call to ``tool`` for a request in the words ``said``; ``lm.text`` ends with
-    ``"arguments": ``."""
+def decode_arguments(lm, tool: Tool, said: str, given: dict | None = None,
+                     withheld: frozenset[str] = frozenset()) -> dict:
+    """The arguments of a call to ``tool`` for a request in the words ``said`` (``given`` ones as they are,
+    ``withheld`` ones left out); ``lm.text`` ends with ``"arguments": ``."""
     lm.text += "{"
-    return decode_object(lm, tool_args(tool), said)
+    return decode_object(lm, tool_args(tool), said, given=given, withheld=withheld)

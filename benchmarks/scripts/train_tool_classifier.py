@@ -1,13 +1,15 @@
-"""Fit the tool classifier (agent.brains.classifier) on the labelled requests of the fitted chat sets and write
-prompts/tool_classifier.npz.
+"""Fit the tool classifier (agent.brains.classifier) and its argument heads on the labelled requests of the fitted
+chat sets and write prompts/tool_classifier.npz.
 
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py            # fit, write, report
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --check    # report only, write nothing
 
 The training pool is prompts/tool_examples.jsonl (benchmarks/scripts/tool_examples.py: the fitted sets, without
 the held-out ones). The L2 penalty is chosen by leave-sets-out cross-validation inside the pool (five folds of
-whole sets, so a fold's wording was never seen by its model); the held-out sets are only scored, after the fit,
-per set.
+whole sets, so a fold's wording was never seen by its model), for the tool head and for each argument head (one
+per enum or boolean argument the pool gives a value at least MIN_GIVEN times: which value the request gives it,
+or none, learned from the requests of the tools that take it); the held-out sets are only scored, after the fit,
+per set and per argument.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.brains.classifier import NO_TOOL, WEIGHTS, features, load_bytes, save  # noqa: E402
+from agent.brains.classifier import ABSENT, NO_TOOL, WEIGHTS, Head, features, load_bytes, save  # noqa: E402
+from agent.brains.tool_grammar import tool_args  # noqa: E402
+from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
 
 POOL = ROOT / "prompts" / "tool_examples.jsonl"
@@ -33,6 +37,7 @@ OUT = ROOT / "prompts" / WEIGHTS
 MIN_DF = 2
 PENALTIES = (1e-5, 3e-5, 1e-4, 3e-4)
 FOLDS = 5
+MIN_GIVEN = 8  # an argument gets a head when the pool gives it a value at least this often
 
 
 def load_pool() -> list[dict]:
@@ -41,6 +46,70 @@ def load_pool() -> list[dict]:
 
 def label(row: dict) -> str:
     return row.get("tool") or NO_TOOL
+
+
+def choice_arguments() -> dict[str, set[str]]:
+    """Argument name -> the tools whose schema gives it a choice of values (an enum or a boolean)."""
+    out: dict[str, set[str]] = {}
+    for name, tool in registry.load_tools().items():
+        for arg in tool_args(tool):
+            if arg.kind in ("enum", "bool"):
+                out.setdefault(arg.name, set()).add(name)
+    return out
+
+
+def value_label(row: dict, argument: str) -> str:
+    """The value a labelled request gives ``argument``, as the head's class (booleans ``true``/``false``)."""
+    value = (row.get("args") or {}).get(argument)
+    if value is None:
+        return ABSENT
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def head_tasks(rows: list[dict]) -> dict[str, tuple[list[int], list[str]]]:
+    """Argument -> (the pool rows of the tools taking it, its classes), for the arguments given often enough."""
+    tasks = {}
+    for argument, tools in sorted(choice_arguments().items()):
+        picked = [i for i, r in enumerate(rows) if r.get("tool") in tools]
+        given = [value_label(rows[i], argument) for i in picked]
+        if sum(v != ABSENT for v in given) >= MIN_GIVEN:
+            tasks[argument] = (picked, sorted(set(given)))
+    return tasks
+
+
+def fit_heads(rows: list[dict], x: torch.Tensor, penalties: dict[str, float]) -> dict[str, Head]:
+    heads = {}
+    for argument, (picked, classes) in head_tasks(rows).items():
+        y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in picked])
+        w, b = fit(x[picked], y, len(classes), penalties[argument])
+        heads[argument] = Head(w.numpy(), b.numpy(), classes)
+    return heads
+
+
+def cross_validate_heads(rows: list[dict]) -> dict[str, float]:
+    """Each argument head's penalty, chosen as the tool head's is: by accuracy with whole sets left out."""
+    tasks, sets = head_tasks(rows), sorted({r["set"] for r in rows})
+    right = {(a, p): 0 for a in tasks for p in PENALTIES}
+    for fold in range(FOLDS):
+        out = set(sets[fold::FOLDS])
+        train = [i for i, r in enumerate(rows) if r["set"] not in out]
+        vocab, idf = vocabulary([rows[i] for i in train])
+        x = matrix(rows, vocab, idf)
+        for argument, (picked, classes) in tasks.items():
+            fit_rows = [i for i in picked if rows[i]["set"] not in out]
+            test_rows = [i for i in picked if rows[i]["set"] in out]
+            y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in fit_rows])
+            truth = [classes.index(value_label(rows[i], argument)) for i in test_rows]
+            for penalty in PENALTIES:
+                w, b = fit(x[fit_rows], y, len(classes), penalty)
+                pred = (x[test_rows] @ w + b).argmax(1).tolist()
+                right[(argument, penalty)] += sum(p == t for p, t in zip(pred, truth))
+    chosen = {}
+    for argument, (picked, _) in tasks.items():
+        chosen[argument] = max(PENALTIES, key=lambda p: (right[(argument, p)], -p))
+        print(f"  {argument}: {100 * right[(argument, chosen[argument])] / len(picked):.1f}% with sets left out "
+              f"(penalty {chosen[argument]:g}, {len(picked)} requests)", flush=True)
+    return chosen
 
 
 def vocabulary(rows: list[dict]) -> tuple[list[str], np.ndarray]:
@@ -106,19 +175,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} labelled requests from {len({r['set'] for r in rows})} fitted sets, {len(labels)} classes")
     scores = cross_validate(rows, labels)
     penalty = max(scores, key=lambda p: (scores[p], -p))
+    head_penalties = cross_validate_heads(rows)
     vocab, idf = vocabulary(rows)
-    w, b = fit(matrix(rows, vocab, idf), torch.tensor([labels.index(label(r)) for r in rows]), len(labels), penalty)
+    x = matrix(rows, vocab, idf)
+    w, b = fit(x, torch.tensor([labels.index(label(r)) for r in rows]), len(labels), penalty)
+    heads = fit_heads(rows, x, head_penalties)
     if not args.check:
-        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels)
-        print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g})")
+        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads)
+        print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g}, "
+              f"{len(heads)} argument heads)")
         model = load_bytes(OUT.read_bytes())
     else:
         from agent.brains.classifier import ToolClassifier
-        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels)
+        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads)
+    tools_of = choice_arguments()
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         right = sum((model.choose(r["text"]).tool or NO_TOOL) == label(r) for r in held)
-        print(f"  held out {path.name}: {right}/{len(held)} = {100 * right / len(held):.1f}% right tool")
+        given = [(r, a) for r in held for a in model.heads if r.get("tool") in tools_of[a]]
+        values = sum(max(p := model.argument(a, r["text"]), key=p.get) == value_label(r, a) for r, a in given)
+        print(f"  held out {path.name}: {right}/{len(held)} = {100 * right / len(held):.1f}% right tool; "
+              f"{values}/{len(given)} = {100 * values / max(1, len(given)):.1f}% right choice arguments")
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.agent_tools.choose import category_of, ranking
+from tools.agent_tools.choose import CATEGORIES, category_of, ranking
 from tools.agent_tools.registry import ToolContext, tool
 from tools.agent_tools.saved_params import resolve_target
 from tools.bench.vllm_bench import stored_sweep_lines
@@ -26,8 +26,8 @@ class GuidanceInput(BaseModel):
                                                              "between methods (for the task, when one is given)")
     task: str | None = Field(None, max_length=200,
                              description="the kind of work to speed up, in the person's words or as Spec-Bench names "
-                                         "it (summarization, rag, coding, math, translation, writing, qa, ...): the "
-                                         "methods are ranked for it from what was measured")
+                                         f"it ({', '.join(CATEGORIES)}): the methods are ranked for it from what "
+                                         "was measured")
     target: str | None = Field(None, description="the target model reference (default: the target saved in "
                                                  "memory, else the built-in default target)")
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
