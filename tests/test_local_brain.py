@@ -93,14 +93,14 @@ def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dir
             start = len(lm.text)
             arguments = tool_grammar.decode_arguments(
                 lm, tool, "use 2 small models in float16, json, draft medusa lookahead ngram baseline, all adaptive")
-            assert json.loads(lm.text[start:]) == arguments
+            assert json.loads(lm.text[start:]) == arguments, lm.text[start:]
             allowed = {a.name: a for a in tool_grammar.tool_args(tool)}
             for key, value in arguments.items():
                 kind = allowed[key].kind
                 assert kind != "enum" or value in allowed[key].values
                 assert kind != "bool" or isinstance(value, bool)
                 assert kind != "number" or isinstance(value, (int, float))
-                assert kind != "params" or isinstance(value, dict)
+                assert kind not in ("params", "method_params") or isinstance(value, dict)
 
 
 def _single_token_options(lm: ConstrainedLM, context: str, count: int) -> list[tuple[str, int]]:
@@ -339,6 +339,27 @@ def test_run_settings_written_inside_params_move_beside_them_where_the_tool_has_
     saved = {"method": "draft", "params": {"k": 4, "max_new_tokens": 64}}  # save_params keeps settings in params
     local.hoist_settings(saved, registry.load_tools()["save_params"].input_schema()["properties"])
     assert saved == {"method": "draft", "params": {"k": 4, "max_new_tokens": 64}}
+    compared = {"methods": ["draft", "lookahead"], "params": {"draft": {"k": 5}, "lookahead": {"window": 7}}}
+    local.hoist_settings(compared, registry.load_tools()["compare_methods"].input_schema()["properties"])
+    assert compared["params"] == {"draft": {"k": 5}, "lookahead": {"window": 7}} and "draft" not in compared
+
+
+def test_a_comparison_takes_each_compared_methods_own_parameters(chat_model_dirs):
+    """compare_methods' params are {method: its parameters}: keys among the compared methods that have
+    parameters, each with only that method's own parameter names (no run settings inside)."""
+    from tools.engine.params import PARAM_MODELS
+
+    tool = registry.load_tools()["compare_methods"]
+    assert {a.name: a.kind for a in tool_grammar.tool_args(tool)}["params"] == "method_params"
+    for folder in chat_model_dirs:
+        lm = local.load_engine(str(folder))
+        lm.begin(local_prompt.user_turn("x") + local_prompt.CALL_OPEN + tool.name + local_prompt.ARGS_OPEN + "{")
+        start = len(lm.text)
+        value = tool_grammar.decode_method_params(lm, ["baseline", "draft", "lookahead"], "k 5 window 7 ngram 3")
+        written = json.loads("{" + lm.text[start:])
+        assert {m: own for m, own in written.items() if own} == (value or {})
+        for method, own in (value or {}).items():
+            assert method in ("draft", "lookahead") and set(own) <= set(PARAM_MODELS[method].model_fields)
 
 
 class FixedClassifier:
@@ -455,3 +476,24 @@ def test_a_value_the_schema_names_is_kept_though_the_user_wrote_another_form(mon
     session = RecordingSession()
     brain.respond(session, "which method for summarising long documents here?")
     assert session.calls == [("guidance", {"task": "summarization"})]
+
+
+def test_written_numbers_go_where_the_number_head_says(chat_model_dirs):
+    class Numbers:
+        def __init__(self, table):
+            self.table = table
+
+        def fields(self, text, tool):
+            return [(raw, self.table[raw]) for raw in ("7", "16", "5", "2.5") if raw in text.split()]
+
+    tool = registry.load_tools()["run_method"]
+    sure = Numbers({"7": {"depth": 0.9, "<none>": 0.1}, "16": {"tree_nodes": 0.6, "repeats": 0.4},
+                    "5": {"repeats": 0.8, "<none>": 0.2}, "2.5": {"<none>": 0.7, "temperature": 0.3}})
+    out, unsure = local.LocalBrain.numbers(sure, "depth 7 and 16 nodes , 5 repeats , 2.5", tool, "eagle")
+    assert out == {"params": {"depth": 7, "tree_nodes": 16}, "repeats": 5} and not unsure
+    doubtful = Numbers({"7": {"depth": 0.45, "topk": 0.4, "<none>": 0.15}, "5": {"repeats": 0.8}})
+    out, unsure = local.LocalBrain.numbers(doubtful, "depth 7 , 5 repeats", tool, "eagle")
+    assert out == {"repeats": 5} and unsure
+    # a parameter another method takes is not this method's
+    out, _ = local.LocalBrain.numbers(sure, "depth 7", tool, "draft")
+    assert out == {}

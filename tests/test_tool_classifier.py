@@ -69,3 +69,35 @@ def test_its_argument_heads_read_choice_values_on_requests_they_never_saw():
                 total += 1
                 right += given.get(arg, ABSENT) == want
         assert total > 100 and right / total >= 0.95, (name, right, total)
+
+
+def test_its_number_head_says_which_argument_a_written_number_sets_on_requests_it_never_saw():
+    """Each digit string of a held-out request to a tool: the head's likeliest argument is the one the labels
+    give that number (anywhere in the arguments), or none (a number inside a prompt or a model's name)."""
+    from agent.brains.classifier import NO_FIELD
+
+    head = default_classifier().number_head
+    assert head is not None
+    for name in HELD_OUT:
+        right = total = 0
+        for row in [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]:
+            if not row.get("tool"):
+                continue
+            leaves = []
+
+            def walk(args):
+                for key, value in args.items():
+                    if isinstance(value, dict):
+                        walk(value)
+                    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                        leaves.append([key, float(value)])
+
+            walk(row.get("args") or {})
+            for raw, probs in head.fields(row["text"], row["tool"]):
+                match = next((leaf for leaf in leaves if leaf[1] == float(raw)), None)
+                want = match[0] if match else NO_FIELD
+                if match:
+                    leaves.remove(match)
+                total += 1
+                right += max(probs, key=probs.get) == want
+        assert total > 50 and right / total >= 0.9, (name, right, total)

@@ -41,6 +41,53 @@ def features(text: str) -> Counter:
     return counts
 
 
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+NUMBER_CONTEXT = 4  # words each side of a number that its head reads
+NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
+
+
+def numbers(text: str) -> list[tuple[str, Counter]]:
+    """Each number written in ``text`` with the features its head reads: the tool, the shape of the word
+    holding it (digits as 0), the characters either side, and the words around it by distance."""
+    text = text[:MAX_CHARS]
+    out = []
+    for match in NUMBER.finditer(text):
+        start, end = match.span()
+        left = TOKEN.findall(text[:start].casefold())[-NUMBER_CONTEXT:]
+        right = TOKEN.findall(text[end:].casefold())[:NUMBER_CONTEXT]
+        word_start = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start)) + 1
+        word_end = min([i for i in (text.find(" ", end), text.find("\n", end)) if i >= 0] or [len(text)])
+        shape = re.sub(r"\d+", "0", text[word_start:word_end].casefold())
+        feats = Counter({f"word={shape}": 1, f"before={text[start - 1:start]}": 1, f"after={text[end:end + 1]}": 1,
+                         f"digits={min(len(match.group()), 4)}": 1, f"point={'.' in match.group()}": 1})
+        feats.update({f"L{len(left) - i}={w}": 1 for i, w in enumerate(left)})
+        feats.update({f"R{i + 1}={w}": 1 for i, w in enumerate(right)})
+        feats.update({f"L={w}": 1 for w in left} | {f"R={w}": 1 for w in right})
+        out.append((match.group(), feats))
+    return out
+
+
+@dataclass(frozen=True)
+class NumberHead:
+    """Which argument a written number sets (by its name, wherever the tool takes it), or NO_FIELD: logistic
+    regression over :func:`numbers`' features and the tool's name."""
+
+    vocab: list[str]
+    weights: np.ndarray
+    bias: np.ndarray
+    labels: list[str]
+
+    def fields(self, text: str, tool: str) -> list[tuple[str, dict[str, float]]]:
+        """Each number of ``text`` (as written) with the probability of each argument name it may set."""
+        index = {term: i for i, term in enumerate(self.vocab)}
+        out = []
+        for value, feats in numbers(text):
+            cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
+            values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
+            out.append((value, _softmax((cols, values), self.weights, self.bias, self.labels)))
+        return out
+
+
 @dataclass(frozen=True)
 class Head:
     """One argument's head: ``weights`` (terms x values), ``bias`` and ``labels`` (the values and ABSENT)."""
@@ -73,13 +120,14 @@ class ToolClassifier:
     (terms x classes), ``bias`` (classes), ``labels`` (class names)."""
 
     def __init__(self, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
-                 heads: dict[str, Head] | None = None):
+                 heads: dict[str, Head] | None = None, number_head: NumberHead | None = None):
         self.index = {term: i for i, term in enumerate(vocab)}
         self.idf = idf.astype(np.float32)
         self.weights = weights.astype(np.float32)
         self.bias = bias.astype(np.float32)
         self.labels = labels
         self.heads = heads or {}  # argument name -> its head
+        self.number_head = number_head  # which argument each written number sets
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency)."""
@@ -112,9 +160,12 @@ class ToolClassifier:
 
 
 def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
-         heads: dict[str, Head] | None = None) -> None:
+         heads: dict[str, Head] | None = None, number_head: NumberHead | None = None) -> None:
     """Write the fitted classifier and its argument heads (float16 weights: the file ships with the package)."""
     arrays = {}
+    if number_head is not None:
+        arrays |= {"number.vocab": np.array(number_head.vocab), "number.weights": number_head.weights.astype(np.float16),
+                   "number.bias": number_head.bias.astype(np.float32), "number.labels": np.array(number_head.labels)}
     for name, head in (heads or {}).items():
         arrays |= {f"head.{name}.weights": head.weights.astype(np.float16),
                    f"head.{name}.bias": head.bias.astype(np.float32), f"head.{name}.labels": np.array(head.labels)}
@@ -127,8 +178,11 @@ def load_bytes(data: bytes) -> ToolClassifier:
         names = sorted({key.split(".")[1] for key in z.files if key.startswith("head.")})
         heads = {name: Head(z[f"head.{name}.weights"], z[f"head.{name}.bias"].astype(np.float32),
                             [str(v) for v in z[f"head.{name}.labels"]]) for name in names}
+        number_head = NumberHead([str(v) for v in z["number.vocab"]], z["number.weights"],
+                                 z["number.bias"].astype(np.float32), [str(v) for v in z["number.labels"]]) \
+            if "number.vocab" in z.files else None
         return ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
-                              [str(v) for v in z["labels"]], heads)
+                              [str(v) for v in z["labels"]], heads, number_head)
 
 
 @lru_cache(maxsize=1)

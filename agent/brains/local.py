@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import ABSENT, NO_TOOL, ToolClassifier, default_classifier
+from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -325,7 +325,42 @@ class LocalBrain:
                 withheld.add(arg.name)
             else:
                 given[arg.name] = value == "true" if arg.kind == "bool" else value
+        head = getattr(self.classifier, "number_head", None)
+        if head is not None:  # a written number goes where its head says; the model writes only those it is unsure of
+            numbers, unsure = self.numbers(head, text, tool, given.get("method"))
+            given |= {k: v for k, v in numbers.items() if k != "params"}
+            if numbers.get("params"):
+                given["params"] = numbers["params"]
+            if not unsure:
+                withheld |= {a.name for a in [*tool_grammar.tool_args(tool),
+                                              *tool_grammar.param_args(given.get("method"))] if a.kind == "number"}
         return given, frozenset(withheld)
+
+    @staticmethod
+    def numbers(head: Any, text: str, tool: Any, method: str | None) -> tuple[dict, bool]:
+        """The arguments the numbers written in ``text`` set, as the number head reads them, and whether it was
+        unsure of any: a number goes to the argument it is more likely than not to set (the likeliest number
+        where two claim one), at the top level where ``tool`` takes it, else among ``method``'s own parameters
+        in ``params``."""
+        best: dict[str, tuple[float, str]] = {}
+        unsure = False
+        for raw, probs in head.fields(text, tool.name):
+            name = max(probs, key=probs.get)
+            unsure = unsure or probs[name] < MORE_LIKELY
+            if name != NO_FIELD and probs[name] >= MORE_LIKELY and probs[name] > best.get(name, (0.0, ""))[0]:
+                best[name] = (probs[name], raw)
+        top = {a.name for a in tool_grammar.tool_args(tool) if a.kind == "number"}
+        kinds = {a.name: a.kind for a in tool_grammar.tool_args(tool)}
+        own = {a.name for a in tool_grammar.param_args(method) if a.kind == "number"} \
+            if kinds.get("params") == "params" else set()
+        out: dict = {}
+        for name, (_, raw) in best.items():
+            value = float(raw) if "." in raw else int(raw)
+            if name in top:
+                out[name] = value
+            elif name in own:
+                out.setdefault("params", {})[name] = value
+        return out, unsure
 
     def _decode(self, context: str, tools: dict, said: str, names: list[str], text: str = "") -> Decision:
         """One call decoded after ``context``, its name one of ``names`` (fixed when there is one), its choice
@@ -467,8 +502,9 @@ def hoist_settings(arguments: dict, properties: dict) -> None:
     """Move the run settings a model wrote inside ``params`` (max_new_tokens, dtype, ...) beside it where the
     tool's schema has them at the top level; a method's own parameters stay in ``params``."""
     params = arguments.get("params")
-    if not isinstance(params, dict):
-        return
+    if not isinstance(params, dict) or getattr(tool_grammar.arg_of("params", properties.get("params", {})),
+                                               "kind", None) != "params":
+        return  # none, or one method's parameters per key (compare_methods): nothing of the run inside
     for key in [k for k in params if k in properties and k not in ("params", "method", "methods")]:
         arguments.setdefault(key, params.pop(key))
     if not params:

@@ -73,6 +73,8 @@ def arg_of(name: str, prop: dict, required: bool = False) -> Arg | None:
         return Arg(name, "string_list", (), required) if items.get("type") == "string" else None
     if kind == "object" and name == "params" and prop.get("additionalProperties") is True:
         return Arg(name, "params", (), required)
+    if kind == "object" and name == "params" and isinstance(prop.get("additionalProperties"), dict):
+        return Arg(name, "method_params", (), required)  # {method: its parameters}, as compare_methods takes
     return None
 
 
@@ -94,17 +96,17 @@ def mentioned(arg: Arg, said: str) -> bool:
     return arg.required or arg.kind != "number" or bool(DIGIT.search(said))
 
 
-def param_args(method: str | None) -> list[Arg]:
-    """What a method's ``params`` may hold: its own parameters, then the run settings that may be saved
-    with them (every method's parameters when the method is not known yet)."""
+def param_args(method: str | None, settings: bool = True) -> list[Arg]:
+    """What a method's ``params`` may hold: its own parameters, then (``settings``) the run settings that may
+    be saved with them (every method's parameters when the method is not known yet)."""
     methods = [method] if method in PARAM_MODELS else list(PARAM_MODELS)
     own: dict[str, Arg] = {}
     for m in methods:
         for arg in schema_args(PARAM_MODELS[m].model_json_schema()):
             own.setdefault(arg.name, Arg(arg.name, arg.kind, arg.values))
     run = RunInput.model_json_schema()["properties"]
-    settings = [arg_of(name, run[name]) for name in RUN_SETTINGS if name not in own]
-    return list(own.values()) + [a for a in settings if a is not None]
+    saved = [arg_of(name, run[name]) for name in RUN_SETTINGS if name not in own] if settings else []
+    return list(own.values()) + [a for a in saved if a is not None]
 
 
 def signature(tool: Tool, description: str) -> str:
@@ -113,7 +115,7 @@ def signature(tool: Tool, description: str) -> str:
     for arg in tool_args(tool):
         kind = {"enum": "|".join(arg.values), "bool": "true|false", "string": "text", "number": "number",
                 "enum_list": "list of " + "|".join(arg.values), "string_list": "list of text",
-                "params": "object"}[arg.kind]
+                "params": "object", "method_params": "object of method: its params"}[arg.kind]
         if arg.name in MODEL_FIELDS:
             kind = "model name"
         parts.append(f"{arg.name}{'*' if arg.required else ''}: {kind}")
@@ -153,19 +155,24 @@ def decode_string(lm, max_tokens: int = MAX_STRING_TOKENS) -> str:
 
 
 def decode_number(lm) -> int | float | None:
+    """A JSON number: the model's digits, written back in JSON's own form ("016" as 16)."""
+    opened = lm.text
     raw = lm.generate_number()
     try:
         value = float(raw)
     except ValueError:
         return None
-    return int(value) if value.is_integer() and "." not in raw else value
+    value = int(value) if value.is_integer() and "." not in raw else value
+    lm.text = opened + json.dumps(value)
+    return value
 
 
 def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Arg, Any]]]:
     """The texts that start each allowed argument (enum and boolean values spelled out)."""
     sep = "" if first else ", "
     options, meaning = [], []
-    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "params": "{"}
+    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "params": "{",
+               "method_params": "{"}
     for arg in args:
         key = f'{sep}"{arg.name}": '
         if arg.kind in ("enum", "bool"):
@@ -183,9 +190,16 @@ def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, g
     """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set); ``given``
     members are written first as they are, ``withheld`` ones not offered; the closing ``}`` is committed too."""
     out: dict = {}
+    kinds = {a.name: a.kind for a in args}
     for name, value in (given or {}).items():
-        lm.text += f'{", " if out else ""}"{name}": {json.dumps(value, ensure_ascii=False)}'
-        out[name] = value
+        lm.text += f'{", " if out else ""}"{name}": '
+        if isinstance(value, dict) and kinds.get(name) == "params":  # the model may add to given parameters
+            lm.text += "{"
+            method = (given or {}).get("method") or (context or {}).get("method")
+            out[name] = decode_object(lm, param_args(method), said, given=value, withheld=withheld)
+        else:
+            lm.text += json.dumps(value, ensure_ascii=False)
+            out[name] = value
     args = [a for a in args if mentioned(a, said)]
     left = [a for a in args if a.name not in out and a.name not in withheld]
     while len(out) < MAX_KEYS and left:
@@ -217,8 +231,29 @@ def _decode_value(lm, arg: Arg, said: str, siblings: dict, withheld: frozenset[s
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
+    if arg.kind == "method_params":
+        return decode_method_params(lm, siblings.get("methods") or [], said, withheld)
     # params: the method's own parameters and the run settings, those withheld at the top level not offered
     return decode_object(lm, param_args(siblings.get("method")), said, withheld=withheld) or None
+
+
+def decode_method_params(lm, methods: list[str], said: str, withheld: frozenset[str] = frozenset()) -> dict | None:
+    """``{"method": {its parameters}, ...}`` for some of the compared ``methods`` (those with parameters);
+    ``{`` is committed."""
+    out: dict = {}
+    left = [m for m in methods if m in PARAM_MODELS and param_args(m, settings=False)]
+    written = False  # a member is in the text (an empty one too)
+    while left:
+        options = [f'{", " if written else ""}{json.dumps(m)}: {{' for m in left] + (["}"] if written else [])
+        index = lm.choose(options)
+        if index == len(left):
+            return out or None
+        method, written = left.pop(index), True
+        own = decode_object(lm, param_args(method, settings=False), said, withheld=withheld)
+        if own:
+            out[method] = own
+    lm.text += "}"
+    return out or None
 
 
 def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:

@@ -3,13 +3,14 @@ chat sets and write prompts/tool_classifier.npz.
 
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py            # fit, write, report
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --check    # report only, write nothing
+    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --numbers-only   # refit the number head alone
 
 The training pool is prompts/tool_examples.jsonl (benchmarks/scripts/tool_examples.py: the fitted sets, without
 the held-out ones). The L2 penalty is chosen by leave-sets-out cross-validation inside the pool (five folds of
 whole sets, so a fold's wording was never seen by its model), for the tool head and for each argument head (one
 per enum or boolean argument the pool gives a value at least MIN_GIVEN times: which value the request gives it,
-or none, learned from the requests of the tools that take it); the held-out sets are only scored, after the fit,
-per set and per argument.
+or none, learned from the requests of the tools that take it) and for the number head (which argument each
+written number sets, read from the words around it); the held-out sets are only scored, after the fit, per set.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.brains.classifier import ABSENT, NO_TOOL, WEIGHTS, Head, features, load_bytes, save  # noqa: E402
+from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, WEIGHTS, Head, NumberHead, features,  # noqa: E402
+                                     load_bytes, numbers, save)
 from agent.brains.tool_grammar import tool_args  # noqa: E402
 from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
@@ -112,6 +114,73 @@ def cross_validate_heads(rows: list[dict]) -> dict[str, float]:
     return chosen
 
 
+def number_examples(rows: list[dict]) -> list[tuple[Counter, str, str]]:
+    """(features, the argument it sets or NO_FIELD, set) for each number written in a request to a tool: a
+    number sets the first argument not yet matched whose labelled value equals it, wherever in the arguments."""
+    out = []
+    for row in rows:
+        if not row.get("tool"):
+            continue
+        leaves: list[tuple[str, float]] = []
+
+        def walk(args: dict) -> None:
+            for key, value in args.items():
+                if isinstance(value, dict):
+                    walk(value)
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    leaves.append((key, float(value)))
+
+        walk(row.get("args") or {})
+        used: set[int] = set()
+        for raw, feats in numbers(row["text"]):
+            match = next((i for i, (_, v) in enumerate(leaves) if i not in used and v == float(raw)), None)
+            if match is not None:
+                used.add(match)
+            out.append((feats + Counter({f"tool={row['tool']}": 1}),
+                        NO_FIELD if match is None else leaves[match][0], row.get("set", "")))
+    return out
+
+
+def number_matrix(examples: list, vocab: list[str]) -> torch.Tensor:
+    index = {t: i for i, t in enumerate(vocab)}
+    x = np.zeros((len(examples), len(vocab)), dtype=np.float32)
+    for r, (feats, _, _) in enumerate(examples):
+        cols = [index[t] for t in feats if t in index]
+        x[r, cols] = 1.0 / math.sqrt(max(1, len(cols)))
+    return torch.from_numpy(x)
+
+
+def fit_number_head(rows: list[dict]) -> NumberHead:
+    """The number head, its penalty chosen with whole sets left out (FOLDS folds)."""
+    examples = number_examples(rows)
+    labels = sorted({lab for _, lab, _ in examples})
+    sets = sorted({s for _, _, s in examples})
+    y = torch.tensor([labels.index(lab) for _, lab, _ in examples])
+
+    def vocab_of(part):
+        df = Counter(t for feats, _, _ in part for t in feats)
+        return sorted(t for t, n in df.items() if n >= MIN_DF)
+
+    scores = {}
+    for penalty in PENALTIES:
+        right = 0
+        for fold in range(FOLDS):
+            out = set(sets[fold::FOLDS])
+            train = [i for i, e in enumerate(examples) if e[2] not in out]
+            test = [i for i, e in enumerate(examples) if e[2] in out]
+            vocab = vocab_of([examples[i] for i in train])
+            w, b = fit(number_matrix([examples[i] for i in train], vocab), y[train], len(labels), penalty)
+            pred = (number_matrix([examples[i] for i in test], vocab) @ w + b).argmax(1)
+            right += int((pred == y[test]).sum())
+        scores[penalty] = right / len(examples)
+        print(f"  numbers, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets left out "
+              f"({len(examples)} numbers, {len(labels)} classes)", flush=True)
+    penalty = max(scores, key=lambda p: (scores[p], -p))
+    vocab = vocab_of(examples)
+    w, b = fit(number_matrix(examples, vocab), y, len(labels), penalty)
+    return NumberHead(vocab, w.numpy(), b.numpy(), labels)
+
+
 def vocabulary(rows: list[dict]) -> tuple[list[str], np.ndarray]:
     """Terms in at least MIN_DF requests, and their inverse document frequencies."""
     df = Counter(t for r in rows for t in features(r["text"]))
@@ -169,8 +238,19 @@ def cross_validate(rows: list[dict], labels: list[str]) -> dict[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report only; write nothing")
+    parser.add_argument("--numbers-only", action="store_true",
+                        help="refit the number head alone, keeping the shipped tool and argument heads")
     args = parser.parse_args(argv)
     rows = load_pool()
+    if args.numbers_only:
+        shipped = load_bytes(OUT.read_bytes())
+        number_head = fit_number_head(rows)
+        vocab = sorted(shipped.index, key=shipped.index.get)
+        if not args.check:
+            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, number_head)
+            print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
+        report_numbers(number_head)
+        return 0
     labels = sorted({label(r) for r in rows})
     print(f"{len(rows)} labelled requests from {len({r['set'] for r in rows})} fitted sets, {len(labels)} classes")
     scores = cross_validate(rows, labels)
@@ -180,14 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     x = matrix(rows, vocab, idf)
     w, b = fit(x, torch.tensor([labels.index(label(r)) for r in rows]), len(labels), penalty)
     heads = fit_heads(rows, x, head_penalties)
+    number_head = fit_number_head(rows)
     if not args.check:
-        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads)
+        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, number_head)
         print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g}, "
               f"{len(heads)} argument heads)")
         model = load_bytes(OUT.read_bytes())
     else:
         from agent.brains.classifier import ToolClassifier
-        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads)
+        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads, number_head)
     tools_of = choice_arguments()
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -196,7 +277,22 @@ def main(argv: list[str] | None = None) -> int:
         values = sum(max(p := model.argument(a, r["text"]), key=p.get) == value_label(r, a) for r, a in given)
         print(f"  held out {path.name}: {right}/{len(held)} = {100 * right / len(held):.1f}% right tool; "
               f"{values}/{len(given)} = {100 * values / max(1, len(given)):.1f}% right choice arguments")
+    report_numbers(model.number_head)
     return 0
+
+
+def report_numbers(head: NumberHead) -> None:
+    """The number head's share of written numbers given the right argument (or none), per held-out set."""
+    for path in held_out_sets():
+        held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        examples = number_examples(held)
+        right = 0
+        for row in [r for r in held if r.get("tool")]:
+            labels = [lab for _, lab, _ in number_examples([row])]
+            picks = [max(p, key=p.get) for _, p in head.fields(row["text"], row["tool"])]
+            right += sum(a == b for a, b in zip(picks, labels))
+        print(f"  held out {path.name}: {right}/{len(examples)} = {100 * right / max(1, len(examples)):.1f}% numbers "
+              "given their argument")
 
 
 if __name__ == "__main__":
