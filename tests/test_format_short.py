@@ -24,3 +24,31 @@ def test_the_measured_line_shows_the_speedup_the_setting_and_the_run():
 
 def test_without_runs_it_says_not_measured():
     assert "not measured yet" in format_result(guidance([]))
+
+
+def test_a_draft_sized_to_a_measured_curve_says_what_it_should_give_here():
+    result = guidance([])
+    result.content["expected"] = {"low": 1.69, "high": 2.51, "acceptance": [0.8, 0.95], "draft_cost": 0.237,
+                                  "measured_curve": True}
+    text = format_result(result)
+    assert ("Expected here: about 1.69x where 80% of drafted tokens are accepted, up to 2.51x at 95% (this machine's "
+            "pass costs; a guess until a run measures it).") in text.splitlines()
+    assert len(text.splitlines()) <= 6
+    result.content["expected"]["measured_curve"] = False  # the stand-in curve is no figure of this machine
+    assert "Expected here" not in format_result(result)
+
+
+def test_the_expected_range_comes_from_the_pass_costs_and_the_draft_cost():
+    from tools.bench.machine_cost import MachineCost
+    from tools.bench.sizing import expected_range, expected_speedup, size_params
+
+    curve = {1: 1.0, 2: 1.04, 4: 1.05, 8: 1.08, 16: 1.2}
+    machine = MachineCost("cpu", "test cpu", curve, "a test curve")
+    machine.draft_ratio = 0.24
+    sizing = size_params("draft", machine)
+    k, k_max = sizing.params["k"], sizing.params["k_max"]
+    assert sizing.expected == expected_range(machine, sizing.params)
+    assert sizing.expected["low"] == round(expected_speedup(k, 0.8, 0.24, curve), 2)
+    assert sizing.expected["high"] == round(expected_speedup(k_max, 0.95, 0.24, curve), 2)
+    assert 1.0 < sizing.expected["low"] < sizing.expected["high"]
+    assert size_params("lookahead", machine).expected is None

@@ -315,6 +315,12 @@ def _guidance_short(c: dict) -> str:
              + ", ".join(f"{k}={v}" for k, v in shown.items()) + "."]
     measured_now = "; this machine's cost curve was measured now for it and stored" if c.get("measured_now") else ""
     lines.append(f"Source: {c['source']}{measured_now}; advice to be measured, not a result.")
+    expected = c.get("expected")
+    if expected and expected.get("measured_curve"):
+        low, high = expected["acceptance"]
+        lines.append(f"Expected here: about {expected['low']:.2f}x where {low:.0%} of drafted tokens are accepted, up to "
+                     f"{expected['high']:.2f}x at {high:.0%} (this machine's pass costs; a guess until a run measures "
+                     "it).")
     lines.append(_measured_line(c))
     if c.get("choice"):
         choice = c["choice"]

@@ -322,6 +322,8 @@ def guidance(inp, ctx) -> dict:
            "hardware": hw, "backend": inp.backend, "suggested_params": params, "reasons": reasons, "source": source, "advice": ADVICE_NOTE}
     if sizing is not None:  # each parameter's source (sized, default) and reason, as a run records them
         out["param_reasons"] = sizing.reasons()
+        if sizing.expected and not not_measured:
+            out["expected"] = sizing.expected
     if measured_now:
         out["measured_now"] = "this machine's cost curve was measured for this advice and stored"
     elif not_measured:

@@ -71,6 +71,7 @@ class Sizing:
     fields: dict[str, SizedParam]
     machine: str = ""  # the curve behind the sized values, in words
     notes: list[str] = field(default_factory=list)
+    expected: dict | None = None  # draft: the speedup the sized K and K_max should give here (expected_range)
 
     @property
     def params(self) -> dict:
@@ -314,8 +315,22 @@ def size_params(method: str, machine: MachineCost | None, given: dict | None = N
     if sized:
         notes.extend(curve_notes(machine.curve, measured=machine.curve != CPU_FALLBACK_CURVE,
                                  backend=machine.backend))
+        if method == "draft":
+            sizing.expected = expected_range(machine, sizing.params)
     sizing.notes.extend(notes)
     return sizing
+
+
+def expected_range(machine: MachineCost, params: dict) -> dict:
+    """The speedup a draft with these K and K_max should give on ``machine`` (``expected_speedup``): at
+    DRAFT_ACCEPTANCE with K, and at DRAFT_ACCEPTANCE_HIGH with K_max, where adaptive K grows on text the
+    draft predicts well. A guess from the pass costs until a run measures it."""
+    ratio = machine.draft_ratio if machine.draft_ratio is not None else CPU_FALLBACK_DRAFT_RATIO
+    k, k_max = int(params["k"]), int(params.get("k_max") or params["k"])
+    return {"low": round(expected_speedup(k, DRAFT_ACCEPTANCE, ratio, machine.curve), 2),
+            "high": round(expected_speedup(k_max, DRAFT_ACCEPTANCE_HIGH, ratio, machine.curve), 2),
+            "acceptance": [DRAFT_ACCEPTANCE, DRAFT_ACCEPTANCE_HIGH], "draft_cost": round(ratio, 3),
+            "measured_curve": machine.curve != CPU_FALLBACK_CURVE}
 
 
 def fixed_params(method: str, given: dict | None = None, saved: dict | None = None) -> Sizing | None:
