@@ -371,7 +371,7 @@ class FixedClassifier:
 
         return {self.tool or NO_TOOL: 0.9, "check_deps" if self.tool != "check_deps" else "recall": 0.1}
 
-    def argument(self, name, text):  # no argument heads: the model chooses every value
+    def argument(self, name, text, tool=None):  # no argument heads: the model chooses every value
         return {}
 
 
@@ -439,7 +439,7 @@ def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_di
 
 def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat_model_dirs):
     class Heads(FixedClassifier):
-        def argument(self, name, text):
+        def argument(self, name, text, tool=None):
             return {"method": {"ngram": 0.7, "draft": 0.3}, "chat": {"false": 0.8, "<absent>": 0.2},
                     "peers": {"<absent>": 0.9, "true": 0.1}, "backend": {"llamacpp": 0.4, "<absent>": 0.6},
                     "dtype": {"float32": 0.45, "bfloat16": 0.1, "<absent>": 0.45}}.get(name, {})
@@ -497,3 +497,36 @@ def test_written_numbers_go_where_the_number_head_says(chat_model_dirs):
     # a parameter another method takes is not this method's
     out, _ = local.LocalBrain.numbers(sure, "depth 7", tool, "draft")
     assert out == {}
+
+
+def test_a_path_copied_in_part_is_completed_to_the_word_the_user_wrote(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    cut = local.Decision(name="train_medusa", arguments={"data_files": ["home/ana/corpus/notes.txt"],
+                                                          "target": "smollm2-135m-instruct"})
+    monkeypatch.setattr(brain, "decide", lambda text: cut)
+    session = RecordingSession()
+    brain.respond(session, "train heads for smollm2-135m-instruct on /home/ana/corpus/notes.txt.")
+    assert session.calls[-1][1]["data_files"] == ["/home/ana/corpus/notes.txt"]
+
+
+def test_written_references_go_where_the_reference_head_says(chat_model_dirs):
+    class References:
+        labels = ["<none>", "target", "data_files", "out"]
+
+        def fields(self, text, tool):
+            return [("smollm2-135m-instruct", {"target": 0.8, "<none>": 0.2}),
+                    ("/data/a.txt", {"data_files": 0.9, "<none>": 0.1}), ("/data/b.txt", {"data_files": 0.7}),
+                    ("e.g", {"<none>": 0.9, "out": 0.1})]
+
+    tool = registry.load_tools()["train_medusa"]
+    out, unsure = local.LocalBrain.references(References(), "anything", tool)
+    assert out == {"target": "smollm2-135m-instruct", "data_files": ["/data/a.txt", "/data/b.txt"]} and not unsure
+
+
+def test_reference_words_are_paths_files_urls_model_names_and_run_ids():
+    from agent.brains.classifier import references
+
+    words = [w for w, _ in references("draft on 'fn main() {' with target ./models/q4.gguf, send run 9c1e77 and "
+                                      "4f2a91c0 to https://x.example.org/up (qwen2.5-coder-0.5b-instruct) now.")]
+    assert words == ["./models/q4.gguf", "9c1e77", "4f2a91c0", "https://x.example.org/up",
+                     "qwen2.5-coder-0.5b-instruct"]

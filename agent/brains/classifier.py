@@ -46,42 +46,69 @@ NUMBER_CONTEXT = 4  # words each side of a number that its head reads
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
 
 
+# a written word that may name a model, a file, a folder, a URL or a run: it has a path separator, a file
+# extension, or letters, digits and a dash or point together (qwen2.5-coder-0.5b-instruct), or is hexadecimal
+REFERENCE = re.compile(r"\S*[/\\]\S*|[\w.~-]+\.[A-Za-z]\w{0,5}|(?=\S*\d)(?=\S*[A-Za-z])[\w.]+-[\w.-]+|[0-9a-f]{6,}")
+WORD_EDGES = "'\"`,;()[]{}<>"
+
+
+def _context(text: str, start: int, end: int, raw: str) -> Counter:
+    """The features of the value written at text[start:end]: the shape of the word holding it (digits as 0),
+    the characters either side, its length and whether it has a point, and the words around it by distance."""
+    left = TOKEN.findall(text[:start].casefold())[-NUMBER_CONTEXT:]
+    right = TOKEN.findall(text[end:].casefold())[:NUMBER_CONTEXT]
+    word_start = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start)) + 1
+    word_end = min([i for i in (text.find(" ", end), text.find("\n", end)) if i >= 0] or [len(text)])
+    shape = re.sub(r"\d+", "0", text[word_start:word_end].casefold())
+    feats = Counter({f"word={shape}": 1, f"before={text[start - 1:start]}": 1, f"after={text[end:end + 1]}": 1,
+                     f"digits={min(len(raw), 4)}": 1, f"point={'.' in raw}": 1})
+    feats.update({f"L{len(left) - i}={w}": 1 for i, w in enumerate(left)})
+    feats.update({f"R{i + 1}={w}": 1 for i, w in enumerate(right)})
+    feats.update({f"L={w}": 1 for w in left} | {f"R={w}": 1 for w in right})
+    return feats
+
+
 def numbers(text: str) -> list[tuple[str, Counter]]:
-    """Each number written in ``text`` with the features its head reads: the tool, the shape of the word
-    holding it (digits as 0), the characters either side, and the words around it by distance."""
+    """Each number written in ``text``, with the features its head reads (:func:`_context`)."""
+    text = text[:MAX_CHARS]
+    return [(m.group(), _context(text, *m.span(), m.group())) for m in NUMBER.finditer(text)]
+
+
+def references(text: str) -> list[tuple[str, Counter]]:
+    """Each word of ``text`` that may name a model, file, folder, URL or run (without quotes, brackets and
+    closing punctuation), with the features its head reads (:func:`_context`, and its own shape)."""
     text = text[:MAX_CHARS]
     out = []
-    for match in NUMBER.finditer(text):
-        start, end = match.span()
-        left = TOKEN.findall(text[:start].casefold())[-NUMBER_CONTEXT:]
-        right = TOKEN.findall(text[end:].casefold())[:NUMBER_CONTEXT]
-        word_start = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start)) + 1
-        word_end = min([i for i in (text.find(" ", end), text.find("\n", end)) if i >= 0] or [len(text)])
-        shape = re.sub(r"\d+", "0", text[word_start:word_end].casefold())
-        feats = Counter({f"word={shape}": 1, f"before={text[start - 1:start]}": 1, f"after={text[end:end + 1]}": 1,
-                         f"digits={min(len(match.group()), 4)}": 1, f"point={'.' in match.group()}": 1})
-        feats.update({f"L{len(left) - i}={w}": 1 for i, w in enumerate(left)})
-        feats.update({f"R{i + 1}={w}": 1 for i, w in enumerate(right)})
-        feats.update({f"L={w}": 1 for w in left} | {f"R={w}": 1 for w in right})
-        out.append((match.group(), feats))
+    for match in re.finditer(r"\S+", text):
+        word = match.group().strip(WORD_EDGES).rstrip(".:!?,;")
+        if not word or not REFERENCE.fullmatch(word):
+            continue
+        start = match.start() + match.group().index(word)
+        feats = _context(text, start, start + len(word), word)
+        feats.update({f"ext={word.rsplit('.', 1)[-1].casefold()[:6]}": 1} if "." in word else {"ext=": 1})
+        feats.update({f"slash={'/' in word or chr(92) in word}": 1, f"scheme={'://' in word}": 1,
+                      f"home={word.startswith(('~', '/', '.'))}": 1})
+        out.append((word, feats))
     return out
 
 
 @dataclass(frozen=True)
 class NumberHead:
-    """Which argument a written number sets (by its name, wherever the tool takes it), or NO_FIELD: logistic
-    regression over :func:`numbers`' features and the tool's name."""
+    """Which argument a written value sets (by its name, wherever the tool takes it), or NO_FIELD: logistic
+    regression over the features of :func:`numbers` (``kind`` number) or :func:`references` (``kind``
+    reference) and the tool's name."""
 
     vocab: list[str]
     weights: np.ndarray
     bias: np.ndarray
     labels: list[str]
+    kind: str = "number"
 
     def fields(self, text: str, tool: str) -> list[tuple[str, dict[str, float]]]:
-        """Each number of ``text`` (as written) with the probability of each argument name it may set."""
+        """Each value of ``text`` (as written) with the probability of each argument name it may set."""
         index = {term: i for i, term in enumerate(self.vocab)}
         out = []
-        for value, feats in numbers(text):
+        for value, feats in (numbers if self.kind == "number" else references)(text):
             cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
             values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
             out.append((value, _softmax((cols, values), self.weights, self.bias, self.labels)))
@@ -90,11 +117,14 @@ class NumberHead:
 
 @dataclass(frozen=True)
 class Head:
-    """One argument's head: ``weights`` (terms x values), ``bias`` and ``labels`` (the values and ABSENT)."""
+    """One argument's head: ``weights`` (terms x values), ``bias``, ``labels`` (the values and ABSENT), and
+    a bias per tool that takes the argument (``tools``, ``tool_weights``: tools x values)."""
 
     weights: np.ndarray
     bias: np.ndarray
     labels: list[str]
+    tools: list[str] = ()
+    tool_weights: np.ndarray | None = None
 
 
 def _softmax(vector: tuple[np.ndarray, np.ndarray], weights: np.ndarray, bias: np.ndarray,
@@ -128,6 +158,7 @@ class ToolClassifier:
         self.labels = labels
         self.heads = heads or {}  # argument name -> its head
         self.number_head = number_head  # which argument each written number sets
+        self.reference_head: NumberHead | None = None  # ... and each written model, file, folder, URL or run
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency)."""
@@ -144,11 +175,14 @@ class ToolClassifier:
     def probabilities(self, text: str) -> dict[str, float]:
         return _softmax(self.vector(text), self.weights, self.bias, self.labels)
 
-    def argument(self, name: str, text: str) -> dict[str, float]:
-        """The probability of each value the request gives argument ``name`` (booleans as ``true``/``false``,
-        :data:`ABSENT` for none); empty where no head was fitted for it."""
+    def argument(self, name: str, text: str, tool: str | None = None) -> dict[str, float]:
+        """The probability of each value a request to ``tool`` gives argument ``name`` (booleans as
+        ``true``/``false``, :data:`ABSENT` for none); empty where no head was fitted for it."""
         head = self.heads.get(name)
-        return _softmax(self.vector(text), head.weights, head.bias, head.labels) if head else {}
+        if head is None:
+            return {}
+        bias = head.bias + (head.tool_weights[head.tools.index(tool)] if tool in head.tools else 0.0)
+        return _softmax(self.vector(text), head.weights, bias, head.labels)
 
     def choose(self, text: str, allowed: set[str] | None = None) -> Choice:
         """The most probable class among ``allowed`` tools (default: all) and no tool."""
@@ -160,15 +194,19 @@ class ToolClassifier:
 
 
 def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
-         heads: dict[str, Head] | None = None, number_head: NumberHead | None = None) -> None:
-    """Write the fitted classifier and its argument heads (float16 weights: the file ships with the package)."""
+         heads: dict[str, Head] | None = None, *value_heads: NumberHead) -> None:
+    """Write the fitted classifier, its argument heads and its value heads (number, reference) (float16
+    weights: the file ships with the package)."""
     arrays = {}
-    if number_head is not None:
-        arrays |= {"number.vocab": np.array(number_head.vocab), "number.weights": number_head.weights.astype(np.float16),
-                   "number.bias": number_head.bias.astype(np.float32), "number.labels": np.array(number_head.labels)}
+    for head in value_heads:
+        arrays |= {f"{head.kind}.vocab": np.array(head.vocab), f"{head.kind}.weights": head.weights.astype(np.float16),
+                   f"{head.kind}.bias": head.bias.astype(np.float32), f"{head.kind}.labels": np.array(head.labels)}
     for name, head in (heads or {}).items():
         arrays |= {f"head.{name}.weights": head.weights.astype(np.float16),
                    f"head.{name}.bias": head.bias.astype(np.float32), f"head.{name}.labels": np.array(head.labels)}
+        if head.tools:
+            arrays |= {f"head.{name}.tools": np.array(head.tools),
+                       f"head.{name}.tool_weights": np.asarray(head.tool_weights, dtype=np.float32)}
     np.savez_compressed(path, vocab=np.array(vocab), idf=idf.astype(np.float32), weights=weights.astype(np.float16),
                         bias=bias.astype(np.float32), labels=np.array(labels), **arrays)
 
@@ -177,12 +215,18 @@ def load_bytes(data: bytes) -> ToolClassifier:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         names = sorted({key.split(".")[1] for key in z.files if key.startswith("head.")})
         heads = {name: Head(z[f"head.{name}.weights"], z[f"head.{name}.bias"].astype(np.float32),
-                            [str(v) for v in z[f"head.{name}.labels"]]) for name in names}
-        number_head = NumberHead([str(v) for v in z["number.vocab"]], z["number.weights"],
-                                 z["number.bias"].astype(np.float32), [str(v) for v in z["number.labels"]]) \
-            if "number.vocab" in z.files else None
-        return ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
-                              [str(v) for v in z["labels"]], heads, number_head)
+                            [str(v) for v in z[f"head.{name}.labels"]],
+                            [str(v) for v in z[f"head.{name}.tools"]] if f"head.{name}.tools" in z.files else [],
+                            z[f"head.{name}.tool_weights"] if f"head.{name}.tools" in z.files else None)
+                 for name in names}
+        value_heads = {kind: NumberHead([str(v) for v in z[f"{kind}.vocab"]], z[f"{kind}.weights"],
+                                        z[f"{kind}.bias"].astype(np.float32), [str(v) for v in z[f"{kind}.labels"]],
+                                        kind)
+                       for kind in ("number", "reference") if f"{kind}.vocab" in z.files}
+        model = ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
+                               [str(v) for v in z["labels"]], heads, value_heads.get("number"))
+        model.reference_head = value_heads.get("reference")
+        return model
 
 
 @lru_cache(maxsize=1)

@@ -314,7 +314,7 @@ class LocalBrain:
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
             if arg.kind not in ("enum", "bool"):
                 continue
-            probs = self.classifier.argument(arg.name, text)
+            probs = self.classifier.argument(arg.name, text, tool.name)
             allowed = {v: p for v, p in probs.items() if v in arg.values or (v == ABSENT and not arg.required)}
             if not allowed:
                 continue
@@ -334,7 +334,36 @@ class LocalBrain:
             if not unsure:
                 withheld |= {a.name for a in [*tool_grammar.tool_args(tool),
                                               *tool_grammar.param_args(given.get("method"))] if a.kind == "number"}
+        head = getattr(self.classifier, "reference_head", None)
+        if head is not None:  # so does a written model, file, folder, URL or run
+            references, unsure = self.references(head, text, tool)
+            given |= references
+            if not unsure:
+                withheld |= {a.name for a in tool_grammar.tool_args(tool)
+                             if a.name in head.labels and a.name not in given and not a.required}
         return given, frozenset(withheld)
+
+    @staticmethod
+    def references(head: Any, text: str, tool: Any) -> tuple[dict, bool]:
+        """The text arguments the written models, files, folders, URLs and runs of ``text`` set, as the
+        reference head reads them, and whether it was unsure of any: a word goes to the argument it is more
+        likely than not to set (a list argument collects every such word)."""
+        args = {a.name: a for a in tool_grammar.tool_args(tool)
+                if a.kind in ("string", "string_list") and a.name != "prompt"}  # a prompt is a span: the model's
+        out: dict = {}
+        unsure = False
+        for raw, probs in head.fields(text, tool.name):
+            name = max(probs, key=probs.get)
+            unsure = unsure or probs[name] < MORE_LIKELY
+            if name == NO_FIELD or probs[name] < MORE_LIKELY or name not in args:
+                continue
+            if args[name].kind == "string_list":
+                out.setdefault(name, [])
+                if raw not in out[name]:
+                    out[name].append(raw)
+            else:
+                out.setdefault(name, raw)
+        return out, unsure
 
     @staticmethod
     def numbers(head: Any, text: str, tool: Any, method: str | None) -> tuple[dict, bool]:
@@ -435,6 +464,18 @@ class LocalBrain:
                     return part
         return value
 
+    def _path_word(self, value: str) -> str:
+        """A path, file or URL the model copied in part ("home/ana/notes.txt"), completed to the user's whole
+        word that holds it ("/home/ana/notes.txt"); any other value as it is."""
+        if not value or any(ch.isspace() for ch in value) or not any(ch in value for ch in "/\\."):
+            return value
+        for text in reversed(self.user_texts):
+            for word in text.split():
+                word = word.strip("'\"`,;()[]{}<>").rstrip(".:!?")
+                if value in word:
+                    return word
+        return value
+
     def _reference(self, value: str) -> str | None:
         """A model field's value as a model reference: a built-in name, else the whole word of the user's that
         holds it when that word is a path, a .gguf file or a hub id (``owner/name``); None for anything else
@@ -469,9 +510,13 @@ class LocalBrain:
         numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
         kinds = {k: getattr(tool_grammar.arg_of(k, prop), "kind", None) for k, prop in properties.items()}
         free = {k for k, kind in kinds.items() if kind == "string"}
+        for key in [k for k, kind in kinds.items() if kind == "string" and k != "prompt"]:
+            if isinstance(decision.arguments.get(key), str):
+                decision.arguments[key] = self._path_word(decision.arguments[key])
         for key in [k for k, kind in kinds.items() if kind == "string_list"]:  # run ids, files: only the user's
             value = decision.arguments.get(key)
             if isinstance(value, list):
+                value = [self._path_word(v) if isinstance(v, str) else v for v in value]
                 kept = [v for v in value if isinstance(v, str) and _squash(v) in said]
                 if kept:
                     decision.arguments[key] = kept

@@ -3,14 +3,14 @@ chat sets and write prompts/tool_classifier.npz.
 
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py            # fit, write, report
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --check    # report only, write nothing
-    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --numbers-only   # refit the number head alone
+    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --numbers-only   # refit the number and reference heads alone
 
 The training pool is prompts/tool_examples.jsonl (benchmarks/scripts/tool_examples.py: the fitted sets, without
 the held-out ones). The L2 penalty is chosen by leave-sets-out cross-validation inside the pool (five folds of
 whole sets, so a fold's wording was never seen by its model), for the tool head and for each argument head (one
 per enum or boolean argument the pool gives a value at least MIN_GIVEN times: which value the request gives it,
-or none, learned from the requests of the tools that take it) and for the number head (which argument each
-written number sets, read from the words around it); the held-out sets are only scored, after the fit, per set.
+or none, learned from the requests of the tools that take it) and for the value heads (which argument each
+written number, and each written model, file, folder, URL or run, sets, read from the words around it); the held-out sets are only scored, after the fit, per set.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, WEIGHTS, Head, NumberHead, features,  # noqa: E402
-                                     load_bytes, numbers, save)
+                                     load_bytes, numbers, references, save)
 from agent.brains.tool_grammar import tool_args  # noqa: E402
 from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
@@ -51,7 +51,9 @@ def label(row: dict) -> str:
 
 
 def choice_arguments() -> dict[str, set[str]]:
-    """Argument name -> the tools whose schema gives it a choice of values (an enum or a boolean)."""
+    """Argument name -> the tools whose schema gives it a choice of values (an enum or a boolean). A list of
+    choices (compare_methods' ``methods``) has no head: one head per listed value, tried, got the whole list
+    right on 7 of 20 held-out comparisons, where the model got 18."""
     out: dict[str, set[str]] = {}
     for name, tool in registry.load_tools().items():
         for arg in tool_args(tool):
@@ -68,23 +70,32 @@ def value_label(row: dict, argument: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def head_tasks(rows: list[dict]) -> dict[str, tuple[list[int], list[str]]]:
-    """Argument -> (the pool rows of the tools taking it, its classes), for the arguments given often enough."""
+def with_tools(x: torch.Tensor, rows: list[dict], picked: list[int], tools: list[str]) -> torch.Tensor:
+    """The picked rows' features, then one column per tool taking the argument (the row's tool set to 1)."""
+    onehot = torch.zeros(len(picked), len(tools))
+    for r, i in enumerate(picked):
+        onehot[r, tools.index(rows[i]["tool"])] = 1.0
+    return torch.cat([x[picked], onehot], dim=1)
+
+
+def head_tasks(rows: list[dict]) -> dict[str, tuple[list[int], list[str], list[str]]]:
+    """Argument -> (the pool rows of the tools taking it, its classes, those tools), for the arguments given
+    often enough."""
     tasks = {}
     for argument, tools in sorted(choice_arguments().items()):
         picked = [i for i, r in enumerate(rows) if r.get("tool") in tools]
         given = [value_label(rows[i], argument) for i in picked]
         if sum(v != ABSENT for v in given) >= MIN_GIVEN:
-            tasks[argument] = (picked, sorted(set(given)))
+            tasks[argument] = (picked, sorted(set(given)), sorted({rows[i]["tool"] for i in picked}))
     return tasks
 
 
 def fit_heads(rows: list[dict], x: torch.Tensor, penalties: dict[str, float]) -> dict[str, Head]:
     heads = {}
-    for argument, (picked, classes) in head_tasks(rows).items():
+    for argument, (picked, classes, tools) in head_tasks(rows).items():
         y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in picked])
-        w, b = fit(x[picked], y, len(classes), penalties[argument])
-        heads[argument] = Head(w.numpy(), b.numpy(), classes)
+        w, b = fit(with_tools(x, rows, picked, tools), y, len(classes), penalties[argument])
+        heads[argument] = Head(w[:x.shape[1]].numpy(), b.numpy(), classes, tools, w[x.shape[1]:].numpy())
     return heads
 
 
@@ -97,43 +108,50 @@ def cross_validate_heads(rows: list[dict]) -> dict[str, float]:
         train = [i for i, r in enumerate(rows) if r["set"] not in out]
         vocab, idf = vocabulary([rows[i] for i in train])
         x = matrix(rows, vocab, idf)
-        for argument, (picked, classes) in tasks.items():
+        for argument, (picked, classes, tools) in tasks.items():
             fit_rows = [i for i in picked if rows[i]["set"] not in out]
             test_rows = [i for i in picked if rows[i]["set"] in out]
             y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in fit_rows])
             truth = [classes.index(value_label(rows[i], argument)) for i in test_rows]
             for penalty in PENALTIES:
-                w, b = fit(x[fit_rows], y, len(classes), penalty)
-                pred = (x[test_rows] @ w + b).argmax(1).tolist()
+                w, b = fit(with_tools(x, rows, fit_rows, tools), y, len(classes), penalty)
+                pred = (with_tools(x, rows, test_rows, tools) @ w + b).argmax(1).tolist()
                 right[(argument, penalty)] += sum(p == t for p, t in zip(pred, truth))
     chosen = {}
-    for argument, (picked, _) in tasks.items():
+    for argument, (picked, _, _) in tasks.items():
         chosen[argument] = max(PENALTIES, key=lambda p: (right[(argument, p)], -p))
         print(f"  {argument}: {100 * right[(argument, chosen[argument])] / len(picked):.1f}% with sets left out "
               f"(penalty {chosen[argument]:g}, {len(picked)} requests)", flush=True)
     return chosen
 
 
-def number_examples(rows: list[dict]) -> list[tuple[Counter, str, str]]:
-    """(features, the argument it sets or NO_FIELD, set) for each number written in a request to a tool: a
-    number sets the first argument not yet matched whose labelled value equals it, wherever in the arguments."""
+def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter, str, str]]:
+    """(features, the argument it sets or NO_FIELD, set) for each value written in a request to a tool: each
+    number (``kind`` number) or each word that may name a model, file, folder, URL or run (``kind``
+    reference). A value sets the first argument not yet matched whose labelled value (or list item) equals
+    it, wherever in the arguments."""
+    extract = numbers if kind == "number" else references
     out = []
     for row in rows:
         if not row.get("tool"):
             continue
-        leaves: list[tuple[str, float]] = []
+        leaves: list[tuple[str, object]] = []
 
         def walk(args: dict) -> None:
             for key, value in args.items():
                 if isinstance(value, dict):
                     walk(value)
-                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                elif kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     leaves.append((key, float(value)))
+                elif kind == "reference":
+                    items = value if isinstance(value, list) else [value]
+                    leaves.extend((key, v.casefold()) for v in items if isinstance(v, str))
 
         walk(row.get("args") or {})
         used: set[int] = set()
-        for raw, feats in numbers(row["text"]):
-            match = next((i for i, (_, v) in enumerate(leaves) if i not in used and v == float(raw)), None)
+        for raw, feats in extract(row["text"]):
+            want = float(raw) if kind == "number" else raw.casefold()
+            match = next((i for i, (_, v) in enumerate(leaves) if i not in used and v == want), None)
             if match is not None:
                 used.add(match)
             out.append((feats + Counter({f"tool={row['tool']}": 1}),
@@ -150,9 +168,9 @@ def number_matrix(examples: list, vocab: list[str]) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
-def fit_number_head(rows: list[dict]) -> NumberHead:
-    """The number head, its penalty chosen with whole sets left out (FOLDS folds)."""
-    examples = number_examples(rows)
+def fit_value_head(rows: list[dict], kind: str = "number") -> NumberHead:
+    """The number or reference head, its penalty chosen with whole sets left out (FOLDS folds)."""
+    examples = value_examples(rows, kind)
     labels = sorted({lab for _, lab, _ in examples})
     sets = sorted({s for _, _, s in examples})
     y = torch.tensor([labels.index(lab) for _, lab, _ in examples])
@@ -173,12 +191,12 @@ def fit_number_head(rows: list[dict]) -> NumberHead:
             pred = (number_matrix([examples[i] for i in test], vocab) @ w + b).argmax(1)
             right += int((pred == y[test]).sum())
         scores[penalty] = right / len(examples)
-        print(f"  numbers, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets left out "
-              f"({len(examples)} numbers, {len(labels)} classes)", flush=True)
+        print(f"  {kind}s, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets left out "
+              f"({len(examples)} {kind}s, {len(labels)} classes)", flush=True)
     penalty = max(scores, key=lambda p: (scores[p], -p))
     vocab = vocab_of(examples)
     w, b = fit(number_matrix(examples, vocab), y, len(labels), penalty)
-    return NumberHead(vocab, w.numpy(), b.numpy(), labels)
+    return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind)
 
 
 def vocabulary(rows: list[dict]) -> tuple[list[str], np.ndarray]:
@@ -238,18 +256,19 @@ def cross_validate(rows: list[dict], labels: list[str]) -> dict[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report only; write nothing")
-    parser.add_argument("--numbers-only", action="store_true",
-                        help="refit the number head alone, keeping the shipped tool and argument heads")
+    parser.add_argument("--values-only", action="store_true",
+                        help="refit the number and reference heads alone, keeping the shipped tool and argument heads")
     args = parser.parse_args(argv)
     rows = load_pool()
-    if args.numbers_only:
+    if args.values_only:
         shipped = load_bytes(OUT.read_bytes())
-        number_head = fit_number_head(rows)
+        value_heads = [fit_value_head(rows, kind) for kind in ("number", "reference")]
         vocab = sorted(shipped.index, key=shipped.index.get)
         if not args.check:
-            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, number_head)
+            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, *value_heads)
             print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
-        report_numbers(number_head)
+        for head in value_heads:
+            report_values(head)
         return 0
     labels = sorted({label(r) for r in rows})
     print(f"{len(rows)} labelled requests from {len({r['set'] for r in rows})} fitted sets, {len(labels)} classes")
@@ -260,39 +279,42 @@ def main(argv: list[str] | None = None) -> int:
     x = matrix(rows, vocab, idf)
     w, b = fit(x, torch.tensor([labels.index(label(r)) for r in rows]), len(labels), penalty)
     heads = fit_heads(rows, x, head_penalties)
-    number_head = fit_number_head(rows)
+    value_heads = [fit_value_head(rows, kind) for kind in ("number", "reference")]
     if not args.check:
-        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, number_head)
+        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, *value_heads)
         print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g}, "
               f"{len(heads)} argument heads)")
         model = load_bytes(OUT.read_bytes())
     else:
         from agent.brains.classifier import ToolClassifier
-        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads, number_head)
+        model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads, value_heads[0])
+        model.reference_head = value_heads[1]
     tools_of = choice_arguments()
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         right = sum((model.choose(r["text"]).tool or NO_TOOL) == label(r) for r in held)
         given = [(r, a) for r in held for a in model.heads if r.get("tool") in tools_of[a]]
-        values = sum(max(p := model.argument(a, r["text"]), key=p.get) == value_label(r, a) for r, a in given)
+        values = sum(max(p := model.argument(a, r["text"], r["tool"]), key=p.get) == value_label(r, a)
+                     for r, a in given)
         print(f"  held out {path.name}: {right}/{len(held)} = {100 * right / len(held):.1f}% right tool; "
               f"{values}/{len(given)} = {100 * values / max(1, len(given)):.1f}% right choice arguments")
-    report_numbers(model.number_head)
+    report_values(model.number_head)
+    report_values(model.reference_head)
     return 0
 
 
-def report_numbers(head: NumberHead) -> None:
-    """The number head's share of written numbers given the right argument (or none), per held-out set."""
+def report_values(head: NumberHead) -> None:
+    """A value head's share of written values given the right argument (or none), per held-out set."""
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        examples = number_examples(held)
+        examples = value_examples(held, head.kind)
         right = 0
         for row in [r for r in held if r.get("tool")]:
-            labels = [lab for _, lab, _ in number_examples([row])]
+            labels = [lab for _, lab, _ in value_examples([row], head.kind)]
             picks = [max(p, key=p.get) for _, p in head.fields(row["text"], row["tool"])]
             right += sum(a == b for a, b in zip(picks, labels))
-        print(f"  held out {path.name}: {right}/{len(examples)} = {100 * right / max(1, len(examples)):.1f}% numbers "
-              "given their argument")
+        print(f"  held out {path.name}: {right}/{len(examples)} = {100 * right / max(1, len(examples)):.1f}% "
+              f"{head.kind}s given their argument")
 
 
 if __name__ == "__main__":
