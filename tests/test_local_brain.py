@@ -440,20 +440,22 @@ def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_di
 def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat_model_dirs):
     class Heads(FixedClassifier):
         def argument(self, name, text, tool=None):
-            return {"method": {"ngram": 0.7, "draft": 0.3}, "chat": {"false": 0.8, "<absent>": 0.2},
-                    "peers": {"<absent>": 0.9, "true": 0.1}, "backend": {"llamacpp": 0.4, "<absent>": 0.6},
+            return {"method": {"ngram": 0.7, "draft": 0.28, "eagle": 0.02}, "chat": {"false": 0.85, "<absent>": 0.15},
+                    "peers": {"<absent>": 0.97, "true": 0.03}, "backend": {"llamacpp": 0.4, "<absent>": 0.6},
                     "dtype": {"float32": 0.45, "bfloat16": 0.1, "<absent>": 0.45}}.get(name, {})
 
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("run_method"))
     tools = registry.load_tools()
-    given, withheld = brain.choices("anything", tools["run_method"])
-    assert given == {"method": "ngram", "chat": False}  # dtype's float32 is not more likely than not
-    assert {"peers", "backend", "dtype"} <= withheld
+    given, withheld, narrowed = brain.choices("anything", tools["run_method"])
+    assert given == {"chat": False} and {"peers"} <= withheld  # the heads are sure of these
+    # the model chooses among the plausible values of the others, or leaves an optional one out
+    assert narrowed["method"] == ("ngram", "draft") and narrowed["backend"] == ("llamacpp",)
+    assert narrowed["dtype"] == ("float32", "bfloat16")
     decision = brain.decide("prompt lookup as a raw prompt on 'def f():'")
     assert decision.name == "run_method"
-    assert decision.arguments["method"] == "ngram" and decision.arguments["chat"] is False
-    assert not {"peers", "backend", "dtype"} & set(decision.arguments)
-    assert "dtype" not in (decision.arguments.get("params") or {})
+    assert decision.arguments["method"] in ("ngram", "draft") and decision.arguments["chat"] is False
+    assert decision.arguments.get("backend", "llamacpp") == "llamacpp" and "peers" not in decision.arguments
+    assert decision.arguments.get("dtype", "float32") in ("float32", "bfloat16")
 
 
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):
@@ -530,3 +532,12 @@ def test_reference_words_are_paths_files_urls_model_names_and_run_ids():
                                       "4f2a91c0 to https://x.example.org/up (qwen2.5-coder-0.5b-instruct) now.")]
     assert words == ["./models/q4.gguf", "9c1e77", "4f2a91c0", "https://x.example.org/up",
                      "qwen2.5-coder-0.5b-instruct"]
+
+
+def test_a_comparisons_numbers_go_under_the_one_method_that_has_the_parameter(chat_model_dirs):
+    class Numbers:
+        def fields(self, text, tool):
+            return [("5", {"k": 0.9}), ("7", {"window": 0.8}), ("3", {"pass_costs": 0.7}), ("64", {"max_new_tokens": 0.9})]
+
+    out, _ = local.LocalBrain.numbers(Numbers(), "k 5 window 7 3 64", registry.load_tools()["compare_methods"], None)
+    assert out == {"params": {"draft": {"k": 5}, "lookahead": {"window": 7}}, "max_new_tokens": 64}

@@ -50,8 +50,8 @@ def test_features_do_not_depend_on_case_or_spacing():
 
 def test_its_argument_heads_read_choice_values_on_requests_they_never_saw():
     """Every enum or boolean argument the labelled sets give values to has a head; on the held-out sets the
-    brain's reading of them (LocalBrain.choices: the most probable value, an optional one only where it is
-    more likely than not) matches the labels for at least 95% of the choice arguments of the right tool."""
+    values the brain takes from them where they are sure (LocalBrain.choices) match the labels for at least
+    95% of those choice arguments of the right tool."""
     from agent.brains.classifier import ABSENT
     from agent.brains.local import LocalBrain
 
@@ -63,7 +63,7 @@ def test_its_argument_heads_read_choice_values_on_requests_they_never_saw():
         for row in [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]:
             if not row.get("tool"):
                 continue
-            given, withheld = brain.choices(row["text"], tools[row["tool"]])
+            given, withheld, _ = brain.choices(row["text"], tools[row["tool"]])
             for arg in [a for a in model.heads if a in given or a in withheld]:
                 want = (row.get("args") or {}).get(arg, ABSENT)
                 total += 1

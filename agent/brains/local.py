@@ -305,12 +305,14 @@ class LocalBrain:
             return [ranked[0][0]]
         return [name for name, p in ranked[:MAX_CANDIDATES] if p >= PLAUSIBLE] or [ranked[0][0]]
 
-    def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str]]:
-        """The values of ``tool``'s choice arguments (enums, booleans) as the classifier's argument heads read
-        ``text``: (the values it gives, the arguments it leaves out); the model writes the rest. An argument
-        without a head is the model's to choose; a required one always takes its most probable value, an
-        optional one a value only where it is more likely than not."""
-        given, withheld = {}, set()
+    def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str], dict[str, tuple[str, ...]]]:
+        """``tool``'s arguments as the classifier's heads read ``text``: (the values they give, the arguments
+        they leave out, the choice arguments whose values the model chooses among a few); the model writes the
+        rest. A choice argument (an enum, a boolean) takes its head's pick, or is left out, where the head is
+        SURE, as the tool's pick is taken; else the model chooses among its values of at least PLAUSIBLE
+        probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
+        the model's to choose."""
+        given, withheld, narrowed = {}, set(), {}
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
             if arg.kind not in ("enum", "bool"):
                 continue
@@ -318,13 +320,17 @@ class LocalBrain:
             allowed = {v: p for v, p in probs.items() if v in arg.values or (v == ABSENT and not arg.required)}
             if not allowed:
                 continue
-            value = max(allowed, key=allowed.get)
-            if not arg.required and allowed[value] < MORE_LIKELY * sum(allowed.values()):
-                value = ABSENT  # an optional choice is set only where its value is more likely than not
-            if value == ABSENT:
+            total = sum(allowed.values())
+            ranked = sorted(allowed, key=allowed.get, reverse=True)
+            if allowed[ranked[0]] < SURE * total:
+                plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
+                if plausible:
+                    narrowed[arg.name] = tuple(plausible)
+                    continue
+            if ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
                 withheld.add(arg.name)
             else:
-                given[arg.name] = value == "true" if arg.kind == "bool" else value
+                given[arg.name] = ranked[0] == "true" if arg.kind == "bool" else ranked[0]
         head = getattr(self.classifier, "number_head", None)
         if head is not None:  # a written number goes where its head says; the model writes only those it is unsure of
             numbers, unsure = self.numbers(head, text, tool, given.get("method"))
@@ -341,7 +347,7 @@ class LocalBrain:
             if not unsure:
                 withheld |= {a.name for a in tool_grammar.tool_args(tool)
                              if a.name in head.labels and a.name not in given and not a.required}
-        return given, frozenset(withheld)
+        return given, frozenset(withheld), narrowed
 
     @staticmethod
     def references(head: Any, text: str, tool: Any) -> tuple[dict, bool]:
@@ -370,7 +376,7 @@ class LocalBrain:
         """The arguments the numbers written in ``text`` set, as the number head reads them, and whether it was
         unsure of any: a number goes to the argument it is more likely than not to set (the likeliest number
         where two claim one), at the top level where ``tool`` takes it, else among ``method``'s own parameters
-        in ``params``."""
+        in ``params`` (for a comparison, under the one method that has that parameter)."""
         best: dict[str, tuple[float, str]] = {}
         unsure = False
         for raw, probs in head.fields(text, tool.name):
@@ -382,6 +388,11 @@ class LocalBrain:
         kinds = {a.name: a.kind for a in tool_grammar.tool_args(tool)}
         own = {a.name for a in tool_grammar.param_args(method) if a.kind == "number"} \
             if kinds.get("params") == "params" else set()
+        owners: dict[str, list[str]] = {}  # per-method params (compare_methods): the methods taking each number
+        for m in tool_grammar.PARAM_MODELS if kinds.get("params") == "method_params" else ():
+            for arg in tool_grammar.param_args(m, settings=False):
+                if arg.kind == "number":
+                    owners.setdefault(arg.name, []).append(m)
         out: dict = {}
         for name, (_, raw) in best.items():
             value = float(raw) if "." in raw else int(raw)
@@ -389,6 +400,8 @@ class LocalBrain:
                 out[name] = value
             elif name in own:
                 out.setdefault("params", {})[name] = value
+            elif len(owners.get(name, ())) == 1:  # a parameter only one method has is that method's
+                out.setdefault("params", {}).setdefault(owners[name][0], {})[name] = value
         return out, unsure
 
     def _decode(self, context: str, tools: dict, said: str, names: list[str], text: str = "") -> Decision:
@@ -407,8 +420,8 @@ class LocalBrain:
             lm.text += '{"text": "'
             return Decision(text=_clean(tool_grammar.decode_string(lm, self.max_text_tokens)))
         tool = tools[name]
-        given, withheld = self.choices(text, tool)
-        arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld)
+        given, withheld, narrowed = self.choices(text, tool)
+        arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld, narrowed)
         try:
             registry.parse_input(tool, arguments)
             if isinstance(arguments.get("params"), dict) and arguments.get("method"):
@@ -537,10 +550,9 @@ class LocalBrain:
 
 
 def _schema_word(value: str, prop: dict) -> bool:
-    """Whether ``value`` is one of the words the field's own description offers ("as Spec-Bench names it:
-    summarization, rag, ..."): the schema's vocabulary, not a value invented from nothing."""
-    word = _squash(value)
-    return bool(word) and word in re.findall(r"[a-z][a-z_-]*", _squash(str(prop.get("description", ""))))
+    """Whether ``value`` is one of the values the field's own schema lists as examples (guidance's ``task``:
+    the Spec-Bench categories): the schema's vocabulary, not a value invented from nothing."""
+    return _squash(value) in {_squash(str(v)) for v in prop.get("examples") or ()}
 
 
 def hoist_settings(arguments: dict, properties: dict) -> None:

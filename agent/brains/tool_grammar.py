@@ -285,8 +285,11 @@ def decode_string_list(lm) -> list[str] | None:
 
 
 def decode_arguments(lm, tool: Tool, said: str, given: dict | None = None,
-                     withheld: frozenset[str] = frozenset()) -> dict:
+                     withheld: frozenset[str] = frozenset(), narrowed: dict[str, tuple[str, ...]] | None = None) -> dict:
     """The arguments of a call to ``tool`` for a request in the words ``said`` (``given`` ones as they are,
-    ``withheld`` ones left out); ``lm.text`` ends with ``"arguments": ``."""
+    ``withheld`` ones left out, ``narrowed`` choices offered with those values only); ``lm.text`` ends with
+    ``"arguments": ``."""
     lm.text += "{"
-    return decode_object(lm, tool_args(tool), said, given=given, withheld=withheld)
+    args = [Arg(a.name, a.kind, narrowed[a.name], a.required) if a.name in (narrowed or {}) else a
+            for a in tool_args(tool)]
+    return decode_object(lm, args, said, given=given, withheld=withheld)

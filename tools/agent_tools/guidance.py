@@ -24,10 +24,9 @@ class GuidanceInput(BaseModel):
     method: AcceleratedName | None = Field(None, description="the method the person named; leave it out when they "
                                                              "did not name one: the answer is then a choice "
                                                              "between methods (for the task, when one is given)")
-    task: str | None = Field(None, max_length=200,
+    task: str | None = Field(None, max_length=200, examples=list(CATEGORIES),
                              description="the kind of work to speed up, in the person's words or as Spec-Bench names "
-                                         f"it ({', '.join(CATEGORIES)}): the methods are ranked for it from what "
-                                         "was measured")
+                                         "it (the examples): the methods are ranked for it from what was measured")
     target: str | None = Field(None, description="the target model reference (default: the target saved in "
                                                  "memory, else the built-in default target)")
     target_size_b: float | None = Field(None, gt=0, description="target size in billions of parameters "
