@@ -541,3 +541,19 @@ def test_a_comparisons_numbers_go_under_the_one_method_that_has_the_parameter(ch
 
     out, _ = local.LocalBrain.numbers(Numbers(), "k 5 window 7 3 64", registry.load_tools()["compare_methods"], None)
     assert out == {"params": {"draft": {"k": 5}, "lookahead": {"window": 7}}, "max_new_tokens": 64}
+
+
+def test_parameters_of_another_method_are_dropped_once_the_method_is_chosen(chat_model_dirs):
+    class Unsure(FixedClassifier):
+        def argument(self, name, text, tool=None):
+            return {"method": {"lookahead": 0.5, "eagle": 0.5}}.get(name, {})
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Unsure("run_method"))
+    brain.classifier.number_head = None
+    decision = brain.decide("lookahead window 5 on 'x'")
+    from tools.engine.params import PARAM_MODELS
+
+    method = decision.arguments["method"]
+    assert method in ("lookahead", "eagle")
+    takes = {*PARAM_MODELS[method].model_fields, *(a.name for a in tool_grammar.param_args(method))}
+    assert set(decision.arguments.get("params") or {}) <= takes

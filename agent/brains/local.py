@@ -422,6 +422,14 @@ class LocalBrain:
         tool = tools[name]
         given, withheld, narrowed = self.choices(text, tool)
         arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld, narrowed)
+        params = arguments.get("params")
+        if isinstance(params, dict) and arguments.get("method") in tool_grammar.PARAM_MODELS:
+            # written before the method was chosen, some may be another method's: only the chosen one's stay
+            takes = {*tool_grammar.PARAM_MODELS[arguments["method"]].model_fields,
+                     *(a.name for a in tool_grammar.param_args(arguments["method"]))}
+            arguments["params"] = {k: v for k, v in params.items() if k in takes}
+            if not arguments["params"]:
+                del arguments["params"]
         try:
             registry.parse_input(tool, arguments)
             if isinstance(arguments.get("params"), dict) and arguments.get("method"):
