@@ -557,3 +557,14 @@ def test_parameters_of_another_method_are_dropped_once_the_method_is_chosen(chat
     assert method in ("lookahead", "eagle")
     takes = {*PARAM_MODELS[method].model_fields, *(a.name for a in tool_grammar.param_args(method))}
     assert set(decision.arguments.get("params") or {}) <= takes
+
+
+def test_a_comparisons_parameters_from_the_heads_join_what_the_model_wrote(chat_model_dirs):
+    class Numbers:
+        def fields(self, text, tool):
+            return [("5", {"k": 0.9, "<none>": 0.1})]
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=FixedClassifier("compare_methods"))
+    brain.classifier.number_head = Numbers()
+    decision = brain.decide("compare draft with k 5 and ngram on 'def f(x):'")
+    assert decision.name == "compare_methods" and decision.arguments["params"]["draft"]["k"] == 5

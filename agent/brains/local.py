@@ -421,7 +421,12 @@ class LocalBrain:
             return Decision(text=_clean(tool_grammar.decode_string(lm, self.max_text_tokens)))
         tool = tools[name]
         given, withheld, narrowed = self.choices(text, tool)
+        per_method = given.pop("params", None) if _params_kind(tool) == "method_params" else None
         arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld, narrowed)
+        if per_method:  # added after the model wrote the call, which it then writes with its methods listed
+            merged = arguments.setdefault("params", {})
+            for method, own in per_method.items():
+                merged[method] = {**merged.get(method, {}), **own}
         params = arguments.get("params")
         if isinstance(params, dict) and arguments.get("method") in tool_grammar.PARAM_MODELS:
             # written before the method was chosen, some may be another method's: only the chosen one's stay
@@ -561,6 +566,11 @@ def _schema_word(value: str, prop: dict) -> bool:
     """Whether ``value`` is one of the values the field's own schema lists as examples (guidance's ``task``:
     the Spec-Bench categories): the schema's vocabulary, not a value invented from nothing."""
     return _squash(value) in {_squash(str(v)) for v in prop.get("examples") or ()}
+
+
+def _params_kind(tool: Any) -> str | None:
+    """The kind of ``tool``'s ``params`` argument (one method's, or one per method), if it has one."""
+    return next((a.kind for a in tool_grammar.tool_args(tool) if a.name == "params"), None)
 
 
 def hoist_settings(arguments: dict, properties: dict) -> None:
