@@ -568,3 +568,21 @@ def test_a_comparisons_parameters_from_the_heads_join_what_the_model_wrote(chat_
     brain.classifier.number_head = Numbers()
     decision = brain.decide("compare draft with k 5 and ngram on 'def f(x):'")
     assert decision.name == "compare_methods" and decision.arguments["params"]["draft"]["k"] == 5
+
+
+def test_llamacpp_threads_follow_the_cores_idle_now(monkeypatch):
+    import os
+
+    assert 0.0 <= (local.idle_share(0.02) or 0.0) <= 1.0
+    monkeypatch.delenv(local.THREADS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(local, "idle_share", lambda: 1.0)
+    assert local.brain_threads() == 2  # an idle machine: both cores, whatever the last minute's load was
+    monkeypatch.setattr(local, "idle_share", lambda: 0.5)
+    assert local.brain_threads() == 1  # another process holds a core
+    monkeypatch.setattr(local, "idle_share", lambda: None)  # no /proc/stat: the load average
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert local.brain_threads() == 2
+    monkeypatch.setenv(local.THREADS_ENV, "1")
+    assert local.brain_threads() == 1

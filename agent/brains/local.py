@@ -112,12 +112,34 @@ def stop_ids(tokenizer) -> list[int]:
 
 def brain_threads() -> int:
     """CPU threads for llama.cpp: the cores other processes leave free now (at least one). llama.cpp's
-    threads wait for each other at every layer, so on a busy machine fewer threads run faster."""
+    threads wait for each other at every layer, so on a busy machine fewer threads run faster. "Now" is a
+    short sample of the machine's idle time where /proc/stat has it; the load average, a minute's mean that
+    counts this process's own last turns, only where it does not."""
     if os.environ.get(THREADS_ENV):
         return max(1, int(os.environ[THREADS_ENV]))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    idle = idle_share()
+    if idle is not None:
+        busy = (1.0 - idle) * (os.cpu_count() or cores)
+    else:
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(cores, round(cores - busy)))
+
+
+def idle_share(seconds: float = 0.1) -> float | None:
+    """The share of all CPUs' time spent idle over the next ``seconds`` (from /proc/stat), or None."""
+    def read() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return values[3] + (values[4] if len(values) > 4 else 0), sum(values)
+
+    try:
+        idle0, total0 = read()
+        time.sleep(seconds)
+        idle1, total1 = read()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
 
 
 def open_model(ref: str) -> tuple[Any, Any, str]:
