@@ -17,7 +17,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 
 import numpy as np
@@ -104,9 +104,13 @@ class NumberHead:
     labels: list[str]
     kind: str = "number"
 
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {term: i for i, term in enumerate(self.vocab)}
+
     def fields(self, text: str, tool: str) -> list[tuple[str, dict[str, float]]]:
         """Each value of ``text`` (as written) with the probability of each argument name it may set."""
-        index = {term: i for i, term in enumerate(self.vocab)}
+        index = self.index
         out = []
         for value, feats in (numbers if self.kind == "number" else references)(text):
             cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
@@ -159,9 +163,16 @@ class ToolClassifier:
         self.heads = heads or {}  # argument name -> its head
         self.number_head = number_head  # which argument each written number sets
         self.reference_head: NumberHead | None = None  # ... and each written model, file, folder, URL or run
+        self._vector: tuple[str, tuple[np.ndarray, np.ndarray]] | None = None  # the last message's, for all heads
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency)."""
+        """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency); the tool
+        head and every argument head read one message's vector, computed once."""
+        if self._vector is None or self._vector[0] != text:
+            self._vector = (text, self._tfidf(text))
+        return self._vector[1]
+
+    def _tfidf(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         cols, vals = [], []
         for term, count in features(text).items():
             col = self.index.get(term)

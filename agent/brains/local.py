@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, ToolClassifier, default_classifier
+from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, WORD_EDGES, ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -512,17 +512,17 @@ class LocalBrain:
                     return part
         return value
 
+    def _words_holding(self, value: str) -> list[str]:
+        """The user's words (without quotes, brackets and closing punctuation) that hold ``value``, newest first."""
+        return [w for text in reversed(self.user_texts) for w in
+                (word.strip(WORD_EDGES).rstrip(".:!?") for word in text.split()) if value and value in w]
+
     def _path_word(self, value: str) -> str:
         """A path, file or URL the model copied in part ("home/ana/notes.txt"), completed to the user's whole
         word that holds it ("/home/ana/notes.txt"); any other value as it is."""
         if not value or any(ch.isspace() for ch in value) or not any(ch in value for ch in "/\\."):
             return value
-        for text in reversed(self.user_texts):
-            for word in text.split():
-                word = word.strip("'\"`,;()[]{}<>").rstrip(".:!?")
-                if value in word:
-                    return word
-        return value
+        return next(iter(self._words_holding(value)), value)
 
     def _reference(self, value: str) -> str | None:
         """A model field's value as a model reference: a built-in name, else the whole word of the user's that
@@ -530,9 +530,7 @@ class LocalBrain:
         (a bare word such as "prompt" names no model)."""
         if value.strip().lower() in models.BUILTIN_MODELS:
             return value.strip().lower()
-        words = [w.strip("'\"`,;()[]{}") for text in self.user_texts for w in text.split()]
-        for word in [w for w in words if value and value in w] or [value]:
-            word = word.rstrip(".:!?")
+        for word in self._words_holding(value) or [value.rstrip(".:!?")]:
             if "/" in word or "\\" in word or word.lower().endswith(".gguf"):
                 return word
         return None
