@@ -344,6 +344,27 @@ def test_run_settings_written_inside_params_move_beside_them_where_the_tool_has_
     assert compared["params"] == {"draft": {"k": 5}, "lookahead": {"window": 7}} and "draft" not in compared
 
 
+def test_the_models_params_keep_only_what_the_user_wrote():
+    """A text or choice parameter inside params stays when the user wrote its value or named it; a head folder,
+    a quantisation or a switch the model added on its own is dropped."""
+    said = "eagle, 256 new tokens, repeats 5: 'Explain threads.'"
+    arguments = {"method": "eagle", "prompt": "Explain threads.", "params": {"trim": True, "eagle_heads": "chain4",
+                                                                             "depth": 5}}
+    local.ground_params(arguments, said)
+    assert arguments["params"] == {"depth": 5}
+    arguments = {"method": "draft", "prompt": "x", "params": {"adaptive_k": False, "draft_quant": "auto", "k": 2}}
+    local.ground_params(arguments, "draft with adaptive K switched off, k through 2, 4 and 6: 'x'")
+    assert arguments["params"] == {"adaptive_k": False, "k": 2}
+    compared = {"methods": ["draft", "lookahead"], "prompt": "x",
+                "params": {"draft": {"draft_quant": "auto", "adaptive_k": True}, "lookahead": {"window": 7,
+                                                                                            "pool_from_prompt": True}}}
+    local.ground_params(compared, "compare draft and lookahead with window 7 on 'x'")
+    assert compared["params"] == {"lookahead": {"window": 7}}
+    spelled = {"method": "draft", "prompt": "x", "params": {"k": 4, "draft_quant": "int8"}}
+    local.ground_params(spelled, "draft with k four and an int8 draft on 'x'")
+    assert spelled["params"] == {"k": 4, "draft_quant": "int8"}  # a spelled number stays; so does a written value
+
+
 def test_a_comparison_takes_each_compared_methods_own_parameters(chat_model_dirs):
     """compare_methods' params are {method: its parameters}: keys among the compared methods that have
     parameters, each with only that method's own parameter names (no run settings inside)."""
@@ -418,6 +439,9 @@ def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_mode
     class Unsure:
         def probabilities(self, text):
             return {"explain": 0.45, "<none>": 0.35, "recall": 0.17, "check_deps": 0.03}
+
+        def argument(self, name, text, tool=None):  # no argument heads: the model writes every argument
+            return {}
 
     brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, rules=False, classifier=Unsure())
     tools = registry.load_tools()

@@ -449,6 +449,7 @@ class LocalBrain:
             merged = arguments.setdefault("params", {})
             for method, own in per_method.items():
                 merged[method] = {**merged.get(method, {}), **own}
+        ground_params(arguments, said)
         params = arguments.get("params")
         if isinstance(params, dict) and arguments.get("method") in tool_grammar.PARAM_MODELS:
             # written before the method was chosen, some may be another method's: only the chosen one's stay
@@ -580,6 +581,36 @@ class LocalBrain:
                     and key not in required:
                 del decision.arguments[key]
         return None
+
+
+def ground_params(arguments: dict, said: str) -> None:
+    """Inside ``params`` (one method's, or one per method for a comparison) the model keeps a text value only
+    where it is in the user's words (a head folder, a tree file), and a choice or switch only where the user
+    wrote its value or named its parameter (the first five letters of each part of its name of three letters or
+    more are in their words: "adapt" for adaptive_k); anything else is the model's invention (a head folder, a
+    quantisation, a switch the user never asked for). Numbers stay: users spell them ("k four"), and the
+    number head places the written ones."""
+    params = arguments.get("params")
+    if not isinstance(params, dict):
+        return
+    text = _squash(said)
+    per_method = "method" not in arguments and all(isinstance(v, dict) for v in params.values())
+    for method, own in list(params.items() if per_method else [(arguments.get("method"), params)]):
+        kinds = {a.name: a.kind for a in tool_grammar.param_args(method)}
+        for key, value in list(own.items()):
+            if isinstance(value, bool) or kinds.get(key) in ("enum", "bool"):
+                named = all(part[:5] in text for part in key.lower().split("_") if len(part) >= 3)
+                keep = named or (isinstance(value, str) and _squash(value) in text)
+            elif isinstance(value, str):
+                keep = _squash(value) in text or value.lower() in models.BUILTIN_MODELS
+            else:
+                keep = True
+            if not keep:
+                del own[key]
+        if per_method and not own:
+            del params[method]
+    if not params:
+        del arguments["params"]
 
 
 def _schema_word(value: str, prop: dict) -> bool:
