@@ -190,6 +190,9 @@ def test_the_readme_block_takes_the_newest_result_per_machine(tmp_path):
     assert "| Intel Xeon (2 cores, 2 threads, AVX2) | float32 | draft | 2.00x |" in block
     empty = results.render_readme_block(tmp_path / "nothing", relative_to=tmp_path)
     assert "No suite result is stored yet" in empty and "--save-result NAME" in empty
+    _save_suite(folder, "epyc-self", "AMD EPYC", 1.2, extra={"settings": {"draft": "qwen2.5-coder-1.5b-instruct"}})
+    block = results.render_readme_block(folder, relative_to=tmp_path)  # another draft: another experiment, kept
+    assert "[epyc-new]" in block and "2 prompts, total time, draft qwen2.5-coder-1.5b-instruct | [epyc-self]" in block
 
 
 def test_the_report_command_writes_the_page_the_chart_and_the_readme_block(tmp_path):

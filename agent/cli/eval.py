@@ -42,12 +42,13 @@ def _bench() -> types.SimpleNamespace:
 bench_modules = _bench  # for the other command modules (guide)
 
 
-def _methods(values: list[str] | None, default: list[str]) -> list[str]:
-    """Methods from ``--methods a b`` or ``--methods a,b``; unknown names are a clear error."""
+def _methods(values: list[str] | None, default: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    """Methods from ``--methods a b`` or ``--methods a,b`` (``extra``: names beside the table's, bench's auto);
+    unknown names are a clear error."""
     if not values:
         return list(default)
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    known = method_table().METHOD_NAMES
+    known = (*method_table().METHOD_NAMES, *extra)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ParameterError(f"unknown method(s): {', '.join(unknown)}", hint=f"choose from: {', '.join(known)}")
@@ -310,7 +311,7 @@ def cmd_bench(args) -> int:
         prompts = load_prompt_set(args.prompts, args.category, args.limit)
         return run_serving(args, serving_methods(args.methods, ["ngram"]), prompts, args.prompts or "eval", "bench")
     suite = _bench().suite
-    methods = _methods(args.methods, suite.BENCH_METHODS)
+    methods = _methods(args.methods, suite.BENCH_METHODS, (method_table().AUTO,))
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
                      medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
                      backend=args.backend, fresh=args.fresh, **_generation(args))
@@ -505,7 +506,8 @@ def add_eval_commands(sub) -> None:
                    "shipped Spec-Bench halves, default eval); or both (fit, then eval, side by side)")
     p.add_argument("--category", default=None)
     p.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
-    p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram)")
+    p.add_argument("--methods", nargs="+", default=None, help="methods (default: draft medusa lookahead ngram; auto: per "
+                   "prompt the one predicted fastest from the fit half's figures, its own row)")
     p.add_argument("--peers", action="store_true", help="also time transformers' assisted generation and prompt lookup")
     p.add_argument("--report", action="store_true", help="also write the Markdown/PNG report")
     p.add_argument("--fresh", action="store_true", help="measure everything again, reusing no run stored before "

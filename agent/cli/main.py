@@ -24,7 +24,7 @@ from agent.cli.medusa import add_medusa_commands
 from agent.cli.peers import add_peers_commands
 from agent.cli.serving import add_serving_options, run_serving, single_prompt, wants_serving
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
-                               add_method_options, method_params, prompt_text)
+                               add_method_options, method_params, method_table, prompt_text)
 from agent.render import err, out, runs_table, show_run
 from agent.termination import terminated_as_interrupt
 from memory import Store
@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_models_list)
 
     p = sub.add_parser("run", help="run one method against plain generation and store the measured run")
-    add_method_argument(p, "--method", required=True)
+    add_method_argument(p, "--method", required=True, help="the method; auto: the one predicted fastest on this "
+                        "prompt from the fit half's measured figures (said why)",
+                        names=lambda: [*method_table().METHOD_NAMES, method_table().AUTO])
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
     p.add_argument("--peers", action="store_true", help=PEERS_HELP)

@@ -137,7 +137,8 @@ def _field_options(name: str, info) -> dict:
 
 def cli_fields(method: str) -> list[str]:
     """The parameter-model fields of ``method`` that the command line sets."""
-    return [f for f in method_table().METHODS[method].params.model_fields if f not in NOT_ON_CLI]
+    spec = method_table().METHODS.get(method)  # auto: the method is picked later, with its own sizing
+    return [f for f in spec.params.model_fields if f not in NOT_ON_CLI] if spec is not None else []
 
 
 def _add_method_options_now(p: argparse.ArgumentParser) -> None:

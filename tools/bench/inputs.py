@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools import models
-from tools.engine.params import METHOD_NAMES, MethodName
+from tools.engine.params import METHOD_NAMES, MethodName, RunMethodName
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
 
+SELF_DRAFT = "self-q4"  # --draft: the target's own 4-bit copy (its GGUF on llama.cpp) drafts for it
 BACKENDS = ("transformers", "llamacpp")
 BackendName = Literal["transformers", "llamacpp"]
 # the one bound on new tokens is GenerationSettings' (tools.engine.types); read it from that field
@@ -61,7 +62,8 @@ class MeasureOptions(BaseModel):
     backend: BackendName = Field("transformers", description="the engine: transformers (default) or llamacpp (the "
                                                               "GGUF files run by llama.cpp, not dequantised)")
     target: str = models.DEFAULT_TARGET
-    draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in)")
+    draft: str | None = Field(None, description="draft model for 'draft' and the assisted peer (default: built-in); "
+                                               f"{SELF_DRAFT}: the target's own 4-bit copy on llama.cpp")
     medusa_heads: str | None = Field(None, description="Medusa heads folder (default: trained or shipped heads)")
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0.0, le=100.0)
@@ -75,11 +77,29 @@ class MeasureOptions(BaseModel):
     repeats: int = Field(1, ge=1, le=50)
     warmup: int = Field(1, ge=0, le=5)
 
+    @model_validator(mode="after")
+    def _self_draft(self):
+        """``draft`` SELF_DRAFT: the target drafts for itself from its own 4-bit GGUF copy on llama.cpp (QSpec's
+        self-speculation with a low-bit copy): the draft is the target, its ``draft_quant`` gguf unless given."""
+        if self.draft != SELF_DRAFT:
+            return self
+        self.draft = self.target
+        params = getattr(self, "params", None)
+        if not isinstance(params, dict):
+            return self
+        if hasattr(self, "method"):  # one method's own parameters (run)
+            if self.method == "draft":
+                params.setdefault("draft_quant", "gguf")
+        elif "draft" in (getattr(self, "methods", None) or ()) and isinstance(params.get("draft", {}), dict):
+            params.setdefault("draft", {}).setdefault("draft_quant", "gguf")
+        return self
+
 
 class RunInput(MeasureOptions):
     """One measured run: a method and the baseline on the same prompt and settings."""
 
-    method: MethodName
+    method: RunMethodName = Field(..., description="the method to run; auto: the one predicted fastest on this prompt "
+                                                 "from the fit half's measured figures (tools.bench.auto), said why")
     prompt: str = Field(..., min_length=1)
     params: dict = Field(default_factory=dict, description="the method's own parameters")
     peers: bool = Field(False, description=PEERS_DESCRIPTION)

@@ -15,16 +15,19 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from memory import Store
+from tools.bench import auto
 from tools.bench import protocol as measure
-from tools.bench.context import (backend_of, check_backend, checked_prompt_ids, eos_ids_for,
+from tools.bench.auto import AutoChoice
+from tools.bench.context import (backend_of, backend_refusal, check_backend, checked_prompt_ids, eos_ids_for,
                                  generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
                                  sized_run_params, uses_int8_draft)
 from tools.bench.inputs import PEER_LABELS, MeasureOptions, RunInput
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
-from tools.engine.methods import METHOD_NAMES, MethodContext, parse_params
+from tools.engine.methods import ACCELERATED, METHOD_NAMES, MethodContext, parse_params
+from tools.engine.params import AUTO
 from tools.engine.types import GenerationSettings
-from tools.errors import ParameterError, StoreError, interruption
+from tools.errors import ParameterError, SpecpilotError, StoreError, interruption
 
 log = logging.getLogger(__name__)
 
@@ -197,17 +200,24 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     A run that was measured but cannot be stored (a read-only or broken database) is still returned,
     with ``run_id`` None and ``not_stored`` saying why, so the figures are never lost silently.
     """
+    store = store if store is not None else Store()
+    picked = None
+    if inp.method == AUTO:
+        picked = auto_choice(inp, store)
+        inp = inp.model_copy(update={"method": picked.method})
     if inp.method not in METHOD_NAMES:
-        raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}")
+        raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}, auto")
     parse_params(inp.method, inp.params)  # fail fast, before loading models
     check_backend(inp.method, inp.backend)
-    store = store if store is not None else Store()
     own_task = task_id is None and not getattr(store, "read_only", False)
     if own_task:
         shown = inp.prompt if len(inp.prompt) <= 60 else inp.prompt[:57] + "..."
         task_id = store.create_task(f"run {inp.method} on {shown!r}", "run", [inp.method])
     try:
-        ctx = build_context(inp, progress)
+        if picked is not None:
+            ctx, inp, picked = auto_context(inp, picked, progress)
+        else:
+            ctx = build_context(inp, progress)
         prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
         # parameters not given: from memory, else sized to this machine's cost curve (given > memory > sized)
         sizing = sized_run_params(inp, ctx, store, progress=progress)
@@ -216,6 +226,8 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
         record = measure_method(inp, ctx, prompt_ids, generation_settings(inp, ctx), progress)
         if sizing is not None:
             record.params_source, record.sizing = sizing.source, sizing.reasons()
+        if picked is not None:  # why this method: the first reason the record gives
+            record.sizing = {"method": picked.reason(), **(record.sizing or {})}
     except BaseException as exc:
         if own_task:
             interrupted = isinstance(exc, KeyboardInterrupt)
@@ -227,6 +239,38 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     if own_task and out.get("run_id"):
         store.update_task(task_id, status="done", done=[inp.method], run_ids=[out["run_id"]])
     return out
+
+
+def auto_choice(inp: RunInput, store) -> AutoChoice:
+    """The method ``auto`` picks for ``inp.prompt`` among those the backend runs (ParameterError where no fit
+    figures exist for any of them)."""
+    allowed = [m for m in ACCELERATED if backend_refusal(m, inp.backend) is None]
+    picked = auto.choose(inp.prompt, allowed, store, measure.hardware_name(), auto.dtype_name(inp.dtype, inp.device_map))
+    if picked is None:
+        raise ParameterError("auto has no fit-half figures to choose a method from",
+                             hint="run `specpilot bench --prompts fit` once, or name a method (--method draft)")
+    return picked
+
+
+def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress = None
+                 ) -> tuple[MethodContext, RunInput, AutoChoice]:
+    """Load what ``picked.method`` needs; where it cannot run here (no EAGLE head or draft for this target), the
+    next method by predicted speedup, said so in the reason."""
+    ranked = sorted(picked.predicted, key=picked.predicted.get, reverse=True)
+    skipped = []
+    for method in ranked:
+        trial = inp.model_copy(update={"method": method})
+        try:
+            ctx = build_context(trial, progress)
+        except SpecpilotError as exc:
+            skipped.append(f"{method} cannot run here: {exc.user_message()}")
+            if method == ranked[-1]:
+                raise
+            continue
+        if skipped:
+            picked = replace(picked, method=method, source=picked.source + "; " + "; ".join(skipped))
+        return ctx, trial, picked
+    raise ParameterError("auto found no method that runs here", hint="name one with --method")
 
 
 def store_record(record: RunRecord, store=None) -> dict:

@@ -39,7 +39,10 @@ from tools.bench.prompt_sets import BOTH_HALVES, default_prompts_path, load_prom
 from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
 from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
-from tools.engine.methods import ACCELERATED, MethodName, parse_params
+from tools.bench import auto
+from tools.bench.context import backend_refusal
+from tools.engine.methods import ACCELERATED, parse_params
+from tools.engine.params import AUTO, RunMethodName
 from tools.errors import ParameterError, interruption
 
 __all__ = ["BENCH_METHODS", "BOTH_HALVES", "BenchInput", "bench", "bench_halves", "default_prompts_path",
@@ -56,7 +59,9 @@ class BenchInput(MeasureOptions):
                                                   "half, with each method's figures side by side)")
     category: str | None = Field(None, description="only this category")
     limit: int | None = Field(None, ge=1, description="at most this many prompts per category")
-    methods: list[MethodName] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1)
+    methods: list[RunMethodName] = Field(default_factory=lambda: list(BENCH_METHODS), min_length=1,
+                                         description="methods to measure; auto: per prompt, the one predicted "
+                                                     "fastest from the fit half's figures (its own row)")
     params: dict[str, dict] = Field(default_factory=dict, description="each method's own parameters")
     peers: bool = Field(False, description=PEERS_DESCRIPTION)
     fresh: bool = Field(False, description="measure every prompt and method again, reusing no run stored before this "
@@ -90,6 +95,7 @@ class _BenchRun:
     sizings: dict[str, Sizing] = field(default_factory=dict)  # method -> its parameters' sources and reasons
     waiting: set[str] = field(default_factory=set)  # methods whose parameters wait for this machine's cost curve
     fresh_tasks: set[int] = field(default_factory=set)  # with inp.fresh: the tasks whose runs count (this call's)
+    auto_from: list[str] = field(default_factory=list)  # with auto asked: the measured methods it picks among
 
     def settle(self) -> None:
         """Fix now the parameters of each method that needs no machine to know them (every field the
@@ -158,6 +164,20 @@ class _BenchRun:
         self.drop_not_run(row)
         if todo:
             self.measure(row, todo, say)
+        if self.auto_from:
+            self.add_auto(row, say)
+
+    def add_auto(self, row: dict, say) -> None:
+        """auto's row for this prompt: the run of the method it picks (predicted from the fit half's figures,
+        without this prompt's own), under the method name auto, with the reason."""
+        measured = {r["method"]: r for r in self.records if r.get("prompt") == row["prompt"] and r["method"] in self.auto_from}
+        picked = auto.choose(row["prompt"], list(measured), self.store, measure.hardware_name(),
+                             auto.dtype_name(self.inp.dtype, self.inp.device_map))
+        if picked is None:
+            return
+        self.records.append({**measured[picked.method], "method": AUTO, "auto_picked": picked.method,
+                             "auto_reason": picked.reason(), "peers": {}})
+        say(picked.reason())
 
     def drop_not_run(self, row: dict) -> None:
         """Take this prompt's steps of the methods not run off the task's plan."""
@@ -224,7 +244,8 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     if inp.prompts == BOTH_HALVES:
         return bench_halves(inp, store, progress)
     prompts = load_prompt_set(inp.prompts, inp.category, inp.limit)
-    methods = list(dict.fromkeys(inp.methods))
+    asked = list(dict.fromkeys(inp.methods))
+    methods, auto_from = auto_methods(asked, inp, store)
     candidates, not_run = resolve_candidates(methods, inp.params, store)
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if "medusa" in methods else None
     source = str(prompt_set_path(inp.prompts))
@@ -234,7 +255,7 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     for method, reason in not_run.items():
         store.update_task(task_id, note=f"{method}: not run: {reason}")
     state = _BenchRun(inp, store, task_id, methods, common_settings(inp, heads_path), heads_path, Path(source).name,
-                      not_run, candidates, fresh_tasks={task_id})
+                      not_run, candidates, fresh_tasks={task_id}, auto_from=auto_from)
     try:
         state.settle()
         for i, row in enumerate(prompts, 1):
@@ -252,7 +273,25 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
         store.update_task(task_id, status="failed", note=f"stopped by an error: {exc}")
         raise
     store.update_task(task_id, status="done")
+    if auto_from:
+        state.methods = [*methods, AUTO]
     return _result(state, source, len(prompts))
+
+
+def auto_methods(asked: list[str], inp: BenchInput, store) -> tuple[list[str], list[str]]:
+    """(the methods to measure, those auto picks among): with auto asked beside other methods it picks among
+    those; asked alone, among every method the fit figures cover that this backend runs (each then measured).
+    ParameterError where auto has no fit figures."""
+    if AUTO not in asked:
+        return asked, []
+    listed = [m for m in asked if m not in (AUTO, "baseline")]
+    if not listed:
+        fits, _ = auto.fit_prompts(store, measure.hardware_name(), auto.dtype_name(inp.dtype, inp.device_map))
+        listed = [m for m in ACCELERATED if any(m in p.speedups for p in fits) and backend_refusal(m, inp.backend) is None]
+    if not listed:
+        raise ParameterError("auto has no fit-half figures to choose a method from",
+                             hint="run `specpilot bench --prompts fit` first, or list the methods to measure")
+    return [m for m in asked if m != AUTO] + [m for m in listed if m not in asked], listed
 
 
 def _result(state: _BenchRun, source: str, prompts: int) -> dict:
@@ -266,7 +305,9 @@ def _result(state: _BenchRun, source: str, prompts: int) -> dict:
         "measured": state.measured,
         "reused": state.reused,
         "not_run": state.not_run,
-        "run_ids": [r["run_id"] for r in records],
+        "run_ids": list(dict.fromkeys(r["run_id"] for r in records)),
+        "auto": [{"question_id": r.get("question_id"), "category": r.get("category"), "picked": r["auto_picked"],
+                  "reason": r["auto_reason"], "run_id": r.get("run_id")} for r in records if "auto_picked" in r],
         "summary": summarise(records),
         "params": {m: s.to_dict() for m, s in state.sizings.items()},
         "hardware": (records[0].get("hardware") if records else None) or {},
@@ -294,5 +335,6 @@ def bench_halves(inp: BenchInput, store=None, progress=None) -> dict:
     return {**held_out, "prompt_set": BOTH_HALVES, "halves": halves,
             "fit_vs_eval": fit_vs_eval(fit["summary"], held_out["summary"]),
             "task_ids": [fit["task_id"], held_out["task_id"]], "run_ids": fit["run_ids"] + held_out["run_ids"],
+            "auto": fit["auto"] + held_out["auto"],
             "measured": fit["measured"] + held_out["measured"], "reused": fit["reused"] + held_out["reused"],
             "not_run": {**fit["not_run"], **held_out["not_run"]}}

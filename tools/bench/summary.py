@@ -112,7 +112,7 @@ def summarise(runs: list[dict]) -> dict:
         "recommended": {"categories": {c: recommend(by) for c, by in categories.items()}, "overall": recommend(totals)},
         "peers": {"categories": {c: peer_stats([r for rs in ms.values() for r in rs]) for c, ms in by_cat.items()},
                   "overall": peer_stats(runs)},
-        "baseline_drift": baseline_drift(runs),
+        "baseline_drift": baseline_drift([r for r in runs if "auto_picked" not in r]),  # auto's rows repeat runs
     }
 
 

@@ -306,6 +306,8 @@ METHOD_NAMES = tuple(METHODS)
 ACCELERATED = tuple(name for name in METHOD_NAMES if name != "baseline")  # the methods that speed up decoding
 MethodName = Literal[METHOD_NAMES]  # type: ignore[valid-type]  (the schema's enum, built from the table)
 AcceleratedName = Literal[ACCELERATED]  # type: ignore[valid-type]
+AUTO = "auto"  # run and bench: the method predicted fastest for each prompt (tools.bench.auto)
+RunMethodName = Literal[(*METHOD_NAMES, AUTO)]  # type: ignore[valid-type]
 PARAM_MODELS: dict[str, type[BaseModel]] = {name: spec.params for name, spec in METHODS.items()}
 DESCRIPTIONS = {name: spec.description for name, spec in METHODS.items()}
 

@@ -178,7 +178,9 @@ def suite_rows(records: list[dict]) -> list[dict]:
                      "wall_time_s": r.get("wall_time_s"), "baseline_wall_time_s": r.get("baseline_wall_time_s"),
                      "new_tokens": r.get("new_tokens"), "acceptance_rate": r.get("acceptance_rate"),
                      "matches_baseline": r.get("matches_baseline"), "divergence": div.get("kind"),
-                     "run_id": r.get("run_id")})
+                     "run_id": r.get("run_id"),
+                     **({"auto_picked": r["auto_picked"], "auto_reason": r.get("auto_reason")} if r.get("auto_picked")
+                        else {})})
         for peer, fig in sorted((r.get("peers") or {}).items()):
             key = (peer, r.get("prompt_set"), r.get("question_id"))
             if key in peers_seen:
@@ -209,6 +211,9 @@ def save_bench_result(name: str, result: dict, records: list[dict] | None = None
     if records is None:
         store = Store()
         records = [store.get_run(run_id) for run_id in result.get("run_ids") or []]
+        by_id = {r.get("run_id"): r for r in records}
+        records += [{**by_id[a["run_id"]], "method": "auto", "auto_picked": a["picked"], "auto_reason": a["reason"],
+                     "peers": {}} for a in result.get("auto") or () if a.get("run_id") in by_id]
     extra = {"prompt_set": result.get("prompt_set"), "prompts": result.get("prompts"),
              "methods": result.get("methods"), "task_ids": result.get("task_ids") or [result.get("task_id")],
              "settings": result.get("settings"), "params": result.get("params"), "versions": result.get("versions"),
@@ -422,17 +427,22 @@ def render_results(folder: Path, relative_to: Path | None = None) -> str:
 
 
 def latest_results(folder: Path) -> list[tuple[Path, dict]]:
-    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind and target model (by date, then name),
-    sorted by machine."""
-    latest: dict[tuple[str, str, str], tuple[Path, dict]] = {}
+    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind, target model and draft model given (by
+    date, then name), sorted by machine."""
+    latest: dict[tuple[str, str, str, str], tuple[Path, dict]] = {}
     for path, data in load_results(folder):
         if not (_is_result(data) and data["kind"] in SECTIONS):
             continue
-        key = (machine_of(data), data["kind"], str((data.get("summary") or {}).get("target") or ""))
+        key = (machine_of(data), data["kind"], str((data.get("summary") or {}).get("target") or ""), _draft_of(data))
         if key not in latest or (str(data.get("date") or ""), path.name) > (str(latest[key][1].get("date") or ""),
                                                                            latest[key][0].name):
             latest[key] = (path, data)
     return [latest[k] for k in sorted(latest)]
+
+
+def _draft_of(data: dict) -> str:
+    """The draft model a suite was given (``--draft``), "" for the built-in one."""
+    return str(((data.get("extra") or {}).get("settings") or {}).get("draft") or "")
 
 
 def latest_table(folder: Path, relative_to: Path) -> list[str]:
@@ -448,8 +458,9 @@ def latest_table(folder: Path, relative_to: Path) -> list[str]:
             for m, s in sorted(overall.items(), key=lambda kv: (-(kv[1].get("speedup") or 0), kv[0])):
                 if m == "baseline":
                     continue
+                drafted = f", draft {_draft_of(data)}" if _draft_of(data) and m == "draft" else ""
                 body.append([machine, dtype, m, _cell(s.get("speedup"), 2, "x"), _cell(s.get("mean_accepted_per_step")),
-                             f"{prompts} prompts, total time", link])
+                             f"{prompts} prompts, total time{drafted}", link])
         else:
             rows = data.get("rows") or []
             levels = sorted({x.get("concurrency") or 0 for x in rows})

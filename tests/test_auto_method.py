@@ -1,0 +1,127 @@
+"""auto: a method picked per prompt from the fit half's measured figures (tools.bench.auto), in run and bench."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory import Store
+from prompts.spec_bench import EVAL_PATH, FIT_PATH, read_jsonl
+from tools.bench import auto
+from tools.bench.protocol import hardware_name
+from tools.bench.inputs import RunInput
+from tools.bench.run import run_method
+from tools.bench.suite import BenchInput, bench
+
+CODE = "def merge(a, b):\n    out = []\n    while a and b:\n        out.append(a.pop(0) if a[0] < b[0] else b.pop(0))\n"
+STORY = "Write a short story about a lighthouse keeper who finds a letter in a bottle on a stormy night."
+REPEATS = ("Summarize: the meeting moved to Monday. The meeting moved to Monday because the room was taken. "
+           "The room was taken because the meeting moved.")
+
+
+def test_the_features_read_repetition_symbols_and_length():
+    code, story, repeats = (auto.prompt_features(t) for t in (CODE, STORY, REPEATS))
+    assert repeats["copy"] > story["copy"] and code["symbols"] > 2 * story["symbols"]
+    assert auto.prompt_features(STORY * 3)["length"] > story["length"]
+    assert auto.prompt_features("")["copy"] == 0.0
+
+
+def fit(qid, text, **speedups):
+    return auto.FitPrompt(qid, "x", auto.prompt_features(text), speedups, text)
+
+
+def test_each_method_is_predicted_from_the_fit_prompts_most_like_the_prompt():
+    fits = [fit(1, CODE, draft=2.0, eagle=1.2), fit(2, CODE.replace("merge", "join"), draft=1.9, eagle=1.1),
+            fit(3, STORY, draft=1.1, eagle=1.8), fit(4, STORY.replace("lighthouse", "harbour"), draft=1.2, eagle=1.7)]
+    code, _ = auto.predict(auto.prompt_features(CODE.replace("merge", "fuse")), fits)
+    story, _ = auto.predict(auto.prompt_features(STORY.replace("keeper", "cook")), fits)
+    assert max(code, key=code.get) == "draft" and max(story, key=story.get) == "eagle"
+    only, _ = auto.predict(auto.prompt_features(STORY), fits, allowed=["draft"])
+    assert list(only) == ["draft"]
+
+
+def test_the_shipped_table_holds_fit_prompts_only_and_names_its_machine():
+    table = auto.shipped_table()
+    assert table["hardware"] and table["dtype"] and table["kernel_width"] > 0
+    fit_texts = {row["prompt"] for row in read_jsonl(FIT_PATH)}
+    eval_texts = {row["prompt"] for row in read_jsonl(EVAL_PATH)}
+    shipped = {p["prompt"] for p in table["prompts"]}
+    assert shipped <= fit_texts and not shipped & eval_texts
+    picked = auto.choose(STORY)  # no store: the shipped table answers, and says so
+    assert picked is not None and "shipped fit-half table" in picked.reason()
+    assert picked.method in picked.predicted and picked.reason().startswith(f"auto picked {picked.method}")
+
+
+def test_a_fit_prompt_is_never_its_own_evidence():
+    text = json.loads(FIT_PATH.read_text().splitlines()[0])["prompt"]
+    picked = auto.choose(text)
+    assert all(f"q{json.loads(FIT_PATH.read_text().splitlines()[0])['question_id']}" not in n for n in picked.nearest)
+
+
+FIT_PROMPTS = [{"question_id": i, "category": "coding" if i % 2 else "writing",
+                "prompt": (CODE if i % 2 else STORY).replace("a", "a" * (1 + i % 3))} for i in range(1, 7)]
+EVAL_PROMPTS = [{"question_id": 11, "category": "coding", "prompt": CODE.replace("out", "res")},
+                {"question_id": 12, "category": "writing", "prompt": STORY.replace("night", "day")}]
+
+
+def write(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def tiny(model_dir, prompts, methods, **more):
+    return BenchInput(prompts=str(prompts), methods=methods, target=str(model_dir), draft=str(model_dir),
+                      max_new_tokens=6, chat=False, dtype="float32", **more)
+
+
+def test_bench_auto_reads_this_machines_fit_runs_and_reports_its_own_row(tiny_model_dir, tmp_path):
+    store = Store()
+    fit_file = write(tmp_path / auto.FIT_SET, FIT_PROMPTS)  # the fit half's name: its runs are fit figures
+    bench(tiny(tiny_model_dir, fit_file, ["draft", "ngram"]), store=store)
+    fits, source = auto.fit_prompts(store, hardware_name(), "float32")
+    assert len(fits) == 6 and "measured on this machine" in source
+    result = bench(tiny(tiny_model_dir, write(tmp_path / "eval.jsonl", EVAL_PROMPTS), ["auto", "draft", "ngram"]),
+                   store=store)
+    assert result["methods"] == ["draft", "ngram", "auto"]
+    assert result["summary"]["overall"]["auto"]["prompts"] == 2 and len(result["auto"]) == 2
+    runs = {r["run_id"]: r for r in store.list_runs(limit=100)}
+    for entry in result["auto"]:  # auto's row is the run of the method it picked on that prompt
+        assert runs[entry["run_id"]]["method"] == entry["picked"] and "measured on this machine" in entry["reason"]
+    assert len(result["run_ids"]) == len(set(result["run_ids"])) == 4
+
+
+def test_bench_auto_alone_measures_the_methods_it_picks_among(tiny_model_dir, tmp_path):
+    store = Store()
+    bench(tiny(tiny_model_dir, write(tmp_path / auto.FIT_SET, FIT_PROMPTS), ["draft", "ngram"]), store=store)
+    result = bench(tiny(tiny_model_dir, write(tmp_path / "eval.jsonl", EVAL_PROMPTS), ["auto"]), store=store)
+    assert set(result["methods"]) == {"draft", "ngram", "auto"}
+
+
+def test_run_auto_runs_the_picked_method_and_says_why(tiny_model_dir, tmp_path):
+    store = Store()
+    bench(tiny(tiny_model_dir, write(tmp_path / auto.FIT_SET, FIT_PROMPTS), ["draft", "ngram"]), store=store)
+    record = run_method(RunInput(method="auto", prompt=STORY, target=str(tiny_model_dir), draft=str(tiny_model_dir),
+                                 max_new_tokens=6, chat=False, dtype="float32"), store=store)
+    assert record["method"] in ("draft", "ngram") and record["sizing"]["method"].startswith(f"auto picked {record['method']}")
+    assert store.get_run(record["run_id"])["sizing"]["method"] == record["sizing"]["method"]
+
+
+def test_run_auto_without_fit_figures_for_any_method_says_what_to_do(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(auto, "shipped_table", lambda: {})
+    with pytest.raises(Exception) as err:
+        run_method(RunInput(method="auto", prompt=STORY, target=str(tiny_model_dir), max_new_tokens=4, chat=False,
+                            dtype="float32"), store=Store())
+    assert "bench --prompts fit" in str(getattr(err.value, "hint", "")) + str(err.value)
+
+
+def test_self_q4_drafts_with_the_targets_own_gguf_copy():
+    from tools.bench.inputs import SELF_DRAFT, CompareInput
+
+    run = RunInput(method="draft", prompt="x", draft=SELF_DRAFT)
+    assert run.draft == run.target and run.params == {"draft_quant": "gguf"}
+    given = RunInput(method="draft", prompt="x", draft=SELF_DRAFT, params={"draft_quant": "int8"})
+    assert given.params == {"draft_quant": "int8"}  # a given quantisation stays
+    compared = CompareInput(prompt="x", methods=["draft", "ngram"], draft=SELF_DRAFT, params={"draft": {"k": 4}})
+    assert compared.params == {"draft": {"k": 4, "draft_quant": "gguf"}}
+    assert BenchInput(methods=["ngram"], draft=SELF_DRAFT).params == {}

@@ -1,0 +1,185 @@
+"""``auto``: the method for one prompt, picked from what the fit half measured on prompts like it.
+
+A prompt is described by three figures that cost nothing to compute (no model is loaded):
+
+- ``copy``: prompt lookup's own hit rate on the prompt: the share of its words that the word after the
+  latest earlier occurrence of the two words before them predicts (how much of itself a text repeats,
+  which is what prompt lookup and lookahead's pool feed on);
+- ``symbols``: the share of its characters that are digits or punctuation (code, math and tables, where
+  a small draft predicts the target well);
+- ``length``: the log of its word count.
+
+Each method's speedup on the prompt is predicted as the kernel-weighted mean of its speedups on the fit
+half's prompts (Nadaraya-Watson regression; a Gaussian kernel of width KERNEL_WIDTH in the fit prompts'
+standard deviations), and the method predicted fastest is run with its parameters sized as ``run`` sizes
+them. The fit half's figures come from this machine's own ``specpilot bench --prompts fit`` runs in
+memory where they cover at least MIN_PROMPTS prompts for two methods or more, else from the table shipped
+in ``prompts/auto_methods.json`` (measured on the CPU it names, by benchmarks/scripts/fit_auto_methods.py).
+The eval half never enters a choice: ``bench --prompts eval --methods auto ...`` reports on prompts auto
+was not fitted to.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+from tools.engine.params import AUTO
+
+TABLE = "auto_methods.json"
+FIT_SET = "spec_bench_fit.jsonl"  # the prompt_set of the fit half's bench runs
+MIN_PROMPTS = 6  # a method's figures from this machine count where they cover at least this many fit prompts
+KERNEL_WIDTH = 1.0  # in standard deviations of the fit prompts' features
+FEATURES = ("copy", "symbols", "length")
+WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def prompt_features(text: str) -> dict[str, float]:
+    """``copy``, ``symbols`` and ``length`` of a prompt (see the module's docstring)."""
+    words = WORD.findall(text.casefold())
+    last: dict[tuple[str, str], int] = {}
+    hits = tried = 0
+    for i in range(2, len(words)):
+        key = (words[i - 2], words[i - 1])
+        if key in last:
+            tried += 1
+            hits += words[last[key]] == words[i]
+        last[key] = i
+    chars = [c for c in text if not c.isspace()]
+    symbols = sum(1 for c in chars if not c.isalpha()) / max(1, len(chars))
+    return {"copy": hits / max(1, len(words) - 2), "symbols": symbols, "length": math.log(1 + len(words))}
+
+
+@dataclass
+class FitPrompt:
+    """One fit-half prompt: its id, category, features and each method's measured speedup on it."""
+
+    question_id: int | str
+    category: str
+    features: dict[str, float]
+    speedups: dict[str, float]
+    prompt: str = ""
+
+
+@dataclass
+class AutoChoice:
+    """The method picked, the speedup predicted for each method considered, the fit prompts that weighed
+    most, and where the fit figures came from."""
+
+    method: str
+    predicted: dict[str, float]
+    nearest: list[str]
+    source: str
+    features: dict[str, float] = field(default_factory=dict)
+
+    def reason(self) -> str:
+        """One line: what was picked, why, and from which figures."""
+        others = ", ".join(f"{m} {s:.2f}x" for m, s in sorted(self.predicted.items(), key=lambda kv: -kv[1])
+                           if m != self.method)
+        return (f"auto picked {self.method}: predicted {self.predicted[self.method]:.2f}x"
+                + (f" against {others}" if others else "")
+                + f", from the fit-half prompts most like this one ({', '.join(self.nearest)}; words repeated "
+                  f"{100 * self.features.get('copy', 0):.0f}%, digits and punctuation "
+                  f"{100 * self.features.get('symbols', 0):.0f}%), {self.source}")
+
+
+def dtype_name(dtype: str, device_map: str | None = None) -> str:
+    """The dtype ``--dtype`` resolves to on this machine ("bfloat16", "float32"), as runs store it."""
+    from tools import models  # noqa: PLC0415  (torch: only when a choice is made)
+
+    device = "cuda" if str(device_map or "").startswith("cuda") else "cpu"
+    return str(models.resolve_dtype(dtype, device)[0]).removeprefix("torch.")
+
+
+def shipped_table() -> dict:
+    """The shipped fit-half table (``prompts/auto_methods.json``), or {} when the package lacks it."""
+    try:
+        return json.loads(resources.files("prompts").joinpath(TABLE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, OSError, ValueError):
+        return {}
+
+
+def table_prompts(table: dict) -> list[FitPrompt]:
+    return [FitPrompt(p["question_id"], p["category"], prompt_features(p["prompt"]), dict(p["speedups"]), p["prompt"])
+            for p in table.get("prompts", ())]
+
+
+def stored_prompts(store, hardware_name: str | None, dtype: str | None) -> list[FitPrompt]:
+    """This machine's fit-half bench runs in memory (the newest per prompt and method, output identical to
+    the baseline's or a diagnosed near-tie), as fit prompts."""
+    if store is None or hardware_name is None:
+        return []
+    try:
+        runs = store.find_runs(prompt_set=FIT_SET)
+    except Exception:  # noqa: BLE001  (an old or unreadable store: the shipped table answers)
+        return []
+    by_prompt: dict[object, FitPrompt] = {}
+    for run in runs:  # newest first: the first figure per prompt and method stays
+        if (run.get("hardware") or {}).get("name") != hardware_name or (dtype and run.get("dtype") != dtype) \
+                or run.get("speedup") is None or run.get("method") in (None, "baseline", AUTO) or run.get("lossy"):
+            continue
+        text = run.get("prompt") or ""
+        fit = by_prompt.setdefault(run.get("question_id"), FitPrompt(run.get("question_id"), run.get("category") or "",
+                                                                     prompt_features(text), {}, text))
+        fit.speedups.setdefault(run["method"], float(run["speedup"]))
+    return list(by_prompt.values())
+
+
+def fit_prompts(store=None, hardware_name: str | None = None, dtype: str | None = None
+                ) -> tuple[list[FitPrompt], str]:
+    """The fit prompts a choice reads and where they came from: this machine's own where they cover at least
+    MIN_PROMPTS prompts for two methods, else the shipped table."""
+    own = stored_prompts(store, hardware_name, dtype)
+    covered = [m for m in {m for p in own for m in p.speedups} if sum(m in p.speedups for p in own) >= MIN_PROMPTS]
+    if len(covered) >= 2:
+        for p in own:
+            p.speedups = {m: s for m, s in p.speedups.items() if m in covered}
+        return own, f"measured on this machine ({len(own)} fit prompts in memory, {dtype or 'its dtype'})"
+    table = shipped_table()
+    where = table.get("hardware", "another CPU")
+    return table_prompts(table), (f"the shipped fit-half table (measured on {where}, {table.get('dtype', '?')}; "
+                                  "`specpilot bench --prompts fit` measures this machine's)")
+
+
+def choose(prompt: str, allowed: list[str] | None = None, store=None, hardware_name: str | None = None,
+           dtype: str | None = None) -> AutoChoice | None:
+    """The method predicted fastest on ``prompt`` among ``allowed`` (default: every method the fit figures
+    have), or None where no fit figures exist for any of them. A fit prompt is never its own evidence: on
+    the fit half each prompt is predicted from the others (leave one out)."""
+    fits, source = fit_prompts(store, hardware_name, dtype)
+    fits = [p for p in fits if p.prompt != prompt]
+    feats = prompt_features(prompt)
+    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)
+    predicted, weights = predict(feats, fits, width, allowed)
+    if not predicted:
+        return None
+    best = max(predicted, key=predicted.get)
+    order = sorted(range(len(fits)), key=lambda i: -weights[i])[:2]
+    nearest = [f"{fits[i].category} q{fits[i].question_id}" for i in order]
+    return AutoChoice(best, predicted, nearest, source, feats)
+
+
+def predict(feats: dict[str, float], fits: list[FitPrompt], width: float = KERNEL_WIDTH,
+            allowed: list[str] | None = None) -> tuple[dict[str, float], list[float]]:
+    """(each method's predicted speedup, each fit prompt's weight): the kernel-weighted mean of the method's
+    speedups on the fit prompts, the features scaled by the fit prompts' standard deviations."""
+    methods = sorted({m for p in fits for m in p.speedups if allowed is None or m in allowed})
+    if not methods:
+        return {}, []
+    spread = {}
+    for name in FEATURES:
+        values = [p.features[name] for p in fits]
+        mean = sum(values) / len(values)
+        spread[name] = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+    weights = [math.exp(-sum(((feats[n] - p.features[n]) / spread[n]) ** 2 for n in FEATURES) / (2 * width ** 2))
+               for p in fits]
+    predicted = {}
+    for method in methods:
+        pairs = [(w, p.speedups[method]) for w, p in zip(weights, fits) if method in p.speedups]
+        total = sum(w for w, _ in pairs)
+        predicted[method] = (sum(w * s for w, s in pairs) / total if total > 1e-12
+                             else sum(s for _, s in pairs) / len(pairs))
+    return predicted, weights
