@@ -475,6 +475,9 @@ def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat
     # the model chooses among the plausible values of the others, or leaves an optional one out
     assert narrowed["method"] == ("ngram", "draft") and narrowed["backend"] == ("llamacpp",)
     assert narrowed["dtype"] == ("float32", "bfloat16")
+    # a plausible value the user wrote out is theirs; one written only inside the quoted prompt is not
+    given, _, narrowed = brain.choices("draft on the llama.cpp backend: 'use float32 here'", tools["run_method"])
+    assert given["backend"] == "llamacpp" and given["method"] == "draft" and narrowed["dtype"] == ("float32", "bfloat16")
     decision = brain.decide("prompt lookup as a raw prompt on 'def f():'")
     assert decision.name == "run_method"
     assert decision.arguments["method"] in ("ngram", "draft") and decision.arguments["chat"] is False

@@ -40,7 +40,7 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, WORD_EDGES, ToolClassifier, default_classifier
+from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -335,6 +335,7 @@ class LocalBrain:
         probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
         the model's to choose."""
         given, withheld, narrowed = {}, set(), {}
+        said = written_words(text)
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
             if arg.kind not in ("enum", "bool"):
                 continue
@@ -346,6 +347,10 @@ class LocalBrain:
             ranked = sorted(allowed, key=allowed.get, reverse=True)
             if allowed[ranked[0]] < SURE * total:
                 plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
+                written = [v for v in plausible if arg.kind == "enum" and _bare(v) in said] if plausible else []
+                if len(written) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
+                    given[arg.name] = written[0]
+                    continue
                 if plausible:
                     narrowed[arg.name] = tuple(plausible)
                     continue
@@ -611,6 +616,16 @@ def ground_params(arguments: dict, said: str) -> None:
             del params[method]
     if not params:
         del arguments["params"]
+
+
+def _bare(word: str) -> str:
+    """A word without its points, dashes and underscores, lower-cased ("llama.cpp" -> "llamacpp")."""
+    return word.lower().replace(".", "").replace("-", "").replace("_", "")
+
+
+def written_words(text: str) -> set[str]:
+    """The words of a message outside its quoted spans (a prompt's words are not settings), bare (:func:`_bare`)."""
+    return {_bare(w) for w in TOKEN.findall(QUOTED.sub(" ", text).casefold())}
 
 
 def _schema_word(value: str, prop: dict) -> bool:
