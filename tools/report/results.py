@@ -427,13 +427,14 @@ def render_results(folder: Path, relative_to: Path | None = None) -> str:
 
 
 def latest_results(folder: Path) -> list[tuple[Path, dict]]:
-    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind, target model and draft model given (by
-    date, then name), sorted by machine."""
-    latest: dict[tuple[str, str, str, str], tuple[Path, dict]] = {}
+    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind, dtype, target model and draft model given
+    (by date, then name), sorted by machine."""
+    latest: dict[tuple[str, ...], tuple[Path, dict]] = {}
     for path, data in load_results(folder):
         if not (_is_result(data) and data["kind"] in SECTIONS):
             continue
-        key = (machine_of(data), data["kind"], str((data.get("summary") or {}).get("target") or ""), _draft_of(data))
+        key = (machine_of(data), data["kind"], str(data.get("dtype") or ""),
+               str((data.get("summary") or {}).get("target") or ""), _draft_of(data))
         if key not in latest or (str(data.get("date") or ""), path.name) > (str(latest[key][1].get("date") or ""),
                                                                            latest[key][0].name):
             latest[key] = (path, data)
@@ -485,8 +486,8 @@ def render_readme_block(folder: Path, relative_to: Path) -> str:
     table = latest_table(folder, relative_to)
     docs = _link(Path(relative_to) / "docs" / "results.md", relative_to)
     if table:
-        body = ["The latest result per machine (generated from `benchmarks/results/`; every result file, with its "
-                f"command and hardware, is in [{docs}]({docs})):", "", *table]
+        body = ["The latest result per machine, dtype and draft model (generated from `benchmarks/results/`; every "
+                f"result file, with its command and hardware, is in [{docs}]({docs})):", "", *table]
     else:
         body = ["No suite result is stored yet. `specpilot bench --prompts eval --limit 1 --save-result NAME` "
                 "measures every method on one prompt per category and writes `benchmarks/results/NAME.json`; "
