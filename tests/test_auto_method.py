@@ -107,6 +107,25 @@ def test_run_auto_runs_the_picked_method_and_says_why(tiny_model_dir, tmp_path):
     assert store.get_run(record["run_id"])["sizing"]["method"] == record["sizing"]["method"]
 
 
+def test_run_auto_keeps_the_given_parameters_the_picked_method_has(tiny_model_dir, tmp_path):
+    store = Store()
+    bench(tiny(tiny_model_dir, write(tmp_path / auto.FIT_SET, FIT_PROMPTS), ["draft", "ngram"]), store=store)
+    record = run_method(RunInput(method="auto", prompt=CODE, target=str(tiny_model_dir), draft=str(tiny_model_dir),
+                                 max_new_tokens=6, chat=False, dtype="float32",
+                                 params={"k": 3, "max_ngram_size": 2, "window": 4}), store=store)
+    assert "window" not in record["params"]  # lookahead's: not the picked method's
+    own = {"draft": ("k", 3), "ngram": ("max_ngram_size", 2)}[record["method"]]
+    assert record["params"][own[0]] == own[1]
+
+
+def test_the_command_line_gives_auto_every_method_option_it_was_given():
+    from agent.cli.main import build_parser
+    from agent.cli.options import method_params
+
+    args = build_parser().parse_args(["run", "--method", "auto", "--k", "3", "--window", "4", "--prompt", "x"])
+    assert method_params(args) == {"k": 3, "window": 4}
+
+
 def test_run_auto_without_fit_figures_for_any_method_says_what_to_do(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(auto, "shipped_table", lambda: {})
     with pytest.raises(Exception) as err:

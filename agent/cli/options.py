@@ -168,9 +168,19 @@ def add_method_options(p: argparse.ArgumentParser) -> None:
 
 
 def method_params(args) -> dict:
-    """The method's own options from the command line (unset ones are left to the defaults)."""
+    """The method's own options from the command line (unset ones are left to the defaults); for auto, every
+    method option given (the picked method keeps its own)."""
+    if args.method not in method_table().METHODS:
+        every = {f for name in method_table().METHODS for f in cli_fields(name)}
+        given = method_params_of(args, every)
+        return {k: v for k, v in given.items() if v is not None}
+    return method_params_of(args, cli_fields(args.method))
+
+
+def method_params_of(args, fields) -> dict:
+    """The values of the method options ``fields`` on the command line (None where not given)."""
     params = {}
-    for field in cli_fields(args.method):
+    for field in fields:
         dest = HAND_WRITTEN[field][0].lstrip("-").replace("-", "_") if field in HAND_WRITTEN else field
         params[field] = getattr(args, dest)
         if isinstance(params[field], list):

@@ -25,7 +25,7 @@ from tools.bench.inputs import PEER_LABELS, MeasureOptions, RunInput
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
 from tools.engine.methods import ACCELERATED, METHOD_NAMES, MethodContext, parse_params
-from tools.engine.params import AUTO
+from tools.engine.params import AUTO, PARAM_MODELS
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError, SpecpilotError, StoreError, interruption
 
@@ -202,9 +202,10 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     """
     store = store if store is not None else Store()
     picked = None
+    asked = inp
     if inp.method == AUTO:
         picked = auto_choice(inp, store)
-        inp = inp.model_copy(update={"method": picked.method})
+        inp = for_method(inp, picked.method)
     if inp.method not in METHOD_NAMES:
         raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}, auto")
     parse_params(inp.method, inp.params)  # fail fast, before loading models
@@ -215,7 +216,7 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
         task_id = store.create_task(f"run {inp.method} on {shown!r}", "run", [inp.method])
     try:
         if picked is not None:
-            ctx, inp, picked = auto_context(inp, picked, progress)
+            ctx, inp, picked = auto_context(asked, picked, progress)
         else:
             ctx = build_context(inp, progress)
         prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
@@ -252,6 +253,15 @@ def auto_choice(inp: RunInput, store) -> AutoChoice:
     return picked
 
 
+def for_method(inp: RunInput, method: str) -> RunInput:
+    """``inp`` for ``method``, auto's pick: of the parameters given, the ones that method has."""
+    own = PARAM_MODELS[method].model_fields
+    params = {k: v for k, v in inp.params.items() if k in own}
+    if method == "draft" and inp.draft == inp.target:  # the target drafting for itself: its 4-bit copy (self-q4)
+        params.setdefault("draft_quant", "gguf")
+    return inp.model_copy(update={"method": method, "params": params})
+
+
 def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress = None
                  ) -> tuple[MethodContext, RunInput, AutoChoice]:
     """Load what ``picked.method`` needs; where it cannot run here (no EAGLE head or draft for this target), the
@@ -259,7 +269,7 @@ def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress =
     ranked = sorted(picked.predicted, key=picked.predicted.get, reverse=True)
     skipped = []
     for method in ranked:
-        trial = inp.model_copy(update={"method": method})
+        trial = for_method(inp, method)
         try:
             ctx = build_context(trial, progress)
         except SpecpilotError as exc:
