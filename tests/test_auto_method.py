@@ -9,7 +9,6 @@ import pytest
 from memory import Store
 from prompts.spec_bench import EVAL_PATH, FIT_PATH, read_jsonl
 from tools.bench import auto
-from tools.bench.protocol import hardware_name
 from tools.bench.inputs import RunInput
 from tools.bench.run import run_method
 from tools.bench.suite import BenchInput, bench
@@ -79,8 +78,11 @@ def test_bench_auto_reads_this_machines_fit_runs_and_reports_its_own_row(tiny_mo
     store = Store()
     fit_file = write(tmp_path / auto.FIT_SET, FIT_PROMPTS)  # the fit half's name: its runs are fit figures
     bench(tiny(tiny_model_dir, fit_file, ["draft", "ngram"]), store=store)
-    fits, source = auto.fit_prompts(store, hardware_name(), "float32")
+    match = auto.matching(tiny(tiny_model_dir, fit_file, ["draft"]))
+    fits, source = auto.fit_prompts(store, match)
     assert len(fits) == 6 and "measured on this machine" in source
+    other = auto.Match(match.hardware, match.dtype, match.target, match.backend, "another-draft")
+    assert all("draft" not in p.speedups for p in auto.stored_prompts(store, other))  # another draft's figures
     result = bench(tiny(tiny_model_dir, write(tmp_path / "eval.jsonl", EVAL_PROMPTS), ["auto", "draft", "ngram"]),
                    store=store)
     assert result["methods"] == ["draft", "ngram", "auto"]
@@ -144,3 +146,15 @@ def test_self_q4_drafts_with_the_targets_own_gguf_copy():
     compared = CompareInput(prompt="x", methods=["draft", "ngram"], draft=SELF_DRAFT, params={"draft": {"k": 4}})
     assert compared.params == {"draft": {"k": 4, "draft_quant": "gguf"}}
     assert BenchInput(methods=["ngram"], draft=SELF_DRAFT).params == {}
+
+
+def test_bench_auto_on_the_command_line_takes_method_options_for_the_methods_it_picks_among(capsys, tmp_path,
+                                                                                          tiny_model_dir):
+    from agent.cli.main import main
+
+    prompts = write(tmp_path / "set.jsonl", EVAL_PROMPTS[:1])
+    code = main(["bench", "--prompts", str(prompts), "--methods", "auto", "ngram", "--max-ngram-size", "2",
+                 "--target", str(tiny_model_dir), "--dtype", "float32", "--raw", "--max-new-tokens", "4", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["methods"] == ["ngram", "auto"]  # the shipped table answers: ngram, the one listed
+    assert Store().get_run(result["run_ids"][0])["params"]["max_ngram_size"] == 2

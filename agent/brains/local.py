@@ -465,8 +465,8 @@ class LocalBrain:
                 del arguments["params"]
         try:
             registry.parse_input(tool, arguments)
-            if isinstance(arguments.get("params"), dict) and arguments.get("method"):
-                validate_saved_params(arguments["method"], arguments["params"])
+            if isinstance(arguments.get("params"), dict) and arguments.get("method") in tool_grammar.PARAM_MODELS:
+                validate_saved_params(arguments["method"], arguments["params"])  # auto: its pick keeps its own
         except ParameterError as exc:
             return Decision(name=tool.name, arguments=arguments, error=exc.user_message())
         return Decision(name=tool.name, arguments=arguments)

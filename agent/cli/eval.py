@@ -312,8 +312,10 @@ def cmd_bench(args) -> int:
         return run_serving(args, serving_methods(args.methods, ["ngram"]), prompts, args.prompts or "eval", "bench")
     suite = _bench().suite
     methods = _methods(args.methods, suite.BENCH_METHODS, (method_table().AUTO,))
+    # auto has no options of its own; each method it may pick among keeps those given for it
+    measured = [m for m in methods if m != method_table().AUTO] or list(method_table().ACCELERATED)
     inp = suite.BenchInput(prompts=args.prompts, category=args.category, limit=args.limit, methods=methods,
-                     medusa_heads=args.medusa_heads, params=_given_params(args, methods), peers=args.peers,
+                     medusa_heads=args.medusa_heads, params=_given_params(args, measured), peers=args.peers,
                      backend=args.backend, fresh=args.fresh, **_generation(args))
 
     def details(result: dict) -> None:

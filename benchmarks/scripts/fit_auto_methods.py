@@ -35,6 +35,8 @@ def fit_prompts_of(result: dict) -> list[FitPrompt]:
     for row in result["rows"]:
         if row.get("peer") or row.get("method") in (None, "auto", "baseline") or row.get("speedup") is None:
             continue
+        if row.get("matches_baseline") is False and row.get("divergence") != "near_tie":
+            continue  # not the target's output: no figure to learn from
         if row.get("prompt_set") not in (None, FIT_SET) or row["question_id"] not in texts:
             raise SystemExit(f"row q{row['question_id']} is not from the fit half ({row.get('prompt_set')}): "
                              "fit auto on `specpilot bench --prompts fit` only")
@@ -50,7 +52,10 @@ def leave_one_out(fits: list[FitPrompt], width: float) -> float:
     picked = []
     for i, p in enumerate(fits):
         predicted, _ = predict(p.features, fits[:i] + fits[i + 1:], width, list(p.speedups))
-        picked.append(p.speedups[max(predicted, key=predicted.get)])
+        if predicted:  # a prompt whose methods no other prompt has predicts nothing
+            picked.append(p.speedups[max(predicted, key=predicted.get)])
+    if not picked:
+        raise SystemExit("too few fit prompts to leave one out: bench more of the fit half")
     return statistics.mean(picked)
 
 

@@ -10,11 +10,12 @@ A prompt is described by three figures that cost nothing to compute (no model is
 - ``length``: the log of its word count.
 
 Each method's speedup on the prompt is predicted as the kernel-weighted mean of its speedups on the fit
-half's prompts (Nadaraya-Watson regression; a Gaussian kernel of width KERNEL_WIDTH in the fit prompts'
-standard deviations), and the method predicted fastest is run with its parameters sized as ``run`` sizes
-them. The fit half's figures come from this machine's own ``specpilot bench --prompts fit`` runs in
-memory where they cover at least MIN_PROMPTS prompts for two methods or more, else from the table shipped
-in ``prompts/auto_methods.json`` (measured on the CPU it names, by benchmarks/scripts/fit_auto_methods.py).
+half's prompts (Nadaraya-Watson regression; a Gaussian kernel, its width in the fit prompts' standard
+deviations chosen by leaving one fit prompt out at a time, KERNEL_WIDTH without the shipped table), and the
+method predicted fastest is run with its parameters sized as ``run`` sizes them. The fit half's figures come
+from this machine's own ``specpilot bench --prompts fit`` runs in memory (same dtype, target, engine and draft)
+where they cover at least MIN_PROMPTS prompts for two methods or more, else from the table shipped in
+``prompts/auto_methods.json`` (measured on the CPU it names, by benchmarks/scripts/fit_auto_methods.py).
 The eval half never enters a choice: ``bench --prompts eval --methods auto ...`` reports on prompts auto
 was not fitted to.
 """
@@ -27,6 +28,9 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from tools import models
+from tools.bench.protocol import hardware_name
+from tools.bench.summary import lossless
 from tools.engine.params import AUTO
 
 TABLE = "auto_methods.json"
@@ -81,15 +85,14 @@ class AutoChoice:
                            if m != self.method)
         return (f"auto picked {self.method}: predicted {self.predicted[self.method]:.2f}x"
                 + (f" against {others}" if others else "")
-                + f", from the fit-half prompts most like this one ({', '.join(self.nearest)}; words repeated "
+                + f", from the fit-half prompts weighted toward those most like this one ({', '.join(self.nearest)}; "
+                  f"words repeated "
                   f"{100 * self.features.get('copy', 0):.0f}%, digits and punctuation "
                   f"{100 * self.features.get('symbols', 0):.0f}%), {self.source}")
 
 
 def dtype_name(dtype: str, device_map: str | None = None) -> str:
     """The dtype ``--dtype`` resolves to on this machine ("bfloat16", "float32"), as runs store it."""
-    from tools import models  # noqa: PLC0415  (torch: only when a choice is made)
-
     device = "cuda" if str(device_map or "").startswith("cuda") else "cpu"
     return str(models.resolve_dtype(dtype, device)[0]).removeprefix("torch.")
 
@@ -107,19 +110,41 @@ def table_prompts(table: dict) -> list[FitPrompt]:
             for p in table.get("prompts", ())]
 
 
-def stored_prompts(store, hardware_name: str | None, dtype: str | None) -> list[FitPrompt]:
-    """This machine's fit-half bench runs in memory (the newest per prompt and method, output identical to
-    the baseline's or a diagnosed near-tie), as fit prompts."""
-    if store is None or hardware_name is None:
+@dataclass(frozen=True)
+class Match:
+    """What a stored fit run must share with the run being chosen for: machine, dtype, target, engine, draft."""
+
+    hardware: str
+    dtype: str
+    target: str
+    backend: str = "transformers"
+    draft: str | None = None  # the draft the draft method would use
+
+
+def matching(inp) -> Match:
+    """The :class:`Match` of a run, compare or bench input (its device's hardware name, the dtype it resolves to,
+    its target, engine and draft)."""
+    device = "cuda" if str(inp.device_map or "").startswith("cuda") else "cpu"
+    dtype = "gguf" if inp.backend == "llamacpp" else dtype_name(inp.dtype, inp.device_map)
+    draft = inp.draft or models.builtin_draft_for(inp.target) or models.DEFAULT_DRAFT
+    return Match(hardware_name(device), dtype, inp.target, inp.backend, draft)
+
+
+def stored_prompts(store, match: Match | None) -> list[FitPrompt]:
+    """This machine's fit-half bench runs in memory with the same dtype, target, engine and draft (the newest per
+    prompt and method, its output the target's: identical or a diagnosed near-tie), as fit prompts."""
+    if store is None or match is None:
         return []
     try:
-        runs = store.find_runs(prompt_set=FIT_SET)
+        runs = store.find_runs(prompt_set=FIT_SET, target=match.target)
     except Exception:  # noqa: BLE001  (an old or unreadable store: the shipped table answers)
         return []
     by_prompt: dict[object, FitPrompt] = {}
     for run in runs:  # newest first: the first figure per prompt and method stays
-        if (run.get("hardware") or {}).get("name") != hardware_name or (dtype and run.get("dtype") != dtype) \
-                or run.get("speedup") is None or run.get("method") in (None, "baseline", AUTO) or run.get("lossy"):
+        if ((run.get("hardware") or {}).get("name") != match.hardware or run.get("dtype") != match.dtype
+                or (run.get("backend") or "transformers") != match.backend or run.get("speedup") is None
+                or run.get("method") in (None, "baseline", AUTO) or not lossless(run)
+                or (run["method"] == "draft" and run.get("draft") != match.draft)):
             continue
         text = run.get("prompt") or ""
         fit = by_prompt.setdefault(run.get("question_id"), FitPrompt(run.get("question_id"), run.get("category") or "",
@@ -128,31 +153,30 @@ def stored_prompts(store, hardware_name: str | None, dtype: str | None) -> list[
     return list(by_prompt.values())
 
 
-def fit_prompts(store=None, hardware_name: str | None = None, dtype: str | None = None
-                ) -> tuple[list[FitPrompt], str]:
+def fit_prompts(store=None, match: Match | None = None) -> tuple[list[FitPrompt], str]:
     """The fit prompts a choice reads and where they came from: this machine's own where they cover at least
     MIN_PROMPTS prompts for two methods, else the shipped table."""
-    own = stored_prompts(store, hardware_name, dtype)
+    own = stored_prompts(store, match)
     covered = [m for m in {m for p in own for m in p.speedups} if sum(m in p.speedups for p in own) >= MIN_PROMPTS]
     if len(covered) >= 2:
         for p in own:
             p.speedups = {m: s for m, s in p.speedups.items() if m in covered}
-        return own, f"measured on this machine ({len(own)} fit prompts in memory, {dtype or 'its dtype'})"
+        return own, f"measured on this machine ({len(own)} fit prompts in memory, {match.dtype})"
     table = shipped_table()
     where = table.get("hardware", "another CPU")
     return table_prompts(table), (f"the shipped fit-half table (measured on {where}, {table.get('dtype', '?')}; "
                                   "`specpilot bench --prompts fit` measures this machine's)")
 
 
-def choose(prompt: str, allowed: list[str] | None = None, store=None, hardware_name: str | None = None,
-           dtype: str | None = None) -> AutoChoice | None:
+def choose(prompt: str, allowed: list[str] | None = None, store=None, match: Match | None = None
+           ) -> AutoChoice | None:
     """The method predicted fastest on ``prompt`` among ``allowed`` (default: every method the fit figures
     have), or None where no fit figures exist for any of them. A fit prompt is never its own evidence: on
     the fit half each prompt is predicted from the others (leave one out)."""
-    fits, source = fit_prompts(store, hardware_name, dtype)
+    fits, source = fit_prompts(store, match)
     fits = [p for p in fits if p.prompt != prompt]
     feats = prompt_features(prompt)
-    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)
+    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)  # chosen by leave-one-out on the fit half
     predicted, weights = predict(feats, fits, width, allowed)
     if not predicted:
         return None

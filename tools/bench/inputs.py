@@ -85,10 +85,10 @@ class MeasureOptions(BaseModel):
             return self
         self.draft = self.target
         params = getattr(self, "params", None)
-        if not isinstance(params, dict):
+        if not isinstance(params, dict) or self.backend != "transformers":  # llama.cpp drafts from the GGUF anyway
             return self
-        if hasattr(self, "method"):  # one method's own parameters (run)
-            if self.method == "draft":
+        if hasattr(self, "method"):  # one method's own parameters (run; auto keeps them where it picks draft)
+            if self.method in ("draft", "auto"):
                 params.setdefault("draft_quant", "gguf")
         elif "draft" in (getattr(self, "methods", None) or ()) and isinstance(params.get("draft", {}), dict):
             params.setdefault("draft", {}).setdefault("draft_quant", "gguf")

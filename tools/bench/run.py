@@ -246,7 +246,7 @@ def auto_choice(inp: RunInput, store) -> AutoChoice:
     """The method ``auto`` picks for ``inp.prompt`` among those the backend runs (ParameterError where no fit
     figures exist for any of them)."""
     allowed = [m for m in ACCELERATED if backend_refusal(m, inp.backend) is None]
-    picked = auto.choose(inp.prompt, allowed, store, measure.hardware_name(), auto.dtype_name(inp.dtype, inp.device_map))
+    picked = auto.choose(inp.prompt, allowed, store, auto.matching(inp))
     if picked is None:
         raise ParameterError("auto has no fit-half figures to choose a method from",
                              hint="run `specpilot bench --prompts fit` once, or name a method (--method draft)")
@@ -256,10 +256,7 @@ def auto_choice(inp: RunInput, store) -> AutoChoice:
 def for_method(inp: RunInput, method: str) -> RunInput:
     """``inp`` for ``method``, auto's pick: of the parameters given, the ones that method has."""
     own = PARAM_MODELS[method].model_fields
-    params = {k: v for k, v in inp.params.items() if k in own}
-    if method == "draft" and inp.draft == inp.target:  # the target drafting for itself: its 4-bit copy (self-q4)
-        params.setdefault("draft_quant", "gguf")
-    return inp.model_copy(update={"method": method, "params": params})
+    return inp.model_copy(update={"method": method, "params": {k: v for k, v in inp.params.items() if k in own}})
 
 
 def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress = None

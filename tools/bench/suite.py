@@ -171,8 +171,7 @@ class _BenchRun:
         """auto's row for this prompt: the run of the method it picks (predicted from the fit half's figures,
         without this prompt's own), under the method name auto, with the reason."""
         measured = {r["method"]: r for r in self.records if r.get("prompt") == row["prompt"] and r["method"] in self.auto_from}
-        picked = auto.choose(row["prompt"], list(measured), self.store, measure.hardware_name(),
-                             auto.dtype_name(self.inp.dtype, self.inp.device_map))
+        picked = auto.choose(row["prompt"], list(measured), self.store, auto.matching(self.inp))
         if picked is None:
             return
         self.records.append({**measured[picked.method], "method": AUTO, "auto_picked": picked.method,
@@ -286,7 +285,7 @@ def auto_methods(asked: list[str], inp: BenchInput, store) -> tuple[list[str], l
         return asked, []
     listed = [m for m in asked if m not in (AUTO, "baseline")]
     if not listed:
-        fits, _ = auto.fit_prompts(store, measure.hardware_name(), auto.dtype_name(inp.dtype, inp.device_map))
+        fits, _ = auto.fit_prompts(store, auto.matching(inp))
         listed = [m for m in ACCELERATED if any(m in p.speedups for p in fits) and backend_refusal(m, inp.backend) is None]
     if not listed:
         raise ParameterError("auto has no fit-half figures to choose a method from",
