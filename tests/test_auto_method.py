@@ -158,3 +158,16 @@ def test_bench_auto_on_the_command_line_takes_method_options_for_the_methods_it_
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["methods"] == ["ngram", "auto"]  # the shipped table answers: ngram, the one listed
     assert Store().get_run(result["run_ids"][0])["params"]["max_ngram_size"] == 2
+
+
+def test_self_q4_follows_a_saved_target():
+    from tools.agent_tools.run_tool import with_saved_params
+    from tools.bench.compare import with_saved_settings
+    from tools.bench.inputs import SELF_DRAFT, CompareInput
+
+    run = with_saved_params(RunInput(method="draft", prompt="x", draft=SELF_DRAFT), {"target": "smollm2-135m-instruct"})
+    assert run.target == run.draft == "smollm2-135m-instruct" and run.params == {"draft_quant": "gguf"}
+    store = Store()
+    store.save_params("draft", {"target": "smollm2-135m-instruct"})
+    compared = with_saved_settings(CompareInput(prompt="x", methods=["draft"], draft=SELF_DRAFT), store)
+    assert compared.target == compared.draft == "smollm2-135m-instruct"

@@ -27,7 +27,7 @@ def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
     given = inp.model_fields_set
     merged = inp.model_dump()
     merged.update({k: v for k, v in top.items() if k not in given})
-    return RunInput.model_validate(merged)
+    return RunInput.model_validate(inp.resolved_again(merged))
 
 
 @tool("run_method", RunInput)

@@ -320,6 +320,8 @@ def with_saved_settings(inp: CompareInput, store) -> CompareInput:
         values = {json.dumps(p[name]) for p in saved if p.get(name) is not None}
         if len(values) == 1:
             update[name] = json.loads(values.pop())
+    if "target" in update and inp.self_draft:
+        update["draft"] = update["target"]  # --draft self-q4: the saved target's own copy
     return inp.model_copy(update=update) if update else inp
 
 

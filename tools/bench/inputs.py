@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from tools import models
 from tools.engine.params import METHOD_NAMES, MethodName, RunMethodName
@@ -76,6 +76,17 @@ class MeasureOptions(BaseModel):
     threads: int | None = Field(None, ge=1)
     repeats: int = Field(1, ge=1, le=50)
     warmup: int = Field(1, ge=0, le=5)
+    _drafts_itself: bool = PrivateAttr(False)  # draft was SELF_DRAFT: resolved again once a saved target is merged
+
+    @property
+    def self_draft(self) -> bool:
+        """Whether the draft is the target's own 4-bit copy (given as SELF_DRAFT)."""
+        return self._drafts_itself
+
+    def resolved_again(self, merged: dict) -> dict:
+        """``merged`` (this input's fields with saved settings filled in) with the draft still SELF_DRAFT where it
+        was, so that it becomes the merged target's own copy, not the one resolved before the merge."""
+        return {**merged, "draft": SELF_DRAFT} if self._drafts_itself and "draft" in merged else merged
 
     @model_validator(mode="after")
     def _self_draft(self):
@@ -83,7 +94,7 @@ class MeasureOptions(BaseModel):
         self-speculation with a low-bit copy): the draft is the target, its ``draft_quant`` gguf unless given."""
         if self.draft != SELF_DRAFT:
             return self
-        self.draft = self.target
+        self.draft, self._drafts_itself = self.target, True
         params = getattr(self, "params", None)
         if not isinstance(params, dict) or self.backend != "transformers":  # llama.cpp drafts from the GGUF anyway
             return self
