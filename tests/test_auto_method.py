@@ -171,3 +171,14 @@ def test_self_q4_follows_a_saved_target():
     store.save_params("draft", {"target": "smollm2-135m-instruct"})
     compared = with_saved_settings(CompareInput(prompt="x", methods=["draft"], draft=SELF_DRAFT), store)
     assert compared.target == compared.draft == "smollm2-135m-instruct"
+
+
+def test_run_auto_falls_back_to_the_next_pick_where_the_first_cannot_run(tiny_model_dir, monkeypatch):
+    picked = auto.AutoChoice("eagle", {"eagle": 3.0, "ngram": 1.5}, ["coding q1"], "a test table")
+    monkeypatch.setattr(auto, "choose", lambda *a, **k: picked)  # no EAGLE head exists for the tiny target
+    store = Store()
+    record = run_method(RunInput(method="auto", prompt=CODE, target=str(tiny_model_dir), max_new_tokens=4, chat=False,
+                                 dtype="float32"), store=store)
+    assert record["method"] == "ngram" and "eagle cannot run here" in record["sizing"]["method"]
+    task = store.get_task(record["task_id"])
+    assert task["status"] == "done" and task["left"] == [] and task["done"] == ["ngram"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from tools import models
-from tools.bench.protocol import hardware_name
+from tools.bench.protocol import hardware_info
 from tools.bench.summary import lossless
 from tools.engine.params import AUTO
 
@@ -114,7 +114,7 @@ def table_prompts(table: dict) -> list[FitPrompt]:
 class Match:
     """What a stored fit run must share with the run being chosen for: machine, dtype, target, engine, draft."""
 
-    hardware: str
+    hardware: str  # machine_of(): the GPU, or the CPU with its cores and instruction set (not the threads)
     dtype: str
     target: str
     backend: str = "transformers"
@@ -127,7 +127,16 @@ def matching(inp) -> Match:
     device = "cuda" if str(inp.device_map or "").startswith("cuda") else "cpu"
     dtype = "gguf" if inp.backend == "llamacpp" else dtype_name(inp.dtype, inp.device_map)
     draft = inp.draft or models.builtin_draft_for(inp.target) or models.DEFAULT_DRAFT
-    return Match(hardware_name(device), dtype, inp.target, inp.backend, draft)
+    return Match(machine_of(hardware_info(device)), dtype, inp.target, inp.backend, draft)
+
+
+def machine_of(hardware: dict) -> str:
+    """The machine a run's ``hardware`` names, without the thread count it ran on (a run with ``--threads`` is
+    on the same machine): the GPU's name, else the CPU's with its cores and instruction set."""
+    if hardware.get("gpu"):
+        return str(hardware["gpu"])
+    isa = hardware.get("isa") or ""
+    return f"{hardware.get('cpu')} ({hardware.get('cpu_cores')} cores, {isa if isinstance(isa, str) else ' '.join(isa)})"
 
 
 def stored_prompts(store, match: Match | None) -> list[FitPrompt]:
@@ -141,7 +150,7 @@ def stored_prompts(store, match: Match | None) -> list[FitPrompt]:
         return []
     by_prompt: dict[object, FitPrompt] = {}
     for run in runs:  # newest first: the first figure per prompt and method stays
-        if ((run.get("hardware") or {}).get("name") != match.hardware or run.get("dtype") != match.dtype
+        if (machine_of(run.get("hardware") or {}) != match.hardware or run.get("dtype") != match.dtype
                 or (run.get("backend") or "transformers") != match.backend or run.get("speedup") is None
                 or run.get("method") in (None, "baseline", AUTO) or not lossless(run)
                 or (run["method"] == "draft" and run.get("draft") != match.draft)):

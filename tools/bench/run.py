@@ -216,7 +216,10 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
         task_id = store.create_task(f"run {inp.method} on {shown!r}", "run", [inp.method])
     try:
         if picked is not None:
+            planned = inp.method
             ctx, inp, picked = auto_context(asked, picked, progress)
+            if own_task and inp.method != planned:  # the first pick cannot run here: the plan is the one that runs
+                store.update_task(task_id, left=[inp.method], note=f"auto: {planned} cannot run here, {inp.method} runs")
         else:
             ctx = build_context(inp, progress)
         prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
