@@ -347,7 +347,7 @@ class LocalBrain:
             ranked = sorted(allowed, key=allowed.get, reverse=True)
             if allowed[ranked[0]] < SURE * total:
                 plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
-                written = [v for v in plausible if arg.kind == "enum" and _bare(v) in said] if plausible else []
+                written = [v for v in plausible if arg.kind == "enum" and _bare(v) in said]
                 if len(written) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
                     given[arg.name] = written[0]
                     continue

@@ -26,6 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 
 from tools import models
@@ -97,8 +98,9 @@ def dtype_name(dtype: str, device_map: str | None = None) -> str:
     return str(models.resolve_dtype(dtype, device)[0]).removeprefix("torch.")
 
 
+@lru_cache(maxsize=1)
 def shipped_table() -> dict:
-    """The shipped fit-half table (``prompts/auto_methods.json``), or {} when the package lacks it."""
+    """The shipped fit-half table (``prompts/auto_methods.json``, read once), or {} when the package lacks it."""
     try:
         return json.loads(resources.files("prompts").joinpath(TABLE).read_text(encoding="utf-8"))
     except (FileNotFoundError, OSError, ValueError):
@@ -177,12 +179,13 @@ def fit_prompts(store=None, match: Match | None = None) -> tuple[list[FitPrompt]
                                   "`specpilot bench --prompts fit` measures this machine's)")
 
 
-def choose(prompt: str, allowed: list[str] | None = None, store=None, match: Match | None = None
-           ) -> AutoChoice | None:
+def choose(prompt: str, allowed: list[str] | None = None, store=None, match: Match | None = None,
+           found: tuple[list[FitPrompt], str] | None = None) -> AutoChoice | None:
     """The method predicted fastest on ``prompt`` among ``allowed`` (default: every method the fit figures
-    have), or None where no fit figures exist for any of them. A fit prompt is never its own evidence: on
-    the fit half each prompt is predicted from the others (leave one out)."""
-    fits, source = fit_prompts(store, match)
+    have), or None where no fit figures exist for any of them. ``found``: :func:`fit_prompts` already read
+    (a bench reads them once for all its prompts). A fit prompt is never its own evidence: on the fit half each
+    prompt is predicted from the others (leave one out)."""
+    fits, source = found if found is not None else fit_prompts(store, match)
     fits = [p for p in fits if p.prompt != prompt]
     feats = prompt_features(prompt)
     width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)  # chosen by leave-one-out on the fit half

@@ -38,7 +38,7 @@ from tools.bench.inputs import PEERS_DESCRIPTION, MeasureOptions
 from tools.bench.prompt_sets import BOTH_HALVES, default_prompts_path, load_prompt_set, prompt_set_path
 from tools.bench.run import Candidate, measure_candidates
 from tools.bench.sizing import Sizing, fixed_params
-from tools.bench.summary import fit_vs_eval, method_stats, peer_stats, summarise
+from tools.bench.summary import auto_row, fit_vs_eval, method_stats, peer_stats, summarise
 from tools.bench import auto
 from tools.bench.context import backend_refusal
 from tools.engine.methods import ACCELERATED, parse_params
@@ -96,6 +96,7 @@ class _BenchRun:
     waiting: set[str] = field(default_factory=set)  # methods whose parameters wait for this machine's cost curve
     fresh_tasks: set[int] = field(default_factory=set)  # with inp.fresh: the tasks whose runs count (this call's)
     auto_from: list[str] = field(default_factory=list)  # with auto asked: the measured methods it picks among
+    auto_fits: tuple | None = None  # ... and the fit figures it picks from (tools.bench.auto.fit_prompts), read once
 
     def settle(self) -> None:
         """Fix now the parameters of each method that needs no machine to know them (every field the
@@ -171,11 +172,10 @@ class _BenchRun:
         """auto's row for this prompt: the run of the method it picks (predicted from the fit half's figures,
         without this prompt's own), under the method name auto, with the reason."""
         measured = {r["method"]: r for r in self.records if r.get("prompt") == row["prompt"] and r["method"] in self.auto_from}
-        picked = auto.choose(row["prompt"], list(measured), self.store, auto.matching(self.inp))
+        picked = auto.choose(row["prompt"], list(measured), found=self.auto_fits)
         if picked is None:
             return
-        self.records.append({**measured[picked.method], "method": AUTO, "auto_picked": picked.method,
-                             "auto_reason": picked.reason(), "peers": {}})
+        self.records.append(auto_row(measured[picked.method], picked.method, picked.reason()))
         say(picked.reason())
 
     def drop_not_run(self, row: dict) -> None:
@@ -244,7 +244,8 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
         return bench_halves(inp, store, progress)
     prompts = load_prompt_set(inp.prompts, inp.category, inp.limit)
     asked = list(dict.fromkeys(inp.methods))
-    methods, auto_from = auto_methods(asked, inp, store)
+    auto_fits = auto.fit_prompts(store, auto.matching(inp)) if AUTO in asked else None
+    methods, auto_from = auto_methods(asked, inp, auto_fits)
     candidates, not_run = resolve_candidates(methods, inp.params, store)
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if "medusa" in methods else None
     source = str(prompt_set_path(inp.prompts))
@@ -254,7 +255,7 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     for method, reason in not_run.items():
         store.update_task(task_id, note=f"{method}: not run: {reason}")
     state = _BenchRun(inp, store, task_id, methods, common_settings(inp, heads_path), heads_path, Path(source).name,
-                      not_run, candidates, fresh_tasks={task_id}, auto_from=auto_from)
+                      not_run, candidates, fresh_tasks={task_id}, auto_from=auto_from, auto_fits=auto_fits)
     try:
         state.settle()
         for i, row in enumerate(prompts, 1):
@@ -277,15 +278,15 @@ def bench(inp: BenchInput, store=None, progress=None) -> dict:
     return _result(state, source, len(prompts))
 
 
-def auto_methods(asked: list[str], inp: BenchInput, store) -> tuple[list[str], list[str]]:
+def auto_methods(asked: list[str], inp: BenchInput, auto_fits: tuple | None) -> tuple[list[str], list[str]]:
     """(the methods to measure, those auto picks among): with auto asked beside other methods it picks among
-    those; asked alone, among every method the fit figures cover that this backend runs (each then measured).
-    ParameterError where auto has no fit figures."""
+    those; asked alone, among every method its fit figures (``auto_fits``) cover that this backend runs (each
+    then measured). ParameterError where auto has no fit figures."""
     if AUTO not in asked:
         return asked, []
     listed = [m for m in asked if m not in (AUTO, "baseline")]
     if not listed:
-        fits, _ = auto.fit_prompts(store, auto.matching(inp))
+        fits, _ = auto_fits
         listed = [m for m in ACCELERATED if any(m in p.speedups for p in fits) and backend_refusal(m, inp.backend) is None]
     if not listed:
         raise ParameterError("auto has no fit-half figures to choose a method from",

@@ -36,6 +36,12 @@ def lossless(record: dict) -> bool:
     return bool(record["matches_baseline"]) or (record.get("first_divergence") or {}).get("kind") == "near_tie"
 
 
+def auto_row(record: dict, picked: str, reason: str) -> dict:
+    """auto's row for one prompt: the run of the method it picked, under the name auto (its peers counted once,
+    with the run itself)."""
+    return {**record, "method": "auto", "auto_picked": picked, "auto_reason": reason, "peers": {}}
+
+
 def method_stats(runs: list[dict]) -> dict:
     """Pooled figures of one method over several prompts.
 

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memory import Store
+from tools.bench.summary import auto_row
 from tools.engine import cpu_info
 from tools.errors import ParameterError
 
@@ -212,8 +213,8 @@ def save_bench_result(name: str, result: dict, records: list[dict] | None = None
         store = Store()
         records = [store.get_run(run_id) for run_id in result.get("run_ids") or []]
         by_id = {r.get("run_id"): r for r in records}
-        records += [{**by_id[a["run_id"]], "method": "auto", "auto_picked": a["picked"], "auto_reason": a["reason"],
-                     "peers": {}} for a in result.get("auto") or () if a.get("run_id") in by_id]
+        records += [auto_row(by_id[a["run_id"]], a["picked"], a["reason"]) for a in result.get("auto") or ()
+                    if a.get("run_id") in by_id]
     extra = {"prompt_set": result.get("prompt_set"), "prompts": result.get("prompts"),
              "methods": result.get("methods"), "task_ids": result.get("task_ids") or [result.get("task_id")],
              "settings": result.get("settings"), "params": result.get("params"), "versions": result.get("versions"),
