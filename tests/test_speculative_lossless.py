@@ -42,6 +42,10 @@ CASES = {
         {"k": 3, "draft_vocab": 4, "adaptive_k": True, "draft_confidence": 0.3},
         {"temperature": 1.3},
     ),
+    # draft trees: the draft's argmax chain and its other likely tokens, verified by the deterministic-drafts rule
+    "tree": (RUNS, {"k": 2, "draft_tree": 4}, {"temperature": 1.0}),
+    "tree-top-p-confident": (RUNS, {"k": 3, "draft_tree": 8, "draft_confidence": 0.3, "adaptive_k": True},
+                             {"temperature": 1.3, "top_p": 0.9}),
 }
 
 
@@ -100,16 +104,18 @@ def collect(decoder: SpeculativeDecoder, warping: dict, runs: int):
     """Run the decoder once per seed; return counts of (x1, x2) and (x2, x3) and the acceptance rate."""
     c12 = np.zeros((V, V))
     c23 = np.zeros((V, V))
-    drafted = accepted = 0
+    drafted = accepted = leaves_kept = 0
     for seed in range(runs):
         settings = GenerationSettings(max_new_tokens=4, seed=seed, **warping)
-        out = decoder.run(PROMPT, settings).output_ids
+        result = decoder.run(PROMPT, settings)
+        out = result.output_ids
+        leaves_kept += result.extra.get("leaves_kept", 0)
         assert len(out) == 4
         c12[out[0], out[1]] += 1
         c23[out[1], out[2]] += 1
         drafted += decoder.tokens_drafted
         accepted += decoder.tokens_accepted
-    return c12, c23, accepted / drafted
+    return c12, c23, accepted / drafted, leaves_kept
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -117,14 +123,17 @@ def sampled(request, models):
     target, draft = models
     runs, options, warping = CASES[request.param]
     decoder = SpeculativeDecoder(target, draft, **options, **warping)
-    c12, c23, acceptance = collect(decoder, warping, runs)
+    c12, c23, acceptance, leaves_kept = collect(decoder, warping, runs)
     tables = exact_tables(target, GenerationSettings(**warping))
-    return request.param, c12, c23, acceptance, tables
+    return request.param, c12, c23, (acceptance, leaves_kept), tables
 
 
 def test_both_acceptance_and_rejection_happen(sampled):
-    name, c12, c23, acceptance, _ = sampled
-    assert 0.15 < acceptance < 0.9, f"{name}: acceptance {acceptance:.2f} leaves a branch untested"
+    name, c12, c23, (acceptance, leaves_kept), _ = sampled
+    if name.startswith("tree"):  # every leaf counts as drafted, and at most one path is kept
+        assert 0.05 < acceptance < 0.9 and leaves_kept > 100, f"{name}: {acceptance:.2f}, {leaves_kept} leaves kept"
+    else:
+        assert 0.15 < acceptance < 0.9, f"{name}: acceptance {acceptance:.2f} leaves a branch untested"
 
 
 def test_first_two_tokens_follow_the_target_distribution(sampled):
@@ -210,7 +219,24 @@ def test_the_real_decoder_with_acceptance_switched_off_is_rejected(models, monke
     monkeypatch.setattr(speculative, "accept_sampling", accept_all)
     decoder = SpeculativeDecoder(target, draft, k=2, temperature=1.0)
     # 250 runs: this bias (TV 0.47) gives a chi-square noncentrality of ~350 against a critical value of ~35
-    c12, _, acceptance = collect(decoder, {"temperature": 1.0}, 250)
+    c12, _, acceptance, _ = collect(decoder, {"temperature": 1.0}, 250)
     assert acceptance == 1.0
+    tables = exact_tables(target, GenerationSettings(temperature=1.0))
+    assert chi_square_pvalue(c12, pair_12(*tables)) < ALPHA
+
+
+def test_a_tree_decoder_that_always_keeps_the_chain_is_rejected(models, monkeypatch):
+    """Draft trees with their acceptance replaced by 'keep the draft's chain': the test catches it."""
+    target, draft = models
+
+    def keep_chain(tree, p_at, generator):
+        node = 0
+        while tree.children[node]:
+            node = tree.children[node][0]
+        return node, int(sample(p_at(node), generator))
+
+    monkeypatch.setattr(speculative, "accept_sampling_tree", keep_chain)
+    decoder = SpeculativeDecoder(target, draft, k=2, temperature=1.0, draft_tree=4)
+    c12, _, _, _ = collect(decoder, {"temperature": 1.0}, 250)
     tables = exact_tables(target, GenerationSettings(temperature=1.0))
     assert chi_square_pvalue(c12, pair_12(*tables)) < ALPHA

@@ -242,10 +242,15 @@ def size_draft(machine: MachineCost, fixed: dict, **_) -> dict[str, tuple[Any, s
     if gain < MIN_DRAFT_GAIN:
         why_k += (f"; below {MIN_DRAFT_GAIN:g}x, so steps stay plain (the draft not run) unless this text's drafts "
                   "are accepted more than that")
+    leaves = int(fixed.get("draft_tree", DraftParams().draft_tree))
+    longest = k_max + 1 + leaves
     return {"k": (k, why_k), "k_max": (k_max, why_max),
-            "pass_costs": (pass_costs(machine.curve, k_max + 1),
-                           f"this machine's pass costs over 1..{k_max + 1} tokens: each step drafts the length the "
-                           "expected acceptance pays for, none when a plain step is cheaper"),
+            "pass_costs": (pass_costs(machine.curve, longest),
+                           f"this machine's pass costs over 1..{longest} tokens: each step drafts the length the "
+                           "expected acceptance pays for, none when a plain step is cheaper, and verifies beside the "
+                           f"chain the draft's other likely tokens that the pass pays for ({leaves} at most; a pass "
+                           f"over {min(longest, max(machine.curve))} tokens costs "
+                           f"{relative_cost(machine.curve, min(longest, max(machine.curve))):.2f} of one here)"),
             "draft_cost": (round(ratio, 3), f"a draft token's cost in target tokens ({where})"),
             **({"draft_quant": machine.draft_quant} if machine.draft_quant else {}),
             **({"gguf_draft_until": machine.gguf_until} if machine.gguf_until else {})}

@@ -110,3 +110,39 @@ def accept_sampling_tree(tree: DraftTree, p_at: Callable[[int], torch.Tensor], g
         if kept is None:
             return node, int(sample(dist, generator))
         node = kept
+
+
+def chain_with_leaves(root: int, chain: list[int], slots: list[list[tuple[int, float]]], leaves: int,
+                      cost: Callable[[int], float] | None = None, calibration: float = 1.0) -> tuple[DraftTree, float]:
+    """A draft model's chain plus up to ``leaves`` of its other likely tokens as one-token branches (pure).
+
+    ``slots[i]`` holds the draft's most probable tokens with their probabilities where it drafted ``chain[i]`` (a
+    slot past the chain: where a confidence cut stopped it). A candidate leaf at slot i is reached when the chain
+    is kept up to i, which the draft's own probabilities put at the product of the chain's token probabilities
+    before i; its score is that times its own probability (SpecInfer's token tree, arXiv 2305.09781, with the
+    draft's top tokens in place of sampled ones). Leaves are taken by score. With ``cost`` (a target pass over n
+    tokens, plus what the draft spent, relative to a plain step) they are taken while the expected tokens per unit
+    of cost grow (each leaf's score counted ``calibration`` times: what this run's leaves got accepted against
+    what their scores predicted); without, the ``leaves`` best. Returns (the tree, the leaves' summed scores)."""
+    reach, scores, candidates = 1.0, [], []
+    for i, slot in enumerate(slots):
+        own = chain[i] if i < len(chain) else None
+        candidates += [(reach * p, i, tok) for tok, p in slot if tok != own]
+        if own is None:
+            break
+        reach *= next((p for tok, p in slot if tok == own), 0.0)
+        scores.append(reach)
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    candidates = candidates[:leaves]
+    if cost is not None and candidates:
+        nodes = 1 + len(chain)
+        expect, best = 1.0 + sum(scores), 0
+        best_rate = expect / cost(nodes)
+        for n, (score, _, _) in enumerate(candidates, 1):
+            expect += calibration * score
+            rate = expect / cost(nodes + n)
+            if rate > best_rate + 1e-12:
+                best, best_rate = n, rate
+        candidates = candidates[:best]
+    tree = build_draft_tree(root, [chain] + [chain[:i] + [tok] for _, i, tok in candidates])
+    return tree, sum(c[0] for c in candidates)

@@ -45,7 +45,7 @@ from tools.engine.cpu_info import cpu_flags
 from tools.engine.loop import decode
 from tools.engine.params import DraftParams
 from tools.engine.replay import diagnose_divergence  # noqa: F401 - part of this backend's API
-from tools.engine.speculative import DraftStep, _Drafter, cost_gate, validate_k
+from tools.engine.speculative import DraftStep, _Drafter, cost_gate, validate_k, validate_tree
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
 
@@ -468,7 +468,7 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
     drafter = _Drafter(draft, n_vocab, n_vocab, lookup=p.draft_lookup)
     step = DraftStep(target, drafter, n_vocab, settings, k=k, k_max=max(k, k_max),
                      adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none",
-                     gate=cost_gate(p.pass_costs, p.draft_cost))
+                     gate=cost_gate(p.pass_costs, p.draft_cost), tree=validate_tree(p.draft_tree))
     return decode(target, prompt_ids, settings, step, "draft")
 
 

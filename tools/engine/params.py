@@ -92,6 +92,12 @@ class DraftParams(BaseModel):
         4, ge=0, le=16, description="greedy: each draft forward also checks up to N tokens that followed the text's "
                                     "last words earlier in it, and keeps those the draft itself would have proposed "
                                     "(the same draft in fewer forwards; 0: off)")
+    draft_tree: int = Field(
+        16, ge=0, le=32, description="draft trees: up to N of the draft's other likely tokens (its top 6 at every "
+                                     "slot of the chain and where a confidence cut stopped it) verified beside the "
+                                     "chain in the same target pass as one-token branches, the most likely first; "
+                                     "with pass_costs only as many as this machine's pass costs pay for (0: the "
+                                     "chain alone; output unchanged either way)")
     pass_costs: PassCosts = pass_costs_field(
         "each step drafts the length with the most expected tokens per unit of cost, and none (a plain step) "
         "when a plain step is cheaper; None drafts K tokens every step")

@@ -37,7 +37,8 @@ from tools.engine.backend import Backend, TransformersBackend, as_backend, unwra
 from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
 from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.gate import DraftModelGate
+from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, chain_with_leaves
+from tools.engine.gate import DraftModelGate, pass_cost
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
 from tools.engine.params import PromptLookupParams
 from tools.engine.prompt_lookup import find_candidate_set
@@ -46,6 +47,10 @@ from tools.errors import ParameterError, VocabularyMismatchError
 K_MIN, K_MAX = 1, 16
 # the draft's lookup guesses (draft_lookup): what followed the text's last 3 (else 2) tokens earlier in it
 LOOKUP_NGRAM, LOOKUP_NGRAM_MIN = 3, 2
+TREE_MAX = 32  # draft trees: leaves a step may add beside the chain
+TREE_TOP = 6  # draft trees: the draft's most probable tokens looked at per slot (the chain's own among them)
+CALIBRATION_PRIOR = 2.0  # draft trees: leaves' predicted and kept counts a run starts from (ratio 1, ~2 steps)
+CALIBRATION_DECAY = 0.9  # each step's record weighs this much less at every later step
 
 
 
@@ -95,6 +100,12 @@ def validate_lookup(tokens: int) -> int:
     return tokens
 
 
+def validate_tree(leaves: int) -> int:
+    if not isinstance(leaves, int) or isinstance(leaves, bool) or not (0 <= leaves <= TREE_MAX):
+        raise ParameterError(f"draft_tree must be an integer from 0 to {TREE_MAX}, got {leaves!r}", hint="try 8, or 0")
+    return leaves
+
+
 def validate_k(k: int) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or not (K_MIN <= k <= K_MAX):
         raise ParameterError(f"k must be an integer from {K_MIN} to {K_MAX}, got {k!r}", hint="try k=4")
@@ -117,6 +128,9 @@ class _Drafter:
         self.head: torch.Tensor | None = None  # LM head rows for ``subset``
         self.forwards = 0  # draft forwards this run
         self.looked_up = 0  # draft tokens that came from a lookup guess the draft agreed with
+        self.forwards_this_step = 0  # draft forwards of the last proposal
+        self.top = 0  # draft trees: the draft's most probable tokens kept per slot of a proposal (0: none)
+        self.slots: list[list[tuple[int, float]]] = []  # per slot of the last proposal: [(token, probability)]
 
     def set_vocab(self, draft_vocab: int | None, always: list[int]) -> None:
         self.subset, self.head = None, None
@@ -150,16 +164,22 @@ class _Drafter:
 
     def propose(self, seq: list[int], k: int, settings: GenerationSettings, generator, confidence: float | None,
                 eos: set[int]) -> tuple[list[int], torch.Tensor | None]:
-        """Propose up to k tokens after ``seq``; return (tokens, q) with q [m, target_vocab] when sampling."""
-        if settings.greedy and self.lookup:
+        """Propose up to k tokens after ``seq``; return (tokens, q) with q [m, target_vocab] when sampling.
+        With ``top`` set the proposal is the draft's argmax chain whatever the settings (deterministic drafts, which
+        a tree's verification needs) and ``slots`` holds the draft's ``top`` most probable tokens at every slot it
+        read: slot i beside token i, and one more where a confidence cut stopped the chain."""
+        self.slots = []
+        argmax = settings.greedy or self.top > 0
+        if argmax and self.lookup:
             return self._propose_greedy(seq, k, confidence, eos), None
         feed = seq[self.length:]
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
             logits = self._forward(feed)[-1]
-            if settings.greedy:
+            if argmax:
                 j = int(greedy_tokens(logits))
+                self._note(logits)
                 if confidence is not None and i > 0 and float(logits.softmax(-1)[j]) < confidence:
                     break
             else:
@@ -189,6 +209,7 @@ class _Drafter:
             choices = greedy_tokens(logits).tolist()  # one argmax (and one device sync) for every row
             stop = False
             for row, j in enumerate(choices):
+                self._note(logits[row])
                 if confidence is not None and tokens and float(logits[row].softmax(-1)[j]) < confidence:
                     stop = True
                     break
@@ -206,6 +227,13 @@ class _Drafter:
                 break
             feed = [tokens[-1]]
         return tokens
+
+    def _note(self, logits: torch.Tensor) -> None:
+        """Keep the ``top`` most probable tokens of one slot with their probabilities (draft trees)."""
+        if self.top:
+            top = torch.topk(logits.float().softmax(-1), self.top)
+            ids = top.indices if self.subset is None else self.subset[top.indices]
+            self.slots.append(list(zip(ids.tolist(), top.values.tolist())))
 
     def _guess(self, seq: list[int], tokens: list[int], room: int) -> list[int]:
         if room < 1:
@@ -268,9 +296,13 @@ class DraftStep(DecodeStep):
 
     def __init__(self, target: Backend, drafter: _Drafter, n_vocab: int, settings: GenerationSettings, *, k: int,
                  k_max: int, adaptive_k: bool, confidence: float | None, draft_vocab: int | None, draft_quant: str,
-                 gate: DraftModelGate | None = None):
+                 gate: DraftModelGate | None = None, tree: int = 0):
         self.target, self.drafter, self.n_vocab, self.settings = target, drafter, n_vocab, settings
         self.gate = gate
+        self.tree = tree  # draft trees: up to this many of the draft's other likely tokens verified beside the chain
+        drafter.top = TREE_TOP if tree else 0
+        self.leaf_steps = self.leaves = self.leaves_kept = 0
+        self.predicted, self.kept = CALIBRATION_PRIOR, CALIBRATION_PRIOR  # leaves' scores against leaves kept
         self.k, self.k_max, self.adaptive_k = k, k_max, adaptive_k
         self.confidence, self.draft_vocab, self.draft_quant = confidence, draft_vocab, draft_quant
         self.cache = None
@@ -292,6 +324,8 @@ class DraftStep(DecodeStep):
                            settings, self.generator)
         self.drafter.set_vocab(self.draft_vocab, input_ids[0].tolist() + settings.eos_token_ids)
         self.drafter.reset()
+        self.leaf_steps = self.leaves = self.leaves_kept = 0
+        self.predicted, self.kept = CALIBRATION_PRIOR, CALIBRATION_PRIOR
         if self.gate is not None:
             self.gate.reset()
         self.seq = input_ids[0].tolist() + [first]
@@ -300,7 +334,9 @@ class DraftStep(DecodeStep):
     def propose(self, n: int) -> list[int]:
         """Up to n draft tokens after the committed sequence (a second call proposes again from it)."""
         self.drafter.rollback(len(self.seq) - 1)
+        self.drafter.forwards_this_step = -self.drafter.forwards
         tokens, self.q = self.drafter.propose(self.seq, n, self.settings, self.generator, self.confidence, self.eos)
+        self.drafter.forwards_this_step += self.drafter.forwards
         return tokens
 
     def verify(self, drafts: list[int]) -> tuple[list[int], int]:
@@ -318,22 +354,64 @@ class DraftStep(DecodeStep):
         self.target.crop(self.cache, L + n)
         self.drafter.rollback(L + n)
         self.q = None
+        self._adapt(m, n)
+        return new, n
+
+    def verify_tree(self, drafts: list[int], remaining: int) -> tuple[list[int], int, int, list[int]]:
+        """Score the chain ``drafts`` with leaves from the draft's other likely tokens (tools.engine.draft_tree) in
+        one target forward under the tree's mask; commit and return (new tokens, tokens kept, chain tokens kept,
+        the depths of the tree's drafted nodes)."""
+        m, L, dev = len(drafts), len(self.seq), self.target.device
+        cost = None
+        if self.gate is not None:
+            spent = self.gate.draft_cost * self.drafter.forwards_this_step
+            cost = lambda n: spent + pass_cost(self.gate.costs, n)  # noqa: E731
+        slots = self.drafter.slots[: m + 1 if m + 2 <= remaining else m]  # a leaf and the target's token fit
+        tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, self.kept / self.predicted)
+        ids = torch.tensor([tree.tokens], device=dev)
+        pos = (torch.tensor(tree.depths, device=dev) + (L - 1))[None]
+        logits = self._real(self.target.forward(ids, self.cache, pos, visible=tree.visible().to(dev)))
+        if self.settings.greedy:
+            node, nxt = accept_greedy_tree(tree, greedy_tokens(logits).tolist())
+        else:
+            node, nxt = accept_sampling_tree(tree, lambda i: warp_probs(logits[i], self.settings), self.generator)
+        path = tree.path_to(node)
+        new = [tree.tokens[i] for i in path[1:]] + [nxt]
+        chain_kept = sum(1 for i in path[1:] if i <= m)  # nodes 1..m are the chain, in order
+        self.target.keep_positions(self.cache, L - 1, torch.tensor(path, device=dev))
+        self.drafter.rollback(L + chain_kept)
+        self.seq.extend(new)
+        leaves = tree.size - 1 - m
+        if leaves:
+            self.leaf_steps += 1
+            self.leaves += leaves
+            on_leaf = int(node > m)
+            self.leaves_kept += on_leaf
+            self.predicted = CALIBRATION_DECAY * self.predicted + mass
+            self.kept = CALIBRATION_DECAY * self.kept + on_leaf
+        self._adapt(m, chain_kept)
+        return new, len(path) - 1, chain_kept, tree.depths[1:]
+
+    def _adapt(self, m: int, n: int) -> None:
         if self.adaptive_k and m:
             if n == m and m == self.current_k:
                 self.current_k = min(self.current_k + 1, self.k_max)
             elif n < m:
                 self.current_k = max(K_MIN, self.current_k - 1)
-        return new, n
 
     def step(self, out: list[int], remaining: int) -> tuple[list[int], int, range]:
         n = min(self.current_k, remaining - 1)  # room for the target's own token
         if self.gate is not None and self.adaptive_k:  # the length this machine's costs pay for, 0 (plain) if none
             n = self.gate.length(n)
         drafts = self.propose(n) if n >= 1 else []
-        new, accepted = self.verify(drafts)
+        if self.tree and (drafts or self.drafter.slots):
+            new, accepted, chain_kept, depths = self.verify_tree(drafts, remaining)
+        else:
+            new, accepted = self.verify(drafts)
+            chain_kept, depths = accepted, range(1, len(drafts) + 1)
         if self.gate is not None and self.adaptive_k:
-            self.gate.update(len(drafts), accepted)
-        return new, accepted, range(1, len(drafts) + 1)
+            self.gate.update(len(drafts), chain_kept)
+        return new, accepted, depths
 
     def extra(self, out: list[int], tally: StepTally, stopped: str) -> dict:
         return {"k": self.k, "adaptive_k": self.adaptive_k, "k_max": self.k_max,
@@ -343,7 +421,9 @@ class DraftStep(DecodeStep):
                 "draft_cost": self.gate.draft_cost if self.gate is not None else None,
                 "declined_steps": self.gate.declined if self.gate is not None else 0,
                 "draft_lookup": self.drafter.lookup, "draft_forwards": self.drafter.forwards,
-                "draft_tokens_looked_up": self.drafter.looked_up}
+                "draft_tokens_looked_up": self.drafter.looked_up, "draft_tree": self.tree,
+                "leaves_per_tree": self.leaves / self.leaf_steps if self.leaf_steps else None,
+                "leaves_kept": self.leaves_kept}
 
     def _real(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
@@ -368,7 +448,8 @@ class SpeculativeDecoder:
                  depth: int | None = None, adaptive_k: bool = False, k_max: int | None = None,
                  draft_confidence: float | None = None, draft_vocab: int | None = None,
                  draft_quant: str = "none", eos_token_ids: list[int] | None = None,
-                 pass_costs: list[float] | None = None, draft_cost: float | None = None, draft_lookup: int = 0):
+                 pass_costs: list[float] | None = None, draft_cost: float | None = None, draft_lookup: int = 0,
+                 draft_tree: int = 0):
         target = inference if inference is not None else main
         drafter = draft if draft is not None else draft_inference
         if target is None or drafter is None:
@@ -395,7 +476,8 @@ class SpeculativeDecoder:
         drafter = _Drafter(as_backend(proposer), n_vocab, backend.vocab_size, lookup=validate_lookup(draft_lookup))
         self._core = DraftStep(backend, drafter, n_vocab,
                                settings, k=k, k_max=k_max, adaptive_k=adaptive_k, confidence=draft_confidence,
-                               draft_vocab=draft_vocab, draft_quant=quant, gate=cost_gate(pass_costs, draft_cost))
+                               draft_vocab=draft_vocab, draft_quant=quant, gate=cost_gate(pass_costs, draft_cost),
+                               tree=validate_tree(draft_tree))
         self.reset_stats()
 
     @classmethod
@@ -541,10 +623,10 @@ def _padded(values: list[int]) -> list[int]:
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
              draft_vocab: int | None = None, draft_quant: str = "none", pass_costs: list[float] | None = None,
-             draft_cost: float | None = None, draft_lookup: int = 0) -> DecodeResult:
+             draft_cost: float | None = None, draft_lookup: int = 0, draft_tree: int = 0) -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
     decoder = SpeculativeDecoder.for_settings(
         target, draft, settings, k=k, adaptive_k=adaptive_k, k_max=k_max, draft_confidence=draft_confidence,
         draft_vocab=draft_vocab, draft_quant=draft_quant, pass_costs=pass_costs, draft_cost=draft_cost,
-        draft_lookup=draft_lookup)
+        draft_lookup=draft_lookup, draft_tree=draft_tree)
     return decoder.run(prompt_ids, settings)
