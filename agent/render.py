@@ -69,9 +69,9 @@ def show_run(record: dict, as_json: bool = False) -> None:
         print(json.dumps(record, default=str))
         return
     out.print(run_table(record))
-    picked = (record.get("sizing") or {}).get("method")
-    if picked:  # run --method auto: which method and why, before its parameters
-        out.print(picked, highlight=False)
+    for why in ("method", "draft"):  # auto's method and the draft chosen: which and why, before the parameters
+        if (record.get("sizing") or {}).get(why):
+            out.print(record["sizing"][why], highlight=False)
     params = ", ".join(f"{k}={shown_value(v)}" for k, v in (record.get("params") or {}).items())
     if params:
         source = f" ({record['params_source']})" if record.get("params_source") else ""

@@ -182,3 +182,37 @@ def test_run_auto_falls_back_to_the_next_pick_where_the_first_cannot_run(tiny_mo
     assert record["method"] == "ngram" and "eagle cannot run here" in record["sizing"]["method"]
     task = store.get_task(record["task_id"])
     assert task["status"] == "done" and task["left"] == [] and task["done"] == ["ngram"]
+
+
+class _FitRuns:
+    """A store holding fit-half draft runs of two drafts (what `bench --prompts fit` leaves in memory)."""
+
+    def __init__(self, runs):
+        self.runs = runs
+
+    def find_runs(self, prompt_set=None, target=None):
+        return [r for r in self.runs if r["target"] == target]
+
+
+def _draft_run(qid, text, draft, speedup, hardware):
+    return {"question_id": qid, "category": "x", "prompt": text, "method": "draft", "target": "t", "draft": draft,
+            "speedup": speedup, "hardware": hardware, "dtype": "float32", "matches_baseline": True}
+
+
+def test_a_draft_run_weighs_the_targets_own_copy_against_the_built_in_draft_from_the_fit_half(monkeypatch):
+    from tools.bench.protocol import hardware_info
+    hw = hardware_info("cpu")
+    monkeypatch.setattr(auto, "shipped_table", lambda: {"kernel_width": 0.5})  # a narrow kernel: near prompts decide
+    inp = RunInput(method="draft", prompt=STORY.replace("night", "evening"), target="t", dtype="float32")
+    small = auto.matching(inp).draft
+    texts = [STORY.replace("a", "a" * i) for i in range(1, 5)] + [CODE.replace("a", "a" * i) for i in range(1, 5)]
+    # the own copy wins on stories, the small draft on code
+    runs = [_draft_run(i, t, small, 1.2 if t.startswith("Write") else 2.0, hw) for i, t in enumerate(texts)]
+    runs += [_draft_run(i, t, "t", 1.6 if t.startswith("Write") else 1.1, hw) for i, t in enumerate(texts)]
+    story = auto.choose_draft(inp, _FitRuns(runs))
+    code = auto.choose_draft(inp.model_copy(update={"prompt": CODE.replace("out", "res")}), _FitRuns(runs))
+    assert story.self_draft and "own 4-bit copy (self-q4), predicted" in story.reason
+    assert not code.self_draft and code.reason.startswith(f"draft: {small}, predicted")
+    few = auto.choose_draft(inp, _FitRuns(runs[:8] + runs[8:10]))  # two fit runs of the own copy: not weighed
+    assert not few.self_draft and "8 and 2 now" in few.reason and "--draft self-q4" in few.reason
+

@@ -32,7 +32,7 @@ def _baseline(model, prompt, n, eos=()):
 
 
 def _tree(target, draft, prompt, n, eos=(), **options):
-    options = {"k": 4, "draft_tree": 8, **options}
+    options = {"k": 4, "draft_tree": 8, "tree_lookup": 6, **options}
     return speculative.generate(target, draft, prompt, GenerationSettings(max_new_tokens=n, eos_token_ids=list(eos)),
                                 **options)
 

@@ -142,7 +142,8 @@ def test_result_extra_names_the_options(tiny_qwen, drafts):
     assert result.extra == {"k": 3, "adaptive_k": False, "k_max": 6, "draft_confidence": None,
                             "draft_quant": "none", "draft_vocab": None, "pass_costs": None, "draft_cost": None,
                             "declined_steps": 0, "draft_lookup": 0, "draft_forwards": result.extra["draft_forwards"],
-                            "draft_tokens_looked_up": 0, "draft_tree": 0, "leaves_per_tree": None, "leaves_kept": 0}
+                            "draft_tokens_looked_up": 0, "draft_tree": 0, "leaves_per_tree": None, "leaves_kept": 0,
+                            "tree_lookup": 0, "lookup_steps": 0, "looked_up": 0}
     assert result.extra["draft_forwards"] > 0
 
 

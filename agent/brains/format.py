@@ -47,9 +47,10 @@ def _format(result: ToolResult, forms: dict) -> str:
 def _run_head(c: dict) -> list[str]:
     """A run's first lines in both forms: what was measured, where the output left the baseline's, lossiness."""
     lines = [f"Measured now: {c['statement']}."]
-    picked = (c.get("sizing") or {}).get("method")
-    if picked:  # the method was auto's pick: say which and why
-        lines.append(picked[0].upper() + picked[1:] + ".")
+    for why in ("method", "draft"):  # auto's pick and the draft chosen: say which and why
+        picked = (c.get("sizing") or {}).get(why)
+        if picked:
+            lines.append(picked[0].upper() + picked[1:] + ".")
     if c.get("matches_baseline") is False and c.get("first_divergence"):
         div = c["first_divergence"]
         lines.append(f"First divergence from the baseline: {div.get('explanation') or div}")

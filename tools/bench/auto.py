@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -219,3 +219,45 @@ def predict(feats: dict[str, float], fits: list[FitPrompt], width: float = KERNE
         predicted[method] = (sum(w * s for w, s in pairs) / total if total > 1e-12
                              else sum(s for _, s in pairs) / len(pairs))
     return predicted, weights
+
+
+SELF_DRAFT_LABEL = "self-q4"  # the target's own 4-bit copy as the draft (tools.bench.inputs.SELF_DRAFT)
+
+
+@dataclass
+class DraftChoice:
+    """Which draft a draft-model run without a given draft uses: the built-in one (``self_draft`` False) or the
+    target's own 4-bit copy, and why."""
+
+    self_draft: bool
+    reason: str
+
+
+def choose_draft(inp, store=None) -> DraftChoice:
+    """The built-in draft or the target's own 4-bit copy for ``inp.prompt``: the one predicted faster from this
+    machine's fit-half runs of both (each draft's measured speedups on the fit prompts most like this one, as
+    :func:`choose` weighs them), the built-in draft where either has fewer than MIN_PROMPTS such runs."""
+    base = matching(inp)
+    small = base.draft
+    fits: dict[object, FitPrompt] = {}
+    for label, ref in (("small", small), (SELF_DRAFT_LABEL, inp.target)):
+        for p in stored_prompts(store, replace(base, draft=ref)):
+            if "draft" in p.speedups and p.prompt != inp.prompt:
+                fit = fits.setdefault(p.question_id, FitPrompt(p.question_id, p.category, p.features, {}, p.prompt))
+                fit.speedups[label] = p.speedups["draft"]
+    counts = {label: sum(label in p.speedups for p in fits.values()) for label in ("small", SELF_DRAFT_LABEL)}
+    if min(counts.values()) < MIN_PROMPTS:
+        return DraftChoice(False, (
+            f"draft: {small}, built in; the target's own 4-bit copy (--draft {SELF_DRAFT_LABEL}) is weighed against "
+            f"it once this machine's fit half has {MIN_PROMPTS} runs of each ({counts['small']} and "
+            f"{counts[SELF_DRAFT_LABEL]} now: `specpilot bench --prompts fit --limit 1 --methods draft --draft "
+            f"{SELF_DRAFT_LABEL}`)"))
+    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)
+    predicted, _ = predict(prompt_features(inp.prompt), list(fits.values()), width)
+    own = predicted[SELF_DRAFT_LABEL] > predicted["small"]
+    names = {"small": small, SELF_DRAFT_LABEL: f"the target's own 4-bit copy ({SELF_DRAFT_LABEL})"}
+    pick, other = (SELF_DRAFT_LABEL, "small") if own else ("small", SELF_DRAFT_LABEL)
+    return DraftChoice(own, (
+        f"draft: {names[pick]}, predicted {predicted[pick]:.2f}x against {predicted[other]:.2f}x for "
+        f"{names[other]}, from this machine's fit-half runs of both on the prompts most like this one "
+        f"({counts['small']} and {counts[SELF_DRAFT_LABEL]} prompts, {base.dtype})"))

@@ -21,7 +21,7 @@ from tools.bench.auto import AutoChoice
 from tools.bench.context import (backend_of, backend_refusal, check_backend, checked_prompt_ids, eos_ids_for,
                                  generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
                                  sized_run_params, uses_int8_draft)
-from tools.bench.inputs import PEER_LABELS, MeasureOptions, RunInput
+from tools.bench.inputs import PEER_LABELS, SELF_DRAFT, MeasureOptions, RunInput
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
 from tools.engine.methods import ACCELERATED, METHOD_NAMES, MethodContext, parse_params
@@ -209,6 +209,11 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     if inp.method not in METHOD_NAMES:
         raise ParameterError(f"unknown method {inp.method!r}", hint=f"choose one of: {', '.join(METHOD_NAMES)}, auto")
     parse_params(inp.method, inp.params)  # fail fast, before loading models
+    draft_choice = None
+    if picked is None and inp.method == "draft" and inp.draft is None and inp.backend == "transformers":
+        draft_choice = auto.choose_draft(inp, store)
+        if draft_choice.self_draft:
+            inp = type(inp).model_validate({**inp.model_dump(), "draft": SELF_DRAFT})
     check_backend(inp.method, inp.backend)
     own_task = task_id is None and not getattr(store, "read_only", False)
     if own_task:
@@ -230,6 +235,8 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
         record = measure_method(inp, ctx, prompt_ids, generation_settings(inp, ctx), progress)
         if sizing is not None:
             record.params_source, record.sizing = sizing.source, sizing.reasons()
+        if draft_choice is not None:  # which draft: the built-in one or the target's own 4-bit copy, and why
+            record.sizing = {"draft": draft_choice.reason, **(record.sizing or {})}
         if picked is not None:  # why this method: the first reason the record gives
             record.sizing = {"method": picked.reason(), **(record.sizing or {})}
     except BaseException as exc:

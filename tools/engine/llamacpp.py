@@ -468,7 +468,8 @@ def draft_generate(target: LlamaCppBackend, draft: LlamaCppBackend, prompt_ids, 
     drafter = _Drafter(draft, n_vocab, n_vocab, lookup=p.draft_lookup)
     step = DraftStep(target, drafter, n_vocab, settings, k=k, k_max=max(k, k_max),
                      adaptive_k=p.adaptive_k, confidence=p.draft_confidence, draft_vocab=None, draft_quant="none",
-                     gate=cost_gate(p.pass_costs, p.draft_cost), tree=validate_tree(p.draft_tree))
+                     gate=cost_gate(p.pass_costs, p.draft_cost), tree=validate_tree(p.draft_tree),
+                     tree_lookup=p.tree_lookup)
     return decode(target, prompt_ids, settings, step, "draft")
 
 

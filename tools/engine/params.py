@@ -98,6 +98,10 @@ class DraftParams(BaseModel):
                                      "chain in the same target pass as one-token branches, the most likely first; "
                                      "with pass_costs only as many as this machine's pass costs pay for (0: the "
                                      "chain alone; output unchanged either way)")
+    tree_lookup: int = Field(10, ge=0, le=16, description="draft trees: up to N tokens that followed the text's last "
+                                                          "3, 2 or 1 tokens earlier in the prompt or output merged into "
+                                                          "each step's tree as one more branch (with pass_costs only as "
+                                                          "many as are expected to pay for the longer pass); 0: off")
     pass_costs: PassCosts = pass_costs_field(
         "each step drafts the length with the most expected tokens per unit of cost, and none (a plain step) "
         "when a plain step is cheaper; None drafts K tokens every step")

@@ -34,10 +34,11 @@ from pydantic import ValidationError
 
 from tools.engine import quantize
 from tools.engine.backend import Backend, TransformersBackend, as_backend, unwrap
+from tools.engine.lookup_branch import LookupBranch, shared_prefix
 from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
 from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, chain_with_leaves
+from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, add_draft, chain_with_leaves
 from tools.engine.gate import DraftModelGate, pass_cost
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
 from tools.engine.params import PromptLookupParams
@@ -296,11 +297,13 @@ class DraftStep(DecodeStep):
 
     def __init__(self, target: Backend, drafter: _Drafter, n_vocab: int, settings: GenerationSettings, *, k: int,
                  k_max: int, adaptive_k: bool, confidence: float | None, draft_vocab: int | None, draft_quant: str,
-                 gate: DraftModelGate | None = None, tree: int = 0):
+                 gate: DraftModelGate | None = None, tree: int = 0, tree_lookup: int = 0):
         self.target, self.drafter, self.n_vocab, self.settings = target, drafter, n_vocab, settings
         self.gate = gate
         self.tree = tree  # draft trees: up to this many of the draft's other likely tokens verified beside the chain
         drafter.top = TREE_TOP if tree else 0
+        self.tree_lookup = tree_lookup if tree else 0
+        self.branch = LookupBranch(self.tree_lookup, gate.costs if gate is not None else None)
         self.leaf_steps = self.leaves = self.leaves_kept = 0
         self.predicted, self.kept = CALIBRATION_PRIOR, CALIBRATION_PRIOR  # leaves' scores against leaves kept
         self.k, self.k_max, self.adaptive_k = k, k_max, adaptive_k
@@ -324,6 +327,7 @@ class DraftStep(DecodeStep):
                            settings, self.generator)
         self.drafter.set_vocab(self.draft_vocab, input_ids[0].tolist() + settings.eos_token_ids)
         self.drafter.reset()
+        self.branch = LookupBranch(self.tree_lookup, self.gate.costs if self.gate is not None else None)
         self.leaf_steps = self.leaves = self.leaves_kept = 0
         self.predicted, self.kept = CALIBRATION_PRIOR, CALIBRATION_PRIOR
         if self.gate is not None:
@@ -367,7 +371,11 @@ class DraftStep(DecodeStep):
             spent = self.gate.draft_cost * self.drafter.forwards_this_step
             cost = lambda n: spent + pass_cost(self.gate.costs, n)  # noqa: E731
         slots = self.drafter.slots[: m + 1 if m + 2 <= remaining else m]  # a leaf and the target's token fit
-        tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, self.kept / self.predicted)
+        calibration = self.kept / self.predicted
+        tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration)
+        leaves = tree.size - 1 - m
+        branch = self._graft(tree, remaining - 1, 1.0 + sum(self._reach(slots, drafts)) + calibration * mass,
+                             spent if cost is not None else 0.0)
         ids = torch.tensor([tree.tokens], device=dev)
         pos = (torch.tensor(tree.depths, device=dev) + (L - 1))[None]
         logits = self._real(self.target.forward(ids, self.cache, pos, visible=tree.visible().to(dev)))
@@ -381,16 +389,42 @@ class DraftStep(DecodeStep):
         self.target.keep_positions(self.cache, L - 1, torch.tensor(path, device=dev))
         self.drafter.rollback(L + chain_kept)
         self.seq.extend(new)
-        leaves = tree.size - 1 - m
+        if branch is not None:
+            self.branch.record(*branch, new[:-1])
         if leaves:
             self.leaf_steps += 1
             self.leaves += leaves
-            on_leaf = int(node > m)
+            on_leaf = int(any(m < i <= m + leaves for i in path))
             self.leaves_kept += on_leaf
             self.predicted = CALIBRATION_DECAY * self.predicted + mass
             self.kept = CALIBRATION_DECAY * self.kept + on_leaf
         self._adapt(m, chain_kept)
         return new, len(path) - 1, chain_kept, tree.depths[1:]
+
+    @staticmethod
+    def _reach(slots: list[list[tuple[int, float]]], drafts: list[int]) -> list[float]:
+        """The draft's own odds that the chain is kept through each of its tokens (products of its probabilities)."""
+        reach, out = 1.0, []
+        for token, slot in zip(drafts, slots):
+            reach *= next((p for t, p in slot if t == token), 0.0)
+            out.append(reach)
+        return out
+
+    def _graft(self, tree, room: int, expect: float, spent: float) -> tuple[int, list[int], int] | None:
+        """Merge the prompt-lookup branch (what followed the text's last words earlier in it) into ``tree``, cut to
+        what this machine's pass costs pay for; return (match length, tokens merged, how many the tree held), None
+        without one."""
+        if not self.tree_lookup:
+            return None
+        n, draft = self.branch.draft(self.seq, room)
+        if not draft:
+            return None
+        shared = shared_prefix(tree.children.__getitem__, tree.tokens.__getitem__, draft)
+        draft = draft[: self.branch.length(draft, n, shared, expect, tree.size, spent)]
+        if len(draft) <= shared:
+            return None
+        add_draft(tree, draft)
+        return n, draft, shared
 
     def _adapt(self, m: int, n: int) -> None:
         if self.adaptive_k and m:
@@ -423,7 +457,8 @@ class DraftStep(DecodeStep):
                 "draft_lookup": self.drafter.lookup, "draft_forwards": self.drafter.forwards,
                 "draft_tokens_looked_up": self.drafter.looked_up, "draft_tree": self.tree,
                 "leaves_per_tree": self.leaves / self.leaf_steps if self.leaf_steps else None,
-                "leaves_kept": self.leaves_kept}
+                "leaves_kept": self.leaves_kept, "tree_lookup": self.tree_lookup, "lookup_steps": self.branch.steps,
+                "looked_up": self.branch.looked_up}
 
     def _real(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the target's padding rows (ids the draft does not have) so they are never emitted."""
@@ -449,7 +484,7 @@ class SpeculativeDecoder:
                  draft_confidence: float | None = None, draft_vocab: int | None = None,
                  draft_quant: str = "none", eos_token_ids: list[int] | None = None,
                  pass_costs: list[float] | None = None, draft_cost: float | None = None, draft_lookup: int = 0,
-                 draft_tree: int = 0):
+                 draft_tree: int = 0, tree_lookup: int = 0):
         target = inference if inference is not None else main
         drafter = draft if draft is not None else draft_inference
         if target is None or drafter is None:
@@ -477,7 +512,7 @@ class SpeculativeDecoder:
         self._core = DraftStep(backend, drafter, n_vocab,
                                settings, k=k, k_max=k_max, adaptive_k=adaptive_k, confidence=draft_confidence,
                                draft_vocab=draft_vocab, draft_quant=quant, gate=cost_gate(pass_costs, draft_cost),
-                               tree=validate_tree(draft_tree))
+                               tree=validate_tree(draft_tree), tree_lookup=validate_lookup(tree_lookup))
         self.reset_stats()
 
     @classmethod
@@ -623,10 +658,11 @@ def _padded(values: list[int]) -> list[int]:
 def generate(target, draft, prompt_ids, settings: GenerationSettings, k: int = 4, *, adaptive_k: bool = False,
              k_max: int | None = None, draft_confidence: float | None = None,
              draft_vocab: int | None = None, draft_quant: str = "none", pass_costs: list[float] | None = None,
-             draft_cost: float | None = None, draft_lookup: int = 0, draft_tree: int = 0) -> DecodeResult:
+             draft_cost: float | None = None, draft_lookup: int = 0, draft_tree: int = 0,
+             tree_lookup: int = 0) -> DecodeResult:
     """Speculative decoding of ``prompt_ids`` with ``draft`` proposing for ``target``; returns a DecodeResult."""
     decoder = SpeculativeDecoder.for_settings(
         target, draft, settings, k=k, adaptive_k=adaptive_k, k_max=k_max, draft_confidence=draft_confidence,
         draft_vocab=draft_vocab, draft_quant=draft_quant, pass_costs=pass_costs, draft_cost=draft_cost,
-        draft_lookup=draft_lookup, draft_tree=draft_tree)
+        draft_lookup=draft_lookup, draft_tree=draft_tree, tree_lookup=tree_lookup)
     return decoder.run(prompt_ids, settings)
