@@ -428,14 +428,14 @@ def render_results(folder: Path, relative_to: Path | None = None) -> str:
 
 
 def latest_results(folder: Path) -> list[tuple[Path, dict]]:
-    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind, dtype, target model and draft model given
-    (by date, then name), sorted by machine."""
+    """The newest ``suite`` and ``vllm_sweep`` result per machine, kind, dtype, target model, draft model given and
+    method parameters given (by date, then name), sorted by machine."""
     latest: dict[tuple[str, ...], tuple[Path, dict]] = {}
     for path, data in load_results(folder):
         if not (_is_result(data) and data["kind"] in SECTIONS):
             continue
         key = (machine_of(data), data["kind"], str(data.get("dtype") or ""),
-               str((data.get("summary") or {}).get("target") or ""), _draft_of(data))
+               str((data.get("summary") or {}).get("target") or ""), _draft_of(data), _given_of(data))
         if key not in latest or (str(data.get("date") or ""), path.name) > (str(latest[key][1].get("date") or ""),
                                                                            latest[key][0].name):
             latest[key] = (path, data)
@@ -445,6 +445,16 @@ def latest_results(folder: Path) -> list[tuple[Path, dict]]:
 def _draft_of(data: dict) -> str:
     """The draft model a suite was given (``--draft``), "" for the built-in one."""
     return str(((data.get("extra") or {}).get("settings") or {}).get("draft") or "")
+
+
+def _given_of(data: dict, method: str | None = None) -> str:
+    """The method parameters a suite was given on its command line (``--draft-tree 0``), as "name=value" pairs: a
+    suite given its own parameters is another experiment than the sized defaults' (``method``: that one's only)."""
+    params = (data.get("extra") or {}).get("params") or {}
+    given = [f"{name}={field.get('value')}" for m, spec in sorted(params.items()) if method in (None, m)
+             for name, field in sorted(((spec or {}).get("fields") or {}).items())
+             if isinstance(field, dict) and field.get("source") == "given"]
+    return ", ".join(given)
 
 
 def latest_table(folder: Path, relative_to: Path) -> list[str]:
@@ -461,6 +471,7 @@ def latest_table(folder: Path, relative_to: Path) -> list[str]:
                 if m == "baseline":
                     continue
                 drafted = f", draft {_draft_of(data)}" if _draft_of(data) and m == "draft" else ""
+                drafted += f", given {_given_of(data, m)}" if _given_of(data, m) else ""
                 body.append([machine, dtype, m, _cell(s.get("speedup"), 2, "x"), _cell(s.get("mean_accepted_per_step")),
                              f"{prompts} prompts, total time{drafted}", link])
         else:
