@@ -115,7 +115,8 @@ def test_sizing_sets_the_pass_costs_and_the_draft_cost():
     machine.draft_ratio, machine.draft_source = 0.3, "measured in a test"
     sizing = size_params("draft", machine)
     costs = sizing.params["pass_costs"]
-    assert costs[0] == 1.0 and len(costs) == sizing.params["k_max"] + 1
+    # the chain and the target's token, and the draft tree's leaves beside them
+    assert costs[0] == 1.0 and len(costs) == sizing.params["k_max"] + 1 + DraftParams().draft_tree
     assert sizing.params["draft_cost"] == 0.3 and sizing.fields["draft_cost"].source == "sized"
     given = size_params("draft", machine, given={"pass_costs": [1.0, 1.5]})
     assert given.params["pass_costs"] == [1.0, 1.5] and given.fields["pass_costs"].source == "given"
