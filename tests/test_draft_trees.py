@@ -133,3 +133,10 @@ def test_draft_tree_is_validated_and_in_the_parameters():
                            draft_tree=99)
     assert DraftParams().draft_tree == 16
     assert DraftParams(draft_tree=0).draft_tree == 0
+
+
+def test_acceptance_counts_the_deepest_path_not_every_leaf(tiny_qwen, drafts):
+    """As EAGLE counts a tree: a step drafts its deepest path, so a draft that is always right keeps nearly all of it."""
+    result = _tree(tiny_qwen, drafts["self"], PROMPT, 40, draft_tree=16)
+    assert result.tokens_drafted == sum(result.drafted_by_position)
+    assert result.tokens_accepted / result.tokens_drafted > 0.8  # (a lookup branch may reach deeper than the chain)

@@ -361,10 +361,11 @@ class DraftStep(DecodeStep):
         self._adapt(m, n)
         return new, n
 
-    def verify_tree(self, drafts: list[int], remaining: int) -> tuple[list[int], int, int, list[int]]:
+    def verify_tree(self, drafts: list[int], remaining: int) -> tuple[list[int], int, int, range]:
         """Score the chain ``drafts`` with leaves from the draft's other likely tokens (tools.engine.draft_tree) in
         one target forward under the tree's mask; commit and return (new tokens, tokens kept, chain tokens kept,
-        the depths of the tree's drafted nodes)."""
+        the depths the tree drafted: as EAGLE counts them, a step drafts its deepest path, so acceptance is the share
+        of the deepest path's length kept)."""
         m, L, dev = len(drafts), len(self.seq), self.target.device
         cost = None
         if self.gate is not None:
@@ -399,7 +400,7 @@ class DraftStep(DecodeStep):
             self.predicted = CALIBRATION_DECAY * self.predicted + mass
             self.kept = CALIBRATION_DECAY * self.kept + on_leaf
         self._adapt(m, chain_kept)
-        return new, len(path) - 1, chain_kept, tree.depths[1:]
+        return new, len(path) - 1, chain_kept, range(1, max(tree.depths) + 1)
 
     @staticmethod
     def _reach(slots: list[list[tuple[int, float]]], drafts: list[int]) -> list[float]:
