@@ -112,6 +112,16 @@ def accept_sampling_tree(tree: DraftTree, p_at: Callable[[int], torch.Tensor], g
         node = kept
 
 
+def chain_reach(chain: list[int], slots: list[list[tuple[int, float]]]) -> list[float]:
+    """The draft's own odds that ``chain`` is kept through each of its tokens (pure): running products of the chain
+    tokens' probabilities in their ``slots`` (0 for a token its slot does not list)."""
+    reach, out = 1.0, []
+    for token, slot in zip(chain, slots):
+        reach *= next((p for t, p in slot if t == token), 0.0)
+        out.append(reach)
+    return out
+
+
 def chain_with_leaves(root: int, chain: list[int], slots: list[list[tuple[int, float]]], leaves: int,
                       cost: Callable[[int], float] | None = None, calibration: float = 1.0) -> tuple[DraftTree, float]:
     """A draft model's chain plus up to ``leaves`` of its other likely tokens as one-token branches (pure).
@@ -124,14 +134,12 @@ def chain_with_leaves(root: int, chain: list[int], slots: list[list[tuple[int, f
     tokens, plus what the draft spent, relative to a plain step) they are taken while the expected tokens per unit
     of cost grow (each leaf's score counted ``calibration`` times: what this run's leaves got accepted against
     what their scores predicted); without, the ``leaves`` best. Returns (the tree, the leaves' summed scores)."""
-    reach, scores, candidates = 1.0, [], []
-    for i, slot in enumerate(slots):
+    scores = chain_reach(chain, slots)
+    candidates = []
+    for i, slot in enumerate(slots[: len(chain) + 1]):
         own = chain[i] if i < len(chain) else None
+        reach = scores[i - 1] if i else 1.0
         candidates += [(reach * p, i, tok) for tok, p in slot if tok != own]
-        if own is None:
-            break
-        reach *= next((p for tok, p in slot if tok == own), 0.0)
-        scores.append(reach)
     candidates.sort(key=lambda c: (-c[0], c[1]))
     candidates = candidates[:leaves]
     if cost is not None and candidates:

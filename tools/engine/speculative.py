@@ -38,7 +38,8 @@ from tools.engine.lookup_branch import LookupBranch, shared_prefix
 from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
 from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.draft_tree import accept_greedy_tree, accept_sampling_tree, add_draft, chain_with_leaves
+from tools.engine.draft_tree import (accept_greedy_tree, accept_sampling_tree, add_draft, chain_reach,
+                                     chain_with_leaves)
 from tools.engine.gate import DraftModelGate, pass_cost
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
 from tools.engine.params import PromptLookupParams
@@ -180,8 +181,9 @@ class _Drafter:
             logits = self._forward(feed)[-1]
             if argmax:
                 j = int(greedy_tokens(logits))
-                self._note(logits)
-                if confidence is not None and i > 0 and float(logits.softmax(-1)[j]) < confidence:
+                top = self._note(logits)
+                if confidence is not None and i > 0 and (top if top is not None else
+                                                         float(logits.softmax(-1)[j])) < confidence:
                     break
             else:
                 q_local = warp_probs(logits, settings)
@@ -210,8 +212,9 @@ class _Drafter:
             choices = greedy_tokens(logits).tolist()  # one argmax (and one device sync) for every row
             stop = False
             for row, j in enumerate(choices):
-                self._note(logits[row])
-                if confidence is not None and tokens and float(logits[row].softmax(-1)[j]) < confidence:
+                top = self._note(logits[row])
+                if confidence is not None and tokens and (top if top is not None else
+                                                          float(logits[row].softmax(-1)[j])) < confidence:
                     stop = True
                     break
                 token = int(self.subset[j]) if self.subset is not None else j
@@ -229,12 +232,16 @@ class _Drafter:
             feed = [tokens[-1]]
         return tokens
 
-    def _note(self, logits: torch.Tensor) -> None:
-        """Keep the ``top`` most probable tokens of one slot with their probabilities (draft trees)."""
-        if self.top:
-            top = torch.topk(logits.float().softmax(-1), self.top)
-            ids = top.indices if self.subset is None else self.subset[top.indices]
-            self.slots.append(list(zip(ids.tolist(), top.values.tolist())))
+    def _note(self, logits: torch.Tensor) -> float | None:
+        """Keep the ``top`` most probable tokens of one slot with their probabilities (draft trees); return the
+        slot's top probability (the argmax's, which the confidence cut reads), None when not keeping slots."""
+        if not self.top:
+            return None
+        top = torch.topk(logits.float().softmax(-1), self.top)
+        ids = top.indices if self.subset is None else self.subset[top.indices]
+        slot = list(zip(ids.tolist(), top.values.tolist()))
+        self.slots.append(slot)
+        return slot[0][1]
 
     def _guess(self, seq: list[int], tokens: list[int], room: int) -> list[int]:
         if room < 1:
@@ -338,9 +345,9 @@ class DraftStep(DecodeStep):
     def propose(self, n: int) -> list[int]:
         """Up to n draft tokens after the committed sequence (a second call proposes again from it)."""
         self.drafter.rollback(len(self.seq) - 1)
-        self.drafter.forwards_this_step = -self.drafter.forwards
+        before = self.drafter.forwards
         tokens, self.q = self.drafter.propose(self.seq, n, self.settings, self.generator, self.confidence, self.eos)
-        self.drafter.forwards_this_step += self.drafter.forwards
+        self.drafter.forwards_this_step = self.drafter.forwards - before
         return tokens
 
     def verify(self, drafts: list[int]) -> tuple[list[int], int]:
@@ -375,11 +382,12 @@ class DraftStep(DecodeStep):
         calibration = self.kept / self.predicted
         tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration)
         leaves = tree.size - 1 - m
-        branch = self._graft(tree, remaining - 1, 1.0 + sum(self._reach(slots, drafts)) + calibration * mass,
+        branch = self._graft(tree, remaining - 1, 1.0 + sum(chain_reach(drafts, slots)) + calibration * mass,
                              spent if cost is not None else 0.0)
         ids = torch.tensor([tree.tokens], device=dev)
         pos = (torch.tensor(tree.depths, device=dev) + (L - 1))[None]
-        logits = self._real(self.target.forward(ids, self.cache, pos, visible=tree.visible().to(dev)))
+        visible = None if tree.is_chain else tree.visible().to(dev)  # a chain needs no tree mask: causal is its mask
+        logits = self._real(self.target.forward(ids, self.cache, pos, visible=visible))
         if self.settings.greedy:
             node, nxt = accept_greedy_tree(tree, greedy_tokens(logits).tolist())
         else:
@@ -401,15 +409,6 @@ class DraftStep(DecodeStep):
             self.kept = CALIBRATION_DECAY * self.kept + on_leaf
         self._adapt(m, chain_kept)
         return new, len(path) - 1, chain_kept, range(1, max(tree.depths) + 1)
-
-    @staticmethod
-    def _reach(slots: list[list[tuple[int, float]]], drafts: list[int]) -> list[float]:
-        """The draft's own odds that the chain is kept through each of its tokens (products of its probabilities)."""
-        reach, out = 1.0, []
-        for token, slot in zip(drafts, slots):
-            reach *= next((p for t, p in slot if t == token), 0.0)
-            out.append(reach)
-        return out
 
     def _graft(self, tree, room: int, expect: float, spent: float) -> tuple[int, list[int], int] | None:
         """Merge the prompt-lookup branch (what followed the text's last words earlier in it) into ``tree``, cut to
