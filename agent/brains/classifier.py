@@ -44,6 +44,8 @@ def features(text: str) -> Counter:
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 NUMBER_CONTEXT = 4  # words each side of a number that its head reads
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
+NAMED = 2  # words each side of a value read for an argument's name (:func:`naming`)
+TIED = 2 * NAMED  # naming's indicators: the whole name or a word of it, at each distance
 
 
 # a written word that may name a model, a file, a folder, a URL or a run: it has a path separator, a file
@@ -70,13 +72,49 @@ def _context(text: str, start: int, end: int, raw: str) -> Counter:
 
 def numbers(text: str) -> list[tuple[str, Counter]]:
     """Each number written in ``text``, with the features its head reads (:func:`_context`)."""
+    return [(raw, feats) for raw, feats, _ in _numbers(text)]
+
+
+def _numbers(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
     text = text[:MAX_CHARS]
-    return [(m.group(), _context(text, *m.span(), m.group())) for m in NUMBER.finditer(text)]
+    return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span())) for m in NUMBER.finditer(text)]
+
+
+def _beside(text: str, start: int, end: int) -> tuple[list[str], list[str]]:
+    """The NAMED words either side of text[start:end], nearest first."""
+    return (TOKEN.findall(text[:start].casefold())[::-1][:NAMED], TOKEN.findall(text[end:].casefold())[:NAMED])
+
+
+def _stem(word: str) -> str:
+    word = word.replace("-", "_")
+    return word[:-1] if len(word) > 3 and word.endswith("s") else word
+
+
+def naming(beside: tuple[list[str], list[str]], labels: list[str]) -> np.ndarray:
+    """Which labels (argument names) the words beside a value name, as TIED indicators per label: a word at
+    distance 1 or 2 that is the argument's whole name ("repeats 5", "k=4", "8 threads") or one of the words of
+    its name ("256 new tokens" for max_new_tokens, "task t-0412" for task_id). The schema's own names, not a
+    word list: the head learns one weight per indicator, shared by every argument."""
+    out = np.zeros((len(labels), TIED), dtype=np.float32)
+    for distance in range(NAMED):
+        words = {_stem(side[distance]) for side in beside if len(side) > distance}
+        for i, label in enumerate(labels):
+            whole = _stem(label)
+            parts = {_stem(part) for part in label.split("_") if len(part) >= 3} if "_" in label else set()
+            if whole in words:
+                out[i, 2 * distance] = 1.0
+            elif parts & words:
+                out[i, 2 * distance + 1] = 1.0
+    return out
 
 
 def references(text: str) -> list[tuple[str, Counter]]:
     """Each word of ``text`` that may name a model, file, folder, URL or run (without quotes, brackets and
     closing punctuation), with the features its head reads (:func:`_context`, and its own shape)."""
+    return [(raw, feats) for raw, feats, _ in _references(text)]
+
+
+def _references(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
     text = text[:MAX_CHARS]
     out = []
     for match in re.finditer(r"\S+", text):
@@ -88,7 +126,7 @@ def references(text: str) -> list[tuple[str, Counter]]:
         feats.update({f"ext={word.rsplit('.', 1)[-1].casefold()[:6]}": 1} if "." in word else {"ext=": 1})
         feats.update({f"slash={'/' in word or chr(92) in word}": 1, f"scheme={'://' in word}": 1,
                       f"home={word.startswith(('~', '/', '.'))}": 1})
-        out.append((word, feats))
+        out.append((word, feats, _beside(text, start, start + len(word))))
     return out
 
 
@@ -96,13 +134,14 @@ def references(text: str) -> list[tuple[str, Counter]]:
 class NumberHead:
     """Which argument a written value sets (by its name, wherever the tool takes it), or NO_FIELD: logistic
     regression over the features of :func:`numbers` (``kind`` number) or :func:`references` (``kind``
-    reference) and the tool's name."""
+    reference) and the tool's name, plus ``tied`` weights over :func:`naming`'s indicators."""
 
     vocab: list[str]
     weights: np.ndarray
     bias: np.ndarray
     labels: list[str]
     kind: str = "number"
+    tied: np.ndarray | None = None
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -112,10 +151,11 @@ class NumberHead:
         """Each value of ``text`` (as written) with the probability of each argument name it may set."""
         index = self.index
         out = []
-        for value, feats in (numbers if self.kind == "number" else references)(text):
+        for value, feats, beside in (_numbers if self.kind == "number" else _references)(text):
             cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
             values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
-            out.append((value, _softmax((cols, values), self.weights, self.bias, self.labels)))
+            bias = self.bias if self.tied is None else self.bias + naming(beside, self.labels) @ self.tied
+            out.append((value, _softmax((cols, values), self.weights, bias, self.labels)))
         return out
 
 
@@ -212,6 +252,8 @@ def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.
     for head in value_heads:
         arrays |= {f"{head.kind}.vocab": np.array(head.vocab), f"{head.kind}.weights": head.weights.astype(np.float16),
                    f"{head.kind}.bias": head.bias.astype(np.float32), f"{head.kind}.labels": np.array(head.labels)}
+        if head.tied is not None:
+            arrays[f"{head.kind}.tied"] = np.asarray(head.tied, dtype=np.float32)
     for name, head in (heads or {}).items():
         arrays |= {f"head.{name}.weights": head.weights.astype(np.float16),
                    f"head.{name}.bias": head.bias.astype(np.float32), f"head.{name}.labels": np.array(head.labels)}
@@ -232,7 +274,7 @@ def load_bytes(data: bytes) -> ToolClassifier:
                  for name in names}
         value_heads = {kind: NumberHead([str(v) for v in z[f"{kind}.vocab"]], z[f"{kind}.weights"],
                                         z[f"{kind}.bias"].astype(np.float32), [str(v) for v in z[f"{kind}.labels"]],
-                                        kind)
+                                        kind, z[f"{kind}.tied"] if f"{kind}.tied" in z.files else None)
                        for kind in ("number", "reference") if f"{kind}.vocab" in z.files}
         model = ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
                                [str(v) for v in z["labels"]], heads, value_heads.get("number"))

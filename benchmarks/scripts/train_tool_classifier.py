@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, WEIGHTS, Head, NumberHead, features,  # noqa: E402
-                                     load_bytes, numbers, references, save)
+from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, WEIGHTS, Head, NumberHead, _numbers,  # noqa: E402
+                                     _references, features, load_bytes, naming, save)
 from agent.brains.tool_grammar import tool_args  # noqa: E402
 from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
@@ -38,6 +38,7 @@ POOL = ROOT / "prompts" / "tool_examples.jsonl"
 OUT = ROOT / "prompts" / WEIGHTS
 MIN_DF = 2
 PENALTIES = (1e-5, 3e-5, 1e-4, 3e-4)
+VALUE_PENALTIES = (3e-6, 1e-5, 3e-5, 1e-4)
 FOLDS = 5
 MIN_GIVEN = 8  # an argument gets a head when the pool gives it a value at least this often
 
@@ -125,12 +126,13 @@ def cross_validate_heads(rows: list[dict]) -> dict[str, float]:
     return chosen
 
 
-def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter, str, str]]:
-    """(features, the argument it sets or NO_FIELD, set) for each value written in a request to a tool: each
+def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter, str, str, tuple]]:
+    """(features, the argument it sets or NO_FIELD, set, the words beside it) for each value written in a
+    request to a tool: each
     number (``kind`` number) or each word that may name a model, file, folder, URL or run (``kind``
     reference). A value sets the first argument not yet matched whose labelled value (or list item) equals
     it, wherever in the arguments."""
-    extract = numbers if kind == "number" else references
+    extract = _numbers if kind == "number" else _references
     out = []
     for row in rows:
         if not row.get("tool"):
@@ -149,20 +151,20 @@ def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter
 
         walk(row.get("args") or {})
         used: set[int] = set()
-        for raw, feats in extract(row["text"]):
+        for raw, feats, beside in extract(row["text"]):
             want = float(raw) if kind == "number" else raw.casefold()
             match = next((i for i, (_, v) in enumerate(leaves) if i not in used and v == want), None)
             if match is not None:
                 used.add(match)
             out.append((feats + Counter({f"tool={row['tool']}": 1}),
-                        NO_FIELD if match is None else leaves[match][0], row.get("set", "")))
+                        NO_FIELD if match is None else leaves[match][0], row.get("set", ""), beside))
     return out
 
 
 def number_matrix(examples: list, vocab: list[str]) -> torch.Tensor:
     index = {t: i for i, t in enumerate(vocab)}
     x = np.zeros((len(examples), len(vocab)), dtype=np.float32)
-    for r, (feats, _, _) in enumerate(examples):
+    for r, (feats, *_) in enumerate(examples):
         cols = [index[t] for t in feats if t in index]
         x[r, cols] = 1.0 / math.sqrt(max(1, len(cols)))
     return torch.from_numpy(x)
@@ -171,32 +173,38 @@ def number_matrix(examples: list, vocab: list[str]) -> torch.Tensor:
 def fit_value_head(rows: list[dict], kind: str = "number") -> NumberHead:
     """The number or reference head, its penalty chosen with whole sets left out (FOLDS folds)."""
     examples = value_examples(rows, kind)
-    labels = sorted({lab for _, lab, _ in examples})
-    sets = sorted({s for _, _, s in examples})
-    y = torch.tensor([labels.index(lab) for _, lab, _ in examples])
+    labels = sorted({e[1] for e in examples})
+    sets = sorted({e[2] for e in examples})
+    y = torch.tensor([labels.index(e[1]) for e in examples])
+    named = torch.from_numpy(np.stack([naming(e[3], labels) for e in examples]))  # examples x labels x TIED
 
     def vocab_of(part):
-        df = Counter(t for feats, _, _ in part for t in feats)
+        df = Counter(t for e in part for t in e[0])
         return sorted(t for t, n in df.items() if n >= MIN_DF)
 
     scores = {}
-    for penalty in PENALTIES:
-        right = 0
-        for fold in range(FOLDS):
-            out = set(sets[fold::FOLDS])
-            train = [i for i, e in enumerate(examples) if e[2] not in out]
-            test = [i for i, e in enumerate(examples) if e[2] in out]
-            vocab = vocab_of([examples[i] for i in train])
-            w, b = fit(number_matrix([examples[i] for i in train], vocab), y[train], len(labels), penalty)
-            pred = (number_matrix([examples[i] for i in test], vocab) @ w + b).argmax(1)
-            right += int((pred == y[test]).sum())
-        scores[penalty] = right / len(examples)
-        print(f"  {kind}s, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets left out "
-              f"({len(examples)} {kind}s, {len(labels)} classes)", flush=True)
-    penalty = max(scores, key=lambda p: (scores[p], -p))
+    for penalty in VALUE_PENALTIES:
+        for use_names in (False, True):  # with naming's indicators or without: whichever predicts left-out sets
+            right = 0
+            for fold in range(FOLDS):
+                out = set(sets[fold::FOLDS])
+                train = [i for i, e in enumerate(examples) if e[2] not in out]
+                test = [i for i, e in enumerate(examples) if e[2] in out]
+                vocab = vocab_of([examples[i] for i in train])
+                w, b, tied = fit(number_matrix([examples[i] for i in train], vocab), y[train], len(labels), penalty,
+                                 named[train] if use_names else named[train, :, :0])
+                logits = number_matrix([examples[i] for i in test], vocab) @ w + b
+                pred = (logits + (named[test] @ tied if use_names else 0.0)).argmax(1)
+                right += int((pred == y[test]).sum())
+            scores[penalty, use_names] = right / len(examples)
+            print(f"  {kind}s, penalty {penalty:g}, {'with' if use_names else 'without'} names: "
+                  f"{100 * scores[penalty, use_names]:.1f}% with sets left out "
+                  f"({len(examples)} {kind}s, {len(labels)} classes)", flush=True)
+    penalty, use_names = max(scores, key=lambda key: (scores[key], -key[0], not key[1]))
     vocab = vocab_of(examples)
-    w, b = fit(number_matrix(examples, vocab), y, len(labels), penalty)
-    return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind)
+    w, b, tied = fit(number_matrix(examples, vocab), y, len(labels), penalty, named if use_names else named[:, :, :0])
+    print(f"  {kind}s: penalty {penalty:g}, tied weights {np.round(tied.numpy(), 2).tolist()}")
+    return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind, tied.numpy() if use_names else None)
 
 
 def vocabulary(rows: list[dict]) -> tuple[list[str], np.ndarray]:
@@ -217,20 +225,26 @@ def matrix(rows: list[dict], vocab: list[str], idf: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
-def fit(x: torch.Tensor, y: torch.Tensor, classes: int, penalty: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fit(x: torch.Tensor, y: torch.Tensor, classes: int, penalty: float, named: torch.Tensor | None = None):
+    """Multinomial logistic regression (L2 ``penalty`` on the term weights): (weights, bias), and with ``named``
+    (examples x classes x k indicators) also k weights shared by every class, added to each class's logit."""
     torch.manual_seed(0)
     w = torch.zeros(x.shape[1], classes, requires_grad=True)
     b = torch.zeros(classes, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], max_iter=500, line_search_fn="strong_wolfe")
+    tied = torch.zeros(named.shape[2] if named is not None else 0, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b, tied], max_iter=500, line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(x @ w + b, y) + penalty * (w ** 2).sum()
+        logits = x @ w + b + (named @ tied if named is not None else 0.0)
+        loss = torch.nn.functional.cross_entropy(logits, y) + penalty * (w ** 2).sum()
         loss.backward()
         return loss
 
     opt.step(closure)
-    return w.detach(), b.detach()
+    if named is None:
+        return w.detach(), b.detach()
+    return w.detach(), b.detach(), tied.detach()
 
 
 def cross_validate(rows: list[dict], labels: list[str]) -> dict[float, float]:
@@ -310,7 +324,7 @@ def report_values(head: NumberHead) -> None:
         examples = value_examples(held, head.kind)
         right = 0
         for row in [r for r in held if r.get("tool")]:
-            labels = [lab for _, lab, _ in value_examples([row], head.kind)]
+            labels = [e[1] for e in value_examples([row], head.kind)]
             picks = [max(p, key=p.get) for _, p in head.fields(row["text"], row["tool"])]
             right += sum(a == b for a, b in zip(picks, labels))
         print(f"  held out {path.name}: {right}/{len(examples)} = {100 * right / max(1, len(examples)):.1f}% "
