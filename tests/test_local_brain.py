@@ -528,6 +528,18 @@ def test_written_numbers_go_where_the_number_head_says(chat_model_dirs):
     assert out == {}
 
 
+def test_a_number_whose_likeliest_argument_another_number_takes_goes_to_its_next_likeliest():
+    # "ngram 3 and guess 3": both threes lean to guess; the surer one takes it, the other is placed by what is left
+    fields = [("5", {"window": 0.99, "<none>": 0.01}), ("3", {"guess": 0.6, "ngram": 0.37, "<none>": 0.03}),
+              ("3", {"guess": 0.94, "<none>": 0.06})]
+    placed, unsure = local.assign(fields)
+    assert {k: raw for k, (_, raw) in placed.items()} == {"window": "5", "guess": "3", "ngram": "3"} and not unsure
+    # ... unless what is left gives no argument the odds: then it is unplaced, and the model writes it
+    fields[1] = ("3", {"guess": 0.5, "ngram": 0.2, "k": 0.1, "<none>": 0.2})
+    placed, unsure = local.assign(fields)
+    assert set(placed) == {"window", "guess"} and unsure
+
+
 def test_a_path_copied_in_part_is_completed_to_the_word_the_user_wrote(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     cut = local.Decision(name="train_medusa", arguments={"data_files": ["home/ana/corpus/notes.txt"],

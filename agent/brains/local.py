@@ -401,16 +401,10 @@ class LocalBrain:
     @staticmethod
     def numbers(head: Any, text: str, tool: Any, method: str | None) -> tuple[dict, bool]:
         """The arguments the numbers written in ``text`` set, as the number head reads them, and whether it was
-        unsure of any: a number goes to the argument it is more likely than not to set (the likeliest number
-        where two claim one), at the top level where ``tool`` takes it, else among ``method``'s own parameters
+        unsure of any: each number goes to the argument it is more likely than not to set (:func:`assign`), at
+        the top level where ``tool`` takes it, else among ``method``'s own parameters
         in ``params`` (for a comparison, under the one method that has that parameter)."""
-        best: dict[str, tuple[float, str]] = {}
-        unsure = False
-        for raw, probs in head.fields(text, tool.name):
-            name = max(probs, key=probs.get)
-            unsure = unsure or probs[name] < MORE_LIKELY
-            if name != NO_FIELD and probs[name] >= MORE_LIKELY and probs[name] > best.get(name, (0.0, ""))[0]:
-                best[name] = (probs[name], raw)
+        best, unsure = assign(head.fields(text, tool.name))
         top = {a.name for a in tool_grammar.tool_args(tool) if a.kind == "number"}
         kinds = {a.name: a.kind for a in tool_grammar.tool_args(tool)}
         own = {a.name for a in tool_grammar.param_args(method) if a.kind == "number"} \
@@ -586,6 +580,31 @@ class LocalBrain:
                     and key not in required:
                 del decision.arguments[key]
         return None
+
+
+def assign(fields: list[tuple[str, dict[str, float]]]) -> tuple[dict[str, tuple[float, str]], bool]:
+    """Each written value's argument, from its head's probabilities: argument -> (probability, value), and
+    whether a value was left unplaced. The surest placement is made first; an argument takes one value, so
+    a value whose likeliest argument is taken is placed by its probabilities over the arguments still free
+    (renormalised: "ngram 3 and guess 3" gives each 3 its own). A value is placed where that probability is
+    at least MORE_LIKELY (NO_FIELD: it sets nothing); the others are unplaced."""
+    placed: dict[str, tuple[float, str]] = {}
+    left = list(range(len(fields)))
+    while left:
+        best = None
+        for i in left:
+            probs = {k: p for k, p in fields[i][1].items() if k == NO_FIELD or k not in placed}
+            total = sum(probs.values()) or 1.0
+            name = max(probs, key=probs.get)
+            if best is None or probs[name] / total > best[0]:
+                best = (probs[name] / total, i, name)
+        p, i, name = best
+        if p < MORE_LIKELY:
+            return placed, True
+        left.remove(i)
+        if name != NO_FIELD:
+            placed[name] = (p, fields[i][0])
+    return placed, False
 
 
 def ground_params(arguments: dict, said: str) -> None:
