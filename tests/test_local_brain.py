@@ -7,6 +7,7 @@ The real default model is tried in the slow group (pytest -m slow)."""
 
 from __future__ import annotations
 
+import math
 import json
 
 import pytest
@@ -625,3 +626,29 @@ def test_llamacpp_threads_follow_the_cores_idle_now(monkeypatch):
     assert local.brain_threads() == 2
     monkeypatch.setenv(local.THREADS_ENV, "1")
     assert local.brain_threads() == 1
+
+
+def test_a_number_written_after_the_schemas_own_identifier_sets_that_argument():
+    names = {"num_candidates", "max_new_tokens", "posterior_threshold"}
+    text = "store num_candidates=2, max_new_tokens 64 and posterior_threshold: 0.05; window 7, top_k=3"
+    assert local.keyed_numbers(text, names) == {"num_candidates": 0, "max_new_tokens": 1, "posterior_threshold": 2}
+
+    class Numbers:  # the head alone would put 2 on k and 64 nowhere
+        def fields(self, text, tool):
+            return [("2", {"k": 0.6, "<none>": 0.4}), ("64", {"<none>": 0.9, "max_new_tokens": 0.1})]
+
+    out, unsure = local.LocalBrain.numbers(Numbers(), "num_candidates=2 with max_new_tokens 64",
+                                           registry.load_tools()["run_method"], "ngram")
+    assert out == {"params": {"num_candidates": 2}, "max_new_tokens": 64} and not unsure
+
+
+def test_an_approval_id_is_set_only_from_the_users_words(chat_model_dirs):
+    class References:
+        def fields(self, text, tool):
+            return [("ap-7731", {"approval_id": 0.9, "<none>": 0.1})]
+
+    out, _ = local.LocalBrain.references(References(), "I approve (approval id ap-7731).",
+                                         registry.load_tools()["install_packages"])
+    assert out == {"approval_id": "ap-7731"}
+    # the model is never offered the field: it cannot write one
+    assert "approval_id" not in {a.name for a in tool_grammar.tool_args(registry.load_tools()["install_packages"])}

@@ -114,11 +114,20 @@ def references(text: str) -> list[tuple[str, Counter]]:
     return [(raw, feats) for raw, feats, _ in _references(text)]
 
 
+def _bare_word(word: str) -> str:
+    """``word`` without the quotes, brackets and closing punctuation around it ("(ap-7731)." -> ap-7731)."""
+    while True:
+        bare = word.strip(WORD_EDGES).rstrip(".:!?,;")
+        if bare == word:
+            return word
+        word = bare
+
+
 def _references(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
     text = text[:MAX_CHARS]
     out = []
     for match in re.finditer(r"\S+", text):
-        word = match.group().strip(WORD_EDGES).rstrip(".:!?,;")
+        word = _bare_word(match.group())
         if not word or not REFERENCE.fullmatch(word):
             continue
         start = match.start() + match.group().index(word)

@@ -41,6 +41,8 @@ from typing import Any
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
 from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier
+from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
+from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -69,6 +71,7 @@ PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
 MAX_CANDIDATES = 4
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
+KEYED = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)+)\s*[=:]?\s*(\d)")  # max_new_tokens=64
 
 _ENGINES: dict[str, ConstrainedLM] = {}
 _QUIET = None  # llama.cpp's log callback, kept alive while it is installed
@@ -383,6 +386,9 @@ class LocalBrain:
         likely than not to set (a list argument collects every such word)."""
         args = {a.name: a for a in tool_grammar.tool_args(tool)
                 if a.kind in ("string", "string_list") and a.name != "prompt"}  # a prompt is a span: the model's
+        properties = tool.input_schema().get("properties", {})
+        # a field the model never writes (an approval id) is set only from the user's own words, here
+        args |= {name: tool_grammar.Arg(name, "string", ()) for name in tool_grammar.HIDDEN if name in properties}
         out: dict = {}
         unsure = False
         for raw, probs in head.fields(text, tool.name):
@@ -404,7 +410,6 @@ class LocalBrain:
         unsure of any: each number goes to the argument it is more likely than not to set (:func:`assign`), at
         the top level where ``tool`` takes it, else among ``method``'s own parameters
         in ``params`` (for a comparison, under the one method that has that parameter)."""
-        best, unsure = assign(head.fields(text, tool.name))
         top = {a.name for a in tool_grammar.tool_args(tool) if a.kind == "number"}
         kinds = {a.name: a.kind for a in tool_grammar.tool_args(tool)}
         own = {a.name for a in tool_grammar.param_args(method) if a.kind == "number"} \
@@ -414,6 +419,10 @@ class LocalBrain:
             for arg in tool_grammar.param_args(m, settings=False):
                 if arg.kind == "number":
                     owners.setdefault(arg.name, []).append(m)
+        fields = head.fields(text, tool.name)
+        keyed = keyed_numbers(text, top | own | set(owners))
+        best, unsure = assign([f for i, f in enumerate(fields) if i not in keyed.values()], taken=set(keyed))
+        best |= {name: (1.0, fields[i][0]) for name, i in keyed.items() if i < len(fields)}
         out: dict = {}
         for name, (_, raw) in best.items():
             value = float(raw) if "." in raw else int(raw)
@@ -582,7 +591,22 @@ class LocalBrain:
         return None
 
 
-def assign(fields: list[tuple[str, dict[str, float]]]) -> tuple[dict[str, tuple[float, str]], bool]:
+def keyed_numbers(text: str, names: set[str]) -> dict[str, int]:
+    """The numbers written as ``key=value`` (or ``key: value``, ``key value``) after one of ``names`` spelled as
+    the schema spells it, an identifier with an underscore ("max_new_tokens 64", "num_candidates=2"): argument
+    -> the number's index among the numbers of ``text`` (classifier.NUMBER). The command parser's syntax,
+    read inside free text; a plain word ("window", "k") is left to the number head."""
+    starts = {m.start(): i for i, m in enumerate(CLASSIFIER_NUMBER.finditer(text[:CLASSIFIER_MAX_CHARS]))}
+    out: dict[str, int] = {}
+    for match in KEYED.finditer(text[:CLASSIFIER_MAX_CHARS]):
+        name = match.group(1).casefold()
+        if name in names and match.start(2) in starts and name not in out:
+            out[name] = starts[match.start(2)]
+    return out
+
+
+def assign(fields: list[tuple[str, dict[str, float]]],
+           taken: set[str] = frozenset()) -> tuple[dict[str, tuple[float, str]], bool]:
     """Each written value's argument, from its head's probabilities: argument -> (probability, value), and
     whether a value was left unplaced. The surest placement is made first; an argument takes one value, so
     a value whose likeliest argument is taken is placed by its probabilities over the arguments still free
@@ -590,10 +614,11 @@ def assign(fields: list[tuple[str, dict[str, float]]]) -> tuple[dict[str, tuple[
     at least MORE_LIKELY (NO_FIELD: it sets nothing); the others are unplaced."""
     placed: dict[str, tuple[float, str]] = {}
     left = list(range(len(fields)))
+    taken = set(taken)  # arguments set otherwise
     while left:
         best = None
         for i in left:
-            probs = {k: p for k, p in fields[i][1].items() if k == NO_FIELD or k not in placed}
+            probs = {k: p for k, p in fields[i][1].items() if k == NO_FIELD or (k not in placed and k not in taken)}
             total = sum(probs.values()) or 1.0
             name = max(probs, key=probs.get)
             if best is None or probs[name] / total > best[0]:
