@@ -652,3 +652,19 @@ def test_an_approval_id_is_set_only_from_the_users_words(chat_model_dirs):
     assert out == {"approval_id": "ap-7731"}
     # the model is never offered the field: it cannot write one
     assert "approval_id" not in {a.name for a in tool_grammar.tool_args(registry.load_tools()["install_packages"])}
+
+
+def test_a_prompt_span_that_ran_on_into_the_settings_is_cut_where_they_begin():
+    text = "compare all the methods on the prompt: Write a palindrome check. Use 256 new tokens."
+    assert local.trim_prompt("Write a palindrome check. Use 256 new tokens.", text,
+                             {"max_new_tokens": 256}) == "Write a palindrome check."
+    listed = "- run eagle - prompt: def fib(n):\n- depth 7, topk 8\n- 512 new tokens"
+    assert local.trim_prompt("def fib(n):\n- depth 7, topk 8\n- 512 new tokens", listed,
+                             {"params": {"depth": 7, "topk": 8}, "max_new_tokens": 512}) == "def fib(n):"
+    # a number written twice may be the prompt's own; a quoted prompt is the user's as it is
+    twice = "draft with k 3 on: Write a haiku. Make it 3 lines."
+    assert local.trim_prompt("Write a haiku. Make it 3 lines.", twice, {"params": {"k": 3}}) == \
+        "Write a haiku. Make it 3 lines."
+    quoted = 'ngram on "Summarize it. Room 4." please'
+    assert local.trim_prompt("Summarize it. Room 4.", quoted, {"params": {"max_ngram_size": 4}}) == \
+        "Summarize it. Room 4."

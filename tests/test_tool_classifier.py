@@ -101,3 +101,10 @@ def test_its_number_head_says_which_argument_a_written_number_sets_on_requests_i
                 total += 1
                 right += max(probs, key=probs.get) == want
         assert total > 50 and right / total >= 0.9, (name, right, total)
+
+
+def test_numbers_written_as_words_are_read_as_digits():
+    from agent.brains.classifier import numbers
+
+    found = [raw for raw, _ in numbers("eagle at depth six, ten repeats, two hundred fifty six new tokens; this one")]
+    assert found == ["6", "10", "256"]

@@ -70,13 +70,24 @@ def _context(text: str, start: int, end: int, raw: str) -> Counter:
     return feats
 
 
+@lru_cache(maxsize=64)
+def spelled_out(text: str) -> str:
+    """``text`` with the numbers written as words in digits ("ten repeats" -> "10 repeats", "two hundred fifty
+    six" -> "256"), by text2num; a lone "one" stays a word (it is more often "this one" than a value)."""
+    try:
+        from text_to_num import alpha2digit
+    except ImportError:
+        return text
+    return alpha2digit(text, "en", threshold=1.5)
+
+
 def numbers(text: str) -> list[tuple[str, Counter]]:
     """Each number written in ``text``, with the features its head reads (:func:`_context`)."""
     return [(raw, feats) for raw, feats, _ in _numbers(text)]
 
 
 def _numbers(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
-    text = text[:MAX_CHARS]
+    text = spelled_out(text[:MAX_CHARS])
     return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span())) for m in NUMBER.finditer(text)]
 
 

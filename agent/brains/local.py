@@ -43,6 +43,7 @@ from agent.brains.base import Reply
 from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
 from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
+from agent.brains.classifier import spelled_out
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
@@ -71,6 +72,7 @@ PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
 MAX_CANDIDATES = 4
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
+SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")  # where a prompt may end before the settings written after it
 KEYED = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)+)\s*[=:]?\s*(\d)")  # max_new_tokens=64
 
 _ENGINES: dict[str, ConstrainedLM] = {}
@@ -308,7 +310,7 @@ class LocalBrain:
             only = None if len(names) != 1 else "" if names[0] == local_prompt.REPLY else names[0]
             shown = local_prompt.examples_text(reversed(default_index().nearest(text, self.examples, tool=only)))
         context = shown + self._context() + local_prompt.user_turn(text)
-        said = " ".join([*self.user_texts, text])
+        said = " ".join(spelled_out(t) for t in [*self.user_texts, text])  # numbers in words count as written
         decision = self._decode(context, tools, said, names, text)
         if decision.error is None:
             return decision
@@ -554,7 +556,8 @@ class LocalBrain:
         properties, required = schema.get("properties", {}), set(schema.get("required", ()))
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
-            decision.arguments["prompt"] = self._whole(decision.arguments["prompt"])
+            decision.arguments["prompt"] = trim_prompt(self._whole(decision.arguments["prompt"]), text,
+                                                       decision.arguments)
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
             reference = self._reference(decision.arguments[key])
             if reference is None and key not in required:
@@ -562,7 +565,7 @@ class LocalBrain:
             elif reference is not None:
                 decision.arguments[key] = reference
         said = _squash(" ".join([*self.user_texts, str(getattr(session, "last_prompt", None) or "")]))
-        numbers = {float(n) for n in NUMBER.findall(" ".join(self.user_texts))}
+        numbers = {float(n) for t in self.user_texts for n in NUMBER.findall(spelled_out(t))}
         kinds = {k: getattr(tool_grammar.arg_of(k, prop), "kind", None) for k, prop in properties.items()}
         free = {k for k, kind in kinds.items() if kind == "string"}
         for key in [k for k, kind in kinds.items() if kind == "string" and k != "prompt"]:
@@ -591,14 +594,41 @@ class LocalBrain:
         return None
 
 
+def trim_prompt(prompt: str, text: str, arguments: dict) -> str:
+    """``prompt`` cut at the line or sentence end before a number that is also one of the call's own values
+    and is written nowhere else in ``text``: the span ran on into the settings ("...palindrome. Use 256 new
+    tokens." with max_new_tokens 256). A prompt the user quoted is theirs as it is."""
+    if prompt in [next(g for g in m.groups() if g) for m in QUOTED.finditer(text)]:
+        return prompt
+    values: set[float] = set()
+
+    def walk(node: Any) -> None:
+        for value in (node.values() if isinstance(node, dict) else ()):
+            if isinstance(value, dict):
+                walk(value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.add(float(value))
+
+    walk({k: v for k, v in arguments.items() if k != "prompt"})
+    written = [float(n) for n in NUMBER.findall(text)]
+    for match in NUMBER.finditer(prompt):
+        if float(match.group()) in values and written.count(float(match.group())) == 1:
+            ends = [m.end() for m in SENTENCE_END.finditer(prompt[:match.start()])]
+            if ends and prompt[:ends[-1]].strip():
+                return prompt[:ends[-1]].rstrip()
+            return prompt
+    return prompt
+
+
 def keyed_numbers(text: str, names: set[str]) -> dict[str, int]:
     """The numbers written as ``key=value`` (or ``key: value``, ``key value``) after one of ``names`` spelled as
     the schema spells it, an identifier with an underscore ("max_new_tokens 64", "num_candidates=2"): argument
     -> the number's index among the numbers of ``text`` (classifier.NUMBER). The command parser's syntax,
     read inside free text; a plain word ("window", "k") is left to the number head."""
-    starts = {m.start(): i for i, m in enumerate(CLASSIFIER_NUMBER.finditer(text[:CLASSIFIER_MAX_CHARS]))}
+    text = spelled_out(text[:CLASSIFIER_MAX_CHARS])  # as the number head reads it
+    starts = {m.start(): i for i, m in enumerate(CLASSIFIER_NUMBER.finditer(text))}
     out: dict[str, int] = {}
-    for match in KEYED.finditer(text[:CLASSIFIER_MAX_CHARS]):
+    for match in KEYED.finditer(text):
         name = match.group(1).casefold()
         if name in names and match.start(2) in starts and name not in out:
             out[name] = starts[match.start(2)]
