@@ -112,7 +112,9 @@ def cross_validate_heads(rows: list[dict]) -> dict[str, float]:
         for argument, (picked, classes, tools) in tasks.items():
             fit_rows = [i for i in picked if rows[i]["set"] not in out]
             test_rows = [i for i in picked if rows[i]["set"] in out]
-            y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in fit_rows])
+            if not fit_rows or not test_rows:  # every request of the argument's tools is in this fold, or none
+                continue
+            y = torch.tensor([classes.index(value_label(rows[i], argument)) for i in fit_rows], dtype=torch.long)
             truth = [classes.index(value_label(rows[i], argument)) for i in test_rows]
             for penalty in PENALTIES:
                 w, b = fit(with_tools(x, rows, fit_rows, tools), y, len(classes), penalty)
