@@ -101,6 +101,7 @@ def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dir
                 assert kind != "enum" or value in allowed[key].values
                 assert kind != "bool" or isinstance(value, bool)
                 assert kind != "number" or isinstance(value, (int, float))
+                assert kind != "number_list" or all(isinstance(v, (int, float)) for v in value) and value
                 assert kind not in ("params", "method_params") or isinstance(value, dict)
 
 
@@ -534,11 +535,27 @@ def test_a_number_whose_likeliest_argument_another_number_takes_goes_to_its_next
     fields = [("5", {"window": 0.99, "<none>": 0.01}), ("3", {"guess": 0.6, "ngram": 0.37, "<none>": 0.03}),
               ("3", {"guess": 0.94, "<none>": 0.06})]
     placed, unsure = local.assign(fields)
-    assert {k: raw for k, (_, raw) in placed.items()} == {"window": "5", "guess": "3", "ngram": "3"} and not unsure
+    assert {k: raw for k, _, raw in placed} == {"window": "5", "guess": "3", "ngram": "3"} and not unsure
     # ... unless what is left gives no argument the odds: then it is unplaced, and the model writes it
     fields[1] = ("3", {"guess": 0.5, "ngram": 0.2, "k": 0.1, "<none>": 0.2})
     placed, unsure = local.assign(fields)
-    assert set(placed) == {"window", "guess"} and unsure
+    assert {k for k, _, _ in placed} == {"window", "guess"} and unsure
+    # a list argument takes every number placed there
+    fields = [("1", {"concurrency": 0.9}), ("8", {"concurrency": 0.8}), ("32", {"concurrency": 0.7, "k": 0.3})]
+    placed, unsure = local.assign(fields, lists={"concurrency"})
+    assert [raw for _, _, raw in placed] == ["1", "8", "32"] and not unsure
+
+
+def test_numbers_for_a_list_argument_are_collected_in_the_order_written(chat_model_dirs):
+    class Numbers:
+        def fields(self, text, tool):
+            return [("1", {"concurrency": 0.9}), ("8", {"concurrency": 0.95}), ("32", {"concurrency": 0.8}),
+                    ("4", {"k": 0.9})]
+
+    tool = registry.load_tools()["measure_serving"]
+    assert tool_grammar.arg_of("concurrency", tool.input_schema()["properties"]["concurrency"]).kind == "number_list"
+    out, unsure = local.LocalBrain.numbers(Numbers(), "at concurrency 1, 8 and 32 with k 4", tool, None)
+    assert out == {"concurrency": [1, 8, 32], "k": [4]} and not unsure
 
 
 def test_a_path_copied_in_part_is_completed_to_the_word_the_user_wrote(monkeypatch, chat_model_dirs):

@@ -371,7 +371,8 @@ class LocalBrain:
                 given["params"] = numbers["params"]
             if not unsure:
                 withheld |= {a.name for a in [*tool_grammar.tool_args(tool),
-                                              *tool_grammar.param_args(given.get("method"))] if a.kind == "number"}
+                                              *tool_grammar.param_args(given.get("method"))]
+                              if a.kind in ("number", "number_list")}
         head = getattr(self.classifier, "reference_head", None)
         if head is not None:  # so does a written model, file, folder, URL or run
             references, unsure = self.references(head, text, tool)
@@ -412,8 +413,9 @@ class LocalBrain:
         unsure of any: each number goes to the argument it is more likely than not to set (:func:`assign`), at
         the top level where ``tool`` takes it, else among ``method``'s own parameters
         in ``params`` (for a comparison, under the one method that has that parameter)."""
-        top = {a.name for a in tool_grammar.tool_args(tool) if a.kind == "number"}
+        top = {a.name for a in tool_grammar.tool_args(tool) if a.kind in ("number", "number_list")}
         kinds = {a.name: a.kind for a in tool_grammar.tool_args(tool)}
+        lists = {name for name in top if kinds[name] == "number_list"}  # concurrency levels: every number placed
         own = {a.name for a in tool_grammar.param_args(method) if a.kind == "number"} \
             if kinds.get("params") == "params" else set()
         owners: dict[str, list[str]] = {}  # per-method params (compare_methods): the methods taking each number
@@ -423,12 +425,15 @@ class LocalBrain:
                     owners.setdefault(arg.name, []).append(m)
         fields = head.fields(text, tool.name)
         keyed = keyed_numbers(text, top | own | set(owners))
-        best, unsure = assign([f for i, f in enumerate(fields) if i not in keyed.values()], taken=set(keyed))
-        best |= {name: (1.0, fields[i][0]) for name, i in keyed.items() if i < len(fields)}
+        placed, unsure = assign([f for i, f in enumerate(fields) if i not in keyed.values()], taken=set(keyed),
+                                lists=lists)
+        placed += [(name, 1.0, fields[i][0]) for name, i in keyed.items() if i < len(fields)]
         out: dict = {}
-        for name, (_, raw) in best.items():
+        for name, _, raw in placed:
             value = float(raw) if "." in raw else int(raw)
-            if name in top:
+            if name in lists:
+                out.setdefault(name, []).append(value)
+            elif name in top:
                 out[name] = value
             elif name in own:
                 out.setdefault("params", {})[name] = value
@@ -591,6 +596,12 @@ class LocalBrain:
             elif isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) not in numbers \
                     and key not in required:
                 del decision.arguments[key]
+            elif kinds.get(key) == "number_list" and isinstance(value, list):  # only the levels the user wrote
+                kept = [v for v in value if isinstance(v, (int, float)) and float(v) in numbers]
+                if kept:
+                    decision.arguments[key] = kept
+                elif key not in required:
+                    del decision.arguments[key]
         return None
 
 
@@ -635,31 +646,33 @@ def keyed_numbers(text: str, names: set[str]) -> dict[str, int]:
     return out
 
 
-def assign(fields: list[tuple[str, dict[str, float]]],
-           taken: set[str] = frozenset()) -> tuple[dict[str, tuple[float, str]], bool]:
-    """Each written value's argument, from its head's probabilities: argument -> (probability, value), and
-    whether a value was left unplaced. The surest placement is made first; an argument takes one value, so
-    a value whose likeliest argument is taken is placed by its probabilities over the arguments still free
-    (renormalised: "ngram 3 and guess 3" gives each 3 its own). A value is placed where that probability is
-    at least MORE_LIKELY (NO_FIELD: it sets nothing); the others are unplaced."""
-    placed: dict[str, tuple[float, str]] = {}
+def assign(fields: list[tuple[str, dict[str, float]]], taken: set[str] = frozenset(),
+           lists: set[str] = frozenset()) -> tuple[list[tuple[str, float, str]], bool]:
+    """Each written value's argument, from its head's probabilities: (argument, probability, value) in the
+    order written, and whether a value was left unplaced. The surest placement is made first; an argument
+    takes one value (one of ``lists`` takes any number), so a value whose likeliest argument is taken is
+    placed by its probabilities over the arguments still free (renormalised: "ngram 3 and guess 3" gives
+    each 3 its own). A value is placed where that probability is at least MORE_LIKELY (NO_FIELD: it sets
+    nothing); the others are unplaced. ``taken``: arguments set otherwise."""
+    placed: list[tuple[str, float, int]] = []
     left = list(range(len(fields)))
-    taken = set(taken)  # arguments set otherwise
+    taken = set(taken)
     while left:
         best = None
         for i in left:
-            probs = {k: p for k, p in fields[i][1].items() if k == NO_FIELD or (k not in placed and k not in taken)}
+            probs = {k: p for k, p in fields[i][1].items() if k == NO_FIELD or k in lists or k not in taken}
             total = sum(probs.values()) or 1.0
             name = max(probs, key=probs.get)
             if best is None or probs[name] / total > best[0]:
                 best = (probs[name] / total, i, name)
         p, i, name = best
         if p < MORE_LIKELY:
-            return placed, True
+            return [(name, q, fields[j][0]) for name, q, j in sorted(placed, key=lambda t: t[2])], True
         left.remove(i)
         if name != NO_FIELD:
-            placed[name] = (p, fields[i][0])
-    return placed, False
+            placed.append((name, p, i))
+            taken.add(name)
+    return [(name, p, fields[i][0]) for name, p, i in sorted(placed, key=lambda t: t[2])], False
 
 
 def ground_params(arguments: dict, said: str) -> None:

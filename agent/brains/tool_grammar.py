@@ -70,6 +70,8 @@ def arg_of(name: str, prop: dict, required: bool = False) -> Arg | None:
         items = _non_null(prop.get("items", {}))
         if "enum" in items:
             return Arg(name, "enum_list", tuple(str(v) for v in items["enum"]), required)
+        if items.get("type") in ("integer", "number"):
+            return Arg(name, "number_list", (), required)  # concurrency levels, K values to sweep
         return Arg(name, "string_list", (), required) if items.get("type") == "string" else None
     if kind == "object" and name == "params" and prop.get("additionalProperties") is True:
         return Arg(name, "params", (), required)
@@ -93,7 +95,7 @@ def mentioned(arg: Arg, said: str) -> bool:
     """Whether the user's words (``said``) could have set ``arg``: a number only when a digit is written
     (a small model otherwise "helpfully" adds a temperature); every other argument is offered, the model
     chooses, and the brain's grounding drops a text value the user never wrote."""
-    return arg.required or arg.kind != "number" or bool(DIGIT.search(said))
+    return arg.required or arg.kind not in ("number", "number_list") or bool(DIGIT.search(said))
 
 
 def param_args(method: str | None, settings: bool = True) -> list[Arg]:
@@ -115,6 +117,7 @@ def signature(tool: Tool, description: str) -> str:
     for arg in tool_args(tool):
         kind = {"enum": "|".join(arg.values), "bool": "true|false", "string": "text", "number": "number",
                 "enum_list": "list of " + "|".join(arg.values), "string_list": "list of text",
+                "number_list": "list of numbers",
                 "params": "object", "method_params": "object of method: its params"}[arg.kind]
         if arg.name in MODEL_FIELDS:
             kind = "model name"
@@ -171,7 +174,7 @@ def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Ar
     """The texts that start each allowed argument (enum and boolean values spelled out)."""
     sep = "" if first else ", "
     options, meaning = [], []
-    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "params": "{",
+    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "number_list": "[", "params": "{",
                "method_params": "{"}
     for arg in args:
         key = f'{sep}"{arg.name}": '
@@ -231,6 +234,8 @@ def _decode_value(lm, arg: Arg, said: str, siblings: dict, withheld: frozenset[s
         return decode_enum_list(lm, arg.values)
     if arg.kind == "string_list":
         return decode_string_list(lm)
+    if arg.kind == "number_list":
+        return decode_number_list(lm)
     if arg.kind == "method_params":
         return decode_method_params(lm, siblings.get("methods") or [], said, withheld)
     # params: the method's own parameters and the run settings, those withheld at the top level not offered
@@ -269,6 +274,20 @@ def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
         items.append(left[index])
     lm.text += "]"
     return items
+
+
+def decode_number_list(lm) -> list[int | float] | None:
+    """``[1, 8, 32]``: numbers, at least one; ``[`` is committed."""
+    items = []
+    while len(items) < MAX_LIST_ITEMS:
+        value = decode_number(lm)
+        if value is None:
+            break
+        items.append(value)
+        if lm.choose([", ", "]"]) == 1:
+            return items
+    lm.text += "]"
+    return items or None
 
 
 def decode_string_list(lm) -> list[str] | None:

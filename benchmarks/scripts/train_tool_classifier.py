@@ -147,6 +147,9 @@ def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter
                     walk(value)
                 elif kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     leaves.append((key, float(value)))
+                elif kind == "number" and isinstance(value, list):  # concurrency levels, K values to sweep
+                    leaves.extend((key, float(v)) for v in value
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool))
                 elif kind == "reference":
                     items = value if isinstance(value, list) else [value]
                     leaves.extend((key, v.casefold()) for v in items if isinstance(v, str))
