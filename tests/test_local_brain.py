@@ -685,3 +685,18 @@ def test_a_prompt_span_that_ran_on_into_the_settings_is_cut_where_they_begin():
     quoted = 'ngram on "Summarize it. Room 4." please'
     assert local.trim_prompt("Summarize it. Room 4.", quoted, {"params": {"max_ngram_size": 4}}) == \
         "Summarize it. Room 4."
+
+
+def test_fetching_the_brains_model_prepares_its_cached_prompt(monkeypatch, tmp_path):
+    import argparse
+
+    from agent.cli import main as cli_main
+    from tools import models
+
+    monkeypatch.setattr(models, "fetch", lambda name, progress=None: tmp_path / name)
+    prepared = []
+    monkeypatch.setattr(local, "prepare", lambda ref=None: prepared.append(ref))
+    assert cli_main.cmd_models_fetch(argparse.Namespace(names=["smollm2-135m-instruct"])) == 0
+    assert prepared == []
+    assert cli_main.cmd_models_fetch(argparse.Namespace(names=[local.local_model_ref()])) == 0
+    assert prepared == [None]

@@ -186,6 +186,12 @@ def _llamacpp_installed() -> bool:
     return True
 
 
+def prepare(ref: str | None = None) -> None:
+    """Compute and save the cached prefix the default brain (with the shipped classifier) reads, so that the
+    first ``ask`` or chat turn loads it instead of computing it (tens of seconds on a 2-core CPU)."""
+    LocalBrain(ref, classifier=default_classifier()).engine()
+
+
 def load_engine(ref: str, prefix: str | None = None) -> ConstrainedLM:
     """The model ``ref`` behind a ConstrainedLM with ``prefix`` (default: the hand-written decoder's
     prompt) in its cache (loaded once per process and prefix)."""

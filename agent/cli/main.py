@@ -41,6 +41,14 @@ def cmd_models_fetch(args) -> int:
     for name in names:
         path = models.fetch(name, progress=lambda msg: err.print(f"[dim]{msg}[/dim]"))
         err.print(f"{name}: ready at {path}")
+    from agent.brains import local
+
+    if local.local_model_ref() in names:  # the chat brain's prompt is read once here, not in the first chat turn
+        err.print(f"[dim]{local.local_model_ref()}: preparing the chat brain's cached prompt (once)[/dim]")
+        try:
+            local.prepare()
+        except (SpecpilotError, OSError, RuntimeError) as exc:
+            err.print(f"the chat brain's cached prompt is not ready ({exc}); the first chat turn prepares it")
     return 0
 
 
