@@ -104,19 +104,25 @@ def _stem(word: str) -> str:
 def naming(beside: tuple[list[str], list[str]], labels: list[str]) -> np.ndarray:
     """Which labels (argument names) the words beside a value name, as TIED indicators per label: a word at
     distance 1 or 2 that is the argument's whole name ("repeats 5", "k=4", "8 threads") or one of the words of
-    its name ("256 new tokens" for max_new_tokens, "task t-0412" for task_id). The schema's own names, not a
-    word list: the head learns one weight per indicator, shared by every argument."""
+    its name ("256 new tokens" for max_new_tokens). The schema's own names, not a word list: the head learns
+    one weight per indicator, shared by every argument."""
     out = np.zeros((len(labels), TIED), dtype=np.float32)
+    names = _label_names(tuple(labels))
     for distance in range(NAMED):
         words = {_stem(side[distance]) for side in beside if len(side) > distance}
-        for i, label in enumerate(labels):
-            whole = _stem(label)
-            parts = {_stem(part) for part in label.split("_") if len(part) >= 3} if "_" in label else set()
+        for i, (whole, parts) in enumerate(names):
             if whole in words:
                 out[i, 2 * distance] = 1.0
             elif parts & words:
                 out[i, 2 * distance + 1] = 1.0
     return out
+
+
+@lru_cache(maxsize=8)
+def _label_names(labels: tuple[str, ...]) -> list[tuple[str, set[str]]]:
+    """Each label's whole name and the words of a name with underscores (three letters or more), stemmed."""
+    return [(_stem(label), {_stem(part) for part in label.split("_") if len(part) >= 3} if "_" in label else set())
+            for label in labels]
 
 
 def references(text: str) -> list[tuple[str, Counter]]:

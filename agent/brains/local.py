@@ -40,10 +40,10 @@ from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import Reply
-from agent.brains.classifier import ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
 from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
-from agent.brains.classifier import spelled_out
+from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier,
+                                     spelled_out)
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result

@@ -278,12 +278,14 @@ def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
 
 def decode_number_list(lm) -> list[int | float] | None:
     """``[1, 8, 32]``: numbers, at least one; ``[`` is committed."""
-    items = []
+    items, kept = [], lm.text
     while len(items) < MAX_LIST_ITEMS:
         value = decode_number(lm)
-        if value is None:
+        if value is None:  # no number: the list ends after the last one written
+            lm.text = kept
             break
         items.append(value)
+        kept = lm.text
         if lm.choose([", ", "]"]) == 1:
             return items
     lm.text += "]"

@@ -123,7 +123,8 @@ def chain_reach(chain: list[int], slots: list[list[tuple[int, float]]]) -> list[
 
 
 def chain_with_leaves(root: int, chain: list[int], slots: list[list[tuple[int, float]]], leaves: int,
-                      cost: Callable[[int], float] | None = None, calibration: float = 1.0) -> tuple[DraftTree, float]:
+                      cost: Callable[[int], float] | None = None, calibration: float = 1.0,
+                      reach: list[float] | None = None) -> tuple[DraftTree, float]:
     """A draft model's chain plus up to ``leaves`` of its other likely tokens as one-token branches (pure).
 
     ``slots[i]`` holds the draft's most probable tokens with their probabilities where it drafted ``chain[i]`` (a
@@ -134,12 +135,12 @@ def chain_with_leaves(root: int, chain: list[int], slots: list[list[tuple[int, f
     tokens, plus what the draft spent, relative to a plain step) they are taken while the expected tokens per unit
     of cost grow (each leaf's score counted ``calibration`` times: what this run's leaves got accepted against
     what their scores predicted); without, the ``leaves`` best. Returns (the tree, the leaves' summed scores)."""
-    scores = chain_reach(chain, slots)
+    scores = reach if reach is not None else chain_reach(chain, slots)  # the caller's, when it has them
     candidates = []
     for i, slot in enumerate(slots[: len(chain) + 1]):
         own = chain[i] if i < len(chain) else None
-        reach = scores[i - 1] if i else 1.0
-        candidates += [(reach * p, i, tok) for tok, p in slot if tok != own]
+        odds = scores[i - 1] if i else 1.0
+        candidates += [(odds * p, i, tok) for tok, p in slot if tok != own]
     candidates.sort(key=lambda c: (-c[0], c[1]))
     candidates = candidates[:leaves]
     if cost is not None and candidates:

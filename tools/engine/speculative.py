@@ -380,9 +380,10 @@ class DraftStep(DecodeStep):
             cost = lambda n: spent + pass_cost(self.gate.costs, n)  # noqa: E731
         slots = self.drafter.slots[: m + 1 if m + 2 <= remaining else m]  # a leaf and the target's token fit
         calibration = self.kept / self.predicted
-        tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration)
+        reach = chain_reach(drafts, slots)
+        tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration, reach)
         leaves = tree.size - 1 - m
-        branch = self._graft(tree, remaining - 1, 1.0 + sum(chain_reach(drafts, slots)) + calibration * mass,
+        branch = self._graft(tree, remaining - 1, 1.0 + sum(reach) + calibration * mass,
                              spent if cost is not None else 0.0)
         ids = torch.tensor([tree.tokens], device=dev)
         pos = (torch.tensor(tree.depths, device=dev) + (L - 1))[None]
