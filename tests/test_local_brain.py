@@ -487,6 +487,39 @@ def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat
     assert decision.arguments.get("dtype", "float32") in ("float32", "bfloat16")
 
 
+def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(chat_model_dirs):
+    class Heads(FixedClassifier):
+        def argument(self, name, text, tool=None):
+            return {"format": {"<absent>": 0.95, "markdown": 0.01, "json": 0.04}}.get(name, {})
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("write_report"))
+    tools = registry.load_tools()
+    given, withheld, narrowed = brain.choices("a json report of the last runs", tools["write_report"])
+    assert given["format"] == "json" and "format" not in withheld
+    given, withheld, narrowed = brain.choices("markdown or json, a report of the last runs", tools["write_report"])
+    assert "format" not in given and "format" not in withheld and narrowed["format"] == ("markdown", "json")
+    _, withheld, narrowed = brain.choices("a report of the last runs", tools["write_report"])
+    assert "format" in withheld and "format" not in narrowed
+    # a written default is the model's to write or leave out: given, it would override a saved default
+    heads = Heads("run_method")
+    heads.argument = lambda name, text, tool=None: {"backend": {"<absent>": 0.95, "llamacpp": 0.05}}.get(name, {})
+    brain.classifier = heads
+    given, _, narrowed = brain.choices("ngram on 'hi', and time transformers' own mode", tools["run_method"])
+    assert "backend" not in given and narrowed["backend"] == ("transformers",)
+    brain.classifier = Heads("write_report")
+    # a list of choices with a written value is offered with all its values, and the model must write it
+    _, _, narrowed = brain.choices("compare eagle and medusa on 'hi'", tools["compare_methods"])
+    assert set(narrowed["methods"]) >= {"eagle", "medusa", "draft"}
+    _, _, narrowed = brain.choices("compare them on 'use eagle here'", tools["compare_methods"])
+    assert "methods" not in narrowed  # written only inside the quoted prompt
+    lm = brain.engine()
+    lm.begin(local_prompt.user_turn("compare eagle and medusa on 'hi'") + local_prompt.CALL_OPEN + "compare_methods"
+             + local_prompt.ARGS_OPEN)
+    arguments = tool_grammar.decode_arguments(lm, tools["compare_methods"], "compare eagle and medusa on 'hi'",
+                                              narrowed=narrowed)
+    assert arguments.get("methods")
+
+
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     session = RecordingSession()

@@ -344,10 +344,18 @@ class LocalBrain:
         rest. A choice argument (an enum, a boolean) takes its head's pick, or is left out, where the head is
         SURE, as the tool's pick is taken; else the model chooses among its values of at least PLAUSIBLE
         probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
-        the model's to choose."""
+        the model's to choose. A schema value the user wrote out is evidence the head cannot outweigh: an
+        optional choice whose head would leave it out takes the one value written out (unless it is the
+        default, which would override a saved one), or is offered with the values written (the model may
+        still leave it out); a list of choices with a written value is
+        narrowed to all its values, which makes the model write it (tool_grammar.decode_arguments)."""
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
+        defaults = {k: p.get("default") for k, p in tool.input_schema().get("properties", {}).items()}
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
+            written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in said]
+            if arg.kind == "enum_list" and written and not arg.required:
+                narrowed[arg.name] = arg.values
             if arg.kind not in ("enum", "bool"):
                 continue
             probs = self.classifier.argument(arg.name, text, tool.name)
@@ -365,7 +373,11 @@ class LocalBrain:
                 if plausible:
                     narrowed[arg.name] = tuple(plausible)
                     continue
-            if ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
+            if ranked[0] == ABSENT and len(written) == 1 and written[0] != defaults.get(arg.name):
+                given[arg.name] = written[0]  # the one value the user wrote out is theirs
+            elif ranked[0] == ABSENT and written:
+                narrowed[arg.name] = tuple(written)
+            elif ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
                 withheld.add(arg.name)
             else:
                 given[arg.name] = ranked[0] == "true" if arg.kind == "bool" else ranked[0]

@@ -20,9 +20,8 @@ CALL_CLOSE = "}"
 REPLY = "reply"  # the pseudo-tool of an answer in words
 REPLY_LINE = f"{REPLY}(text*: text) - answer in words: ask for what is missing, decline, greet or say goodbye"
 
-SYSTEM = """You are specpilot. You measure speculative decoding methods on this machine: draft (draft-model \
-speculative decoding), medusa, lookahead, ngram (prompt lookup) and baseline (plain generation). Call one tool \
-when a tool serves the request; otherwise call reply with one short sentence.
+SYSTEM = """You are specpilot. You measure speculative decoding methods on this machine (see # Methods). Call \
+one tool when a tool serves the request; otherwise call reply with one short sentence.
 Rules:
 - Figures come only from runs measured here. For other hardware (another GPU or computer) call no tool: say that \
 specpilot measures only this machine and will not estimate, and offer to run it here.
@@ -72,6 +71,25 @@ EXAMPLES: list[tuple[str, str | tuple[str, dict]]] = [
 ]
 
 
+def methods_text(tools: dict[str, Tool]) -> str:
+    """What each method is, one line each: its reference text's title and first sentence (prompts/), so a
+    request that describes a method rather than naming it finds its name; baseline and auto from their schema."""
+    from tools.agent_tools.explain import SENTENCE_END, SUMMARY, TOPICS, prompt_text  # the texts ship in prompts/
+
+    lines = ["baseline: plain generation, one target forward pass per token (what every method is measured against)"]
+    for topic, name in TOPICS.items():
+        text = prompt_text(name)
+        found = SUMMARY.search(text)
+        if found and topic != "tradeoffs":
+            title = text.splitlines()[0].lstrip("# ").strip()
+            lines.append(f"{topic} ({title}): {SENTENCE_END.split(found.group(1))[0]}")
+    run = tools["run_method"].input_schema()["properties"]["method"] if "run_method" in tools else {}
+    auto = (run.get("description") or "").partition("auto: ")[2].split(" (")[0]
+    if auto:
+        lines.append(f"auto: {auto}")
+    return "\n".join(lines)
+
+
 def reply_call(text: str) -> str:
     return call_text(REPLY, {"text": text})
 
@@ -92,7 +110,7 @@ def system_text(tools: dict[str, Tool], worked=None) -> str:
             continue
         shown = reply_call(answer) if isinstance(answer, str) else call_text(*answer)
         examples.append(f"user: {user}\nassistant: {shown}")
-    return (f"{SYSTEM}\n\n# Tools\n" + "\n".join([*lines, REPLY_LINE]) + "\n\n"
+    return (f"{SYSTEM}\n\n# Methods\n{methods_text(tools)}\n\n# Tools\n" + "\n".join([*lines, REPLY_LINE]) + "\n\n"
             f"Answer with one JSON object: {CALL_OPEN}NAME{ARGS_OPEN}{{...}}{CALL_CLOSE}\n\n# Examples\n"
             + "\n".join(examples))
 

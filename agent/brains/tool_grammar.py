@@ -308,9 +308,9 @@ def decode_string_list(lm) -> list[str] | None:
 def decode_arguments(lm, tool: Tool, said: str, given: dict | None = None,
                      withheld: frozenset[str] = frozenset(), narrowed: dict[str, tuple[str, ...]] | None = None) -> dict:
     """The arguments of a call to ``tool`` for a request in the words ``said`` (``given`` ones as they are,
-    ``withheld`` ones left out, ``narrowed`` choices offered with those values only); ``lm.text`` ends with
-    ``"arguments": ``."""
+    ``withheld`` ones left out, ``narrowed`` choices offered with those values only: a narrowed list is
+    written, since the user wrote some of its values); ``lm.text`` ends with ``"arguments": ``."""
     lm.text += "{"
-    args = [Arg(a.name, a.kind, narrowed[a.name], a.required) if a.name in (narrowed or {}) else a
-            for a in tool_args(tool)]
+    args = [Arg(a.name, a.kind, narrowed[a.name], a.required or a.kind == "enum_list")
+            if a.name in (narrowed or {}) else a for a in tool_args(tool)]
     return decode_object(lm, args, said, given=given, withheld=withheld)
