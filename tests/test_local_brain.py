@@ -520,6 +520,15 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     assert arguments.get("methods")
 
 
+def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    session = RecordingSession()
+    decision = local.Decision(name="run_method", arguments={"method": "ngram", "prompt": "What is a mutex?"})
+    monkeypatch.setattr(brain, "decide", lambda text: decision)
+    brain.respond(session, "ngram on: what is a mutex")
+    assert session.calls[-1][1]["prompt"] == "what is a mutex"
+
+
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     session = RecordingSession()

@@ -546,6 +546,19 @@ class LocalBrain:
                     return part
         return value
 
+    def _verbatim(self, value: str) -> str:
+        """``value``, or where the user never wrote it, their own text that it copies, as they wrote it: a model
+        copying a prompt may end it with a full stop or question mark the user did not write."""
+        words = value.rstrip(" .?!").split()
+        if not words or any(_squash(value) in _squash(text) for text in self.user_texts):
+            return value
+        pattern = re.compile(r"\s+".join(map(re.escape, words)) + r"[.?!]*", re.IGNORECASE)
+        for text in reversed(self.user_texts):
+            found = pattern.search(text)
+            if found:
+                return found.group(0)
+        return value
+
     def _words_holding(self, value: str) -> list[str]:
         """The user's words (without quotes, brackets and closing punctuation) that hold ``value``, newest first."""
         return [w for text in reversed(self.user_texts) for w in
@@ -579,8 +592,8 @@ class LocalBrain:
         properties, required = schema.get("properties", {}), set(schema.get("required", ()))
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
-            decision.arguments["prompt"] = trim_prompt(self._whole(decision.arguments["prompt"]), text,
-                                                       decision.arguments)
+            prompt = self._verbatim(self._whole(decision.arguments["prompt"]))
+            decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
             reference = self._reference(decision.arguments[key])
             if reference is None and key not in required:
