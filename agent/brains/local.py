@@ -233,6 +233,7 @@ class LocalBrain:
                  examples: int = 0, classifier: ToolClassifier | None = None):
         self.model = model or local_model_ref()
         self.rules = rules  # False: the model decides every turn
+        self.name = "hybrid" if rules else "local"  # rules first, then the model: make_brain's hybrid
         self.classifier = classifier  # picks the tool (agent.brains.classifier); the model then writes its arguments
         self.examples = examples  # retrieved worked examples shown before each turn (agent.brains.examples)
         self.max_text_tokens = max_text_tokens
