@@ -197,11 +197,13 @@ def test_a_port_taken_after_it_was_chosen_is_retried_on_another(monkeypatch):
 def test_the_server_is_stopped_when_its_caller_is_interrupted_or_fails(tmp_path, how):
     pidfile = tmp_path / "pid"
     script = textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
         sys.path.insert(0, {str(HERE.parent)!r})
         from agent.termination import terminated_as_interrupt
         from tools.bench import vllm_server
         argv = lambda port: [sys.executable, {str(STUB)!r}, "--port", str(port)]
+        # as started from a terminal: a test run started in the background inherits SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with terminated_as_interrupt():
             with vllm_server.VllmServer(argv, "stub") as server:
                 open({str(pidfile)!r}, "w").write(str(server.proc.pid))

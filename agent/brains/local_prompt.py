@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from agent.brains.tool_grammar import signature
+from tools.agent_tools.explain import SENTENCE_END, SUMMARY, TOPICS, prompt_text
 from tools.agent_tools.registry import Tool
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -74,8 +75,6 @@ EXAMPLES: list[tuple[str, str | tuple[str, dict]]] = [
 def methods_text(tools: dict[str, Tool]) -> str:
     """What each method is, one line each: its reference text's title and first sentence (prompts/), so a
     request that describes a method rather than naming it finds its name; baseline and auto from their schema."""
-    from tools.agent_tools.explain import SENTENCE_END, SUMMARY, TOPICS, prompt_text  # the texts ship in prompts/
-
     lines = ["baseline: plain generation, one target forward pass per token (what every method is measured against)"]
     for topic, name in TOPICS.items():
         text = prompt_text(name)
