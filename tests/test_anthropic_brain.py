@@ -286,6 +286,10 @@ def test_without_a_key_auto_picks_the_local_brain_when_its_model_is_fetched_else
     assert make_brain("local").name == "offline"  # asked for, but missing: the rule planner answers
     monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path))  # a folder that exists counts as fetched
     assert make_brain("auto").name == "local"  # (the model is loaded at the first turn, not here)
+    # local (and its other name, model) reads no rules; hybrid reads the rules first
+    assert not make_brain("local").rules and not make_brain("model").rules
+    hybrid = make_brain("hybrid")
+    assert hybrid.rules and hybrid.name == "hybrid"
 
 
 def test_without_a_key_the_anthropic_brain_says_what_to_do(monkeypatch):

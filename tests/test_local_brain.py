@@ -495,23 +495,20 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("write_report"))
     tools = registry.load_tools()
     given, withheld, narrowed = brain.choices("a json report of the last runs", tools["write_report"])
-    assert given["format"] == "json" and "format" not in withheld
-    given, withheld, narrowed = brain.choices("markdown or json, a report of the last runs", tools["write_report"])
-    assert "format" not in given and "format" not in withheld and narrowed["format"] == ("markdown", "json")
+    assert "format" not in given and "format" not in withheld and narrowed["format"] == ("json",)
     _, withheld, narrowed = brain.choices("a report of the last runs", tools["write_report"])
     assert "format" in withheld and "format" not in narrowed
-    # a written default is the model's to write or leave out: given, it would override a saved default
-    heads = Heads("run_method")
-    heads.argument = lambda name, text, tool=None: {"backend": {"<absent>": 0.95, "llamacpp": 0.05}}.get(name, {})
-    brain.classifier = heads
-    given, _, narrowed = brain.choices("ngram on 'hi', and time transformers' own mode", tools["run_method"])
-    assert "backend" not in given and narrowed["backend"] == ("transformers",)
-    brain.classifier = Heads("write_report")
+    # the default written out, or a value inside the prompt (quoted or after a colon), is no evidence
+    _, withheld, narrowed = brain.choices("a markdown report of the last runs", tools["write_report"])
+    assert "format" in withheld and "format" not in narrowed
+    brain.classifier = FixedClassifier("compare_methods")
+    _, _, narrowed = brain.choices("compare all methods on: write a draft of an email", tools["compare_methods"])
+    assert "methods" not in narrowed
+    _, _, narrowed = brain.choices("compare them on 'use eagle here'", tools["compare_methods"])
+    assert "methods" not in narrowed
     # a list of choices with a written value is offered with all its values, and the model must write it
     _, _, narrowed = brain.choices("compare eagle and medusa on 'hi'", tools["compare_methods"])
     assert set(narrowed["methods"]) >= {"eagle", "medusa", "draft"}
-    _, _, narrowed = brain.choices("compare them on 'use eagle here'", tools["compare_methods"])
-    assert "methods" not in narrowed  # written only inside the quoted prompt
     lm = brain.engine()
     lm.begin(local_prompt.user_turn("compare eagle and medusa on 'hi'") + local_prompt.CALL_OPEN + "compare_methods"
              + local_prompt.ARGS_OPEN)
@@ -527,6 +524,9 @@ def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(mon
     monkeypatch.setattr(brain, "decide", lambda text: decision)
     brain.respond(session, "ngram on: what is a mutex")
     assert session.calls[-1][1]["prompt"] == "what is a mutex"
+    # a copy of the start of a longer quoted prompt is the whole of it, not the part the model copied
+    brain.respond(session, "ngram on 'what is a mutex in rust'")
+    assert session.calls[-1][1]["prompt"] == "what is a mutex in rust"
 
 
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):

@@ -54,9 +54,9 @@ def _local_brain(model_only: bool = False):
     if not local.local_model_available():
         return None, (f"the local brain's model {local.local_model_ref()} is not fetched "
                       f"(specpilot models fetch {local.local_model_ref()})")
-    if model_only:
-        return local.LocalBrain(rules=False, classifier=local.default_classifier()), None
-    return local.LocalBrain(classifier=local.default_classifier()), None
+    classifier = local.default_classifier()
+    # without the shipped heads the model alone would choose among every tool: the rules go first then
+    return local.LocalBrain(rules=not model_only or classifier is None, classifier=classifier), None
 
 
 def _with_commands(brain):

@@ -1,9 +1,8 @@
 """The local brain: a local instruct model with tool calling, no network and no key.
 
-A request the rule planner maps onto a tool call (agent.brains.offline: a method and a quoted prompt,
-parameter values, a named tool's words) is made as the planner reads it, without the model: the planner
-parses numbers, quoted prompts and parameter names exactly, where a small model may drop or invent
-them. Every other turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
+In the hybrid (``rules=True``), a request the rule planner maps onto a tool call (agent.brains.offline: a
+method and a quoted prompt, parameter values, a named tool's words) is made as the planner reads it, without
+the model. Every other turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
 {...}}``: the name is one of the registry's tools or ``reply`` (an answer in words: a question, a
 refusal, a greeting), the arguments follow the tool's argument grammar (agent.brains.tool_grammar),
 and the call is validated with the tool's pydantic model; one that does not validate is decoded once
@@ -11,8 +10,8 @@ more with the error in the conversation. A prompt or destination the user never 
 not invented; an optional filter they never wrote is dropped. The tool's result is answered with the
 rule planner's formatter (exact figures and their source), so the model writes only what it must.
 
-With a tool classifier (agent.brains.make_brain gives the shipped one), the turns the rules do not map, and
-every turn of ``--brain model`` (which reads no rules), go otherwise: the classifier, learned from the
+With a tool classifier (agent.brains.make_brain gives the shipped one), every turn of ``--brain local``
+(``rules=False``: no rule pass, the default) and the turns ``--brain hybrid``'s rules do not map go otherwise: the classifier, learned from the
 labelled chat requests (agent.brains.classifier), picks the tool or an answer in words, and the model writes
 that call's arguments after a cached prefix that shows typical labelled requests of every tool
 (agent.brains.examples).
@@ -345,16 +344,18 @@ class LocalBrain:
         rest. A choice argument (an enum, a boolean) takes its head's pick, or is left out, where the head is
         SURE, as the tool's pick is taken; else the model chooses among its values of at least PLAUSIBLE
         probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
-        the model's to choose. A schema value the user wrote out is evidence the head cannot outweigh: an
-        optional choice whose head would leave it out takes the one value written out (unless it is the
-        default, which would override a saved one), or is offered with the values written (the model may
-        still leave it out); a list of choices with a written value is
-        narrowed to all its values, which makes the model write it (tool_grammar.decode_arguments)."""
+        the model's to choose. A schema value other than the default that the user wrote out, before any
+        prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional choice whose head
+        would leave it out is offered with the values written (the model sets one or leaves it out), and a
+        list of choices with a written value is narrowed to all its values, which makes the model write it
+        (tool_grammar.decode_arguments)."""
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
+        settings = written_words(text.split(":", 1)[0])  # without a prompt given after a colon, or quoted
         defaults = {k: p.get("default") for k, p in tool.input_schema().get("properties", {}).items()}
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
-            written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in said]
+            written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in settings
+                       and v != defaults.get(arg.name)]
             if arg.kind == "enum_list" and written and not arg.required:
                 narrowed[arg.name] = arg.values
             if arg.kind not in ("enum", "bool"):
@@ -367,16 +368,14 @@ class LocalBrain:
             ranked = sorted(allowed, key=allowed.get, reverse=True)
             if allowed[ranked[0]] < SURE * total:
                 plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
-                written = [v for v in plausible if arg.kind == "enum" and _bare(v) in said]
-                if len(written) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
-                    given[arg.name] = written[0]
+                theirs = [v for v in plausible if arg.kind == "enum" and _bare(v) in said]
+                if len(theirs) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
+                    given[arg.name] = theirs[0]
                     continue
                 if plausible:
                     narrowed[arg.name] = tuple(plausible)
                     continue
-            if ranked[0] == ABSENT and len(written) == 1 and written[0] != defaults.get(arg.name):
-                given[arg.name] = written[0]  # the one value the user wrote out is theirs
-            elif ranked[0] == ABSENT and written:
+            if ranked[0] == ABSENT and written:  # the model may set what the user wrote, or leave it out
                 narrowed[arg.name] = tuple(written)
             elif ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
                 withheld.add(arg.name)
@@ -553,7 +552,7 @@ class LocalBrain:
         words = value.rstrip(" .?!").split()
         if not words or any(_squash(value) in _squash(text) for text in self.user_texts):
             return value
-        pattern = re.compile(r"\s+".join(map(re.escape, words)) + r"[.?!]*", re.IGNORECASE)
+        pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)[.?!]*", re.IGNORECASE)
         for text in reversed(self.user_texts):
             found = pattern.search(text)
             if found:
@@ -593,7 +592,7 @@ class LocalBrain:
         properties, required = schema.get("properties", {}), set(schema.get("required", ()))
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
-            prompt = self._verbatim(self._whole(decision.arguments["prompt"]))
+            prompt = self._whole(self._verbatim(self._whole(decision.arguments["prompt"])))
             decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
             reference = self._reference(decision.arguments[key])
