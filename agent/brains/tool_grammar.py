@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.agent_tools.registry import Tool
-from tools.bench.run import RunInput
+from tools.bench.inputs import RunInput
 from tools.engine.params import PARAM_MODELS
 from tools.models import BUILTIN_MODELS, DTYPES
 
