@@ -517,6 +517,21 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     assert arguments.get("methods")
 
 
+def test_a_required_argument_is_still_written_after_the_most_arguments_an_object_takes(chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    tools = registry.load_tools()
+    text = "compare draft and ngram on 'Write a haiku', 64 tokens, temperature 0.5, top_p 0.9, seed 1, 2 repeats"
+    given = {"max_new_tokens": 64, "temperature": 0.5, "top_p": 0.9, "seed": 1, "repeats": 2, "warmup": 1}
+    assert len(given) >= tool_grammar.MAX_KEYS
+    lm = brain.engine()
+    lm.begin(local_prompt.user_turn(text) + local_prompt.CALL_OPEN + "compare_methods" + local_prompt.ARGS_OPEN)
+    arguments = tool_grammar.decode_arguments(lm, tools["compare_methods"], text, given=given,
+                                              narrowed={"methods": tool_grammar.arg_of(
+                                                  "methods", tools["compare_methods"].input_schema()["properties"]
+                                                  ["methods"]).values})
+    assert arguments.get("prompt") and arguments.get("methods")  # required, and the written list
+
+
 def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
     session = RecordingSession()

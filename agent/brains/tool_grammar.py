@@ -26,7 +26,7 @@ from tools.models import BUILTIN_MODELS, DTYPES
 HIDDEN = frozenset({"approval_id"})
 MODEL_FIELDS = ("target", "draft")  # a built-in model's name or a path the user wrote
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
-MAX_KEYS = 6  # arguments per object at most
+MAX_KEYS = 6  # arguments per object at most, besides required ones still missing
 MAX_STRING_TOKENS = 64
 MAX_LIST_ITEMS = 6
 DIGIT = re.compile(r"\d")
@@ -205,8 +205,12 @@ def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, g
             out[name] = value
     args = [a for a in args if mentioned(a, said)]
     left = [a for a in args if a.name not in out and a.name not in withheld]
-    while len(out) < MAX_KEYS and left:
-        options, meaning = _key_options(left, first=not out)
+    while left:
+        # past MAX_KEYS only a required argument still missing is offered
+        offered = left if len(out) < MAX_KEYS else [a for a in left if a.required]
+        if not offered:
+            break
+        options, meaning = _key_options(offered, first=not out)
         if all(a.name in out for a in args if a.required):
             options.append("}")
             meaning.append((None, None))
