@@ -240,14 +240,18 @@ class LocalBrain:
         self.user_texts: list[str] = []  # what the user wrote (arguments are grounded in it)
         self.pending: tuple[Decision, str] | None = None  # a call waiting for the argument we asked for
         self.last_turn: dict = {}  # seconds, forward passes and tokens of the last turn
+        self._prefix: str | None = None  # the cached prompt of the classifier mode (engine)
 
     def engine(self) -> ConstrainedLM:
         if self.classifier is None:
             return load_engine(self.model)
         # the model writes arguments for the tool the classifier picked: its prefix shows typical labelled
-        # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix)
-        worked = default_index().typical(TYPICAL_PER_TOOL)
-        return load_engine(self.model, local_prompt.prefix_text(registry.load_tools(), worked))
+        # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix); the
+        # text is the same every turn, so it is built once
+        if self._prefix is None:
+            worked = default_index().typical(TYPICAL_PER_TOOL)
+            self._prefix = local_prompt.prefix_text(registry.load_tools(), worked)
+        return load_engine(self.model, self._prefix)
 
     def respond(self, session: Any, text: str) -> Reply:
         start = time.perf_counter()
@@ -592,7 +596,7 @@ class LocalBrain:
         properties, required = schema.get("properties", {}), set(schema.get("required", ()))
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
-            prompt = self._whole(self._verbatim(self._whole(decision.arguments["prompt"])))
+            prompt = self._whole(self._verbatim(decision.arguments["prompt"]))
             decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
             reference = self._reference(decision.arguments[key])
