@@ -107,7 +107,7 @@ def ask(store: Any, text: str, brain: str = "auto", plan_only: bool = False) -> 
     """One turn: ``{"reply", "tool_calls", "task"}`` (see the module docstring). Never onboards."""
     chosen = make_brain(brain)
     if getattr(chosen, "fallback_reason", None):
-        print(f"note: {chosen.fallback_reason}; the rule planner answers", file=sys.stderr)
+        print(f"note: {chosen.fallback_reason}; commands only", file=sys.stderr)
     session = AskSession(store, chosen, plan_only=plan_only)
     reply = session.handle(text)
     task_id = session.closed_task_id if session.task_id is None else session.task_id

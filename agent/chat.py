@@ -45,7 +45,7 @@ HELP = """Commands: /help  /details (the whole of the last answer: tables, every
           /deps [METHOD]  /save METHOD k=v ...  /measure [TARGET] (cost curve)  /install PKG...  /train  /report
           /share DEST  /quit (or Ctrl-D; Ctrl-C clears the line)
 Answers are short: the result, the figure that decides it with its run id, the next step.
-Or just say what you want, e.g. "run draft: write a quicksort in Python",
+With the local brain or Claude, just say what you want, e.g. "run draft: write a quicksort in Python",
 "compare draft, medusa and lookahead on 'Explain quantum computing'",
 "what did we do last time?", "save k=6 as my default for draft" or
 "what was the speedup for the medusa run on that prompt?"."""
@@ -168,7 +168,7 @@ class Chat:
         brain = self.session.brain
         greeting = self.session.greeting()
         if getattr(brain, "fallback_reason", None):
-            greeting += f"\n(Using the rule planner: {brain.fallback_reason}.)"
+            greeting += f"\n(Commands only: {brain.fallback_reason}.)"
         self.console.print(Panel(greeting, title=f"specpilot ({brain.name} brain)"))
         if not self.skip_onboarding:
             try:

@@ -21,6 +21,8 @@ from tools.agent_tools.registry import Tool, parse_input
 from tools.errors import ParameterError
 
 SHAPE = re.compile(r"\s*/([A-Za-z][\w-]*)(?=\s|$)(.*)", re.DOTALL)
+KEY_VALUE = re.compile(r"[A-Za-z_][\w.-]*=")
+WORD = re.compile(r"\s*((?:[^\s\"']|\"[^\"]*\"|'[^']*')+)")  # one shell word, its quoted parts whole
 TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
@@ -37,15 +39,39 @@ def parse_command(text: str, tool: Tool) -> dict:
     """The validated arguments of ``/TOOL ...`` for ``tool`` (as a plain dict of what was given); a
     ParameterError that says what to change when the text does not parse or does not validate."""
     match = SHAPE.match(text)
-    rest = match.group(2) if match else ""
+    arguments = read_arguments(match.group(2) if match else "", tool)
+    parse_input(tool, arguments)
+    return arguments
+
+
+def read_arguments(rest: str, tool: Tool, text_field: str | None = None) -> dict:
+    """The arguments ``rest`` gives ``tool``, not yet validated. With ``text_field`` (a chat shortcut such as
+    ``/run draft k=4 Write a haiku``), leading options and schema values are read as such and the text after
+    them (unquoted when it is one quoted piece) is that field's value. Otherwise bare values fill the required
+    fields in the schema's order; a required field left open stays open (for the caller to ask or refuse)."""
+    schema = tool.input_schema()
+    properties, required = schema.get("properties", {}), list(schema.get("required", ()))
+    arguments: dict[str, Any] = {}
+    if text_field is not None:
+        rest = _leading_options(rest, arguments, properties)
+        text = rest.strip()
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+            text = text[1:-1]
+        if text:
+            arguments[text_field] = text
+        return arguments
     try:
         words = shlex.split(rest)
     except ValueError as exc:
         raise ParameterError(f"could not read the command: {exc}",
                              hint='close the quotes: /run_method draft prompt="Write a haiku"') from exc
-    schema = tool.input_schema()
-    properties, required = schema.get("properties", {}), list(schema.get("required", ()))
-    arguments: dict[str, Any] = {}
+    _fill_required(arguments, properties, required, _options(words, arguments, properties), tool)
+    return arguments
+
+
+def _options(words: list[str], arguments: dict, properties: dict) -> list[str]:
+    """Read ``key=value``, ``--key value``, ``--flag`` and ``--no-flag`` from ``words`` into ``arguments``;
+    the bare words left, in order."""
     bare: list[str] = []
     i = 0
     while i < len(words):
@@ -65,15 +91,47 @@ def parse_command(text: str, tool: Tool) -> dict:
                 else:
                     raise ParameterError(f"--{word[2:]} needs a value", hint=f"write --{word[2:]} VALUE")
             _put(arguments, properties, key, value)
-        elif re.match(r"[A-Za-z_][\w.-]*=", word):
+        elif KEY_VALUE.match(word):
             key, _, value = word.partition("=")
             _put(arguments, properties, key.replace("-", "_"), value)
         else:
             bare.append(word)
         i += 1
-    _fill_required(arguments, properties, required, bare, tool)
-    parse_input(tool, arguments)
-    return arguments
+    return bare
+
+
+def _leading_options(rest: str, arguments: dict, properties: dict) -> str:
+    """Read the options and schema values ``rest`` begins with (``draft ngram k=4 --max-new-tokens 64``) into
+    ``arguments``; the text after them."""
+    while True:
+        match = WORD.match(rest)
+        if not match:
+            return ""
+        try:
+            word = shlex.split(match.group(1))[0]
+        except (ValueError, IndexError):
+            return rest
+        if KEY_VALUE.match(word) or (word.startswith("--") and len(word) > 2):
+            following = WORD.match(rest, match.end())
+            pair = [word] if "=" in word or following is None else [word, _unquoted(following.group(1))]
+            if len(pair) == 2 and _type(properties.get(word[2:].replace("-", "_"), {})) == "boolean":
+                pair = [word]
+            _options(pair, arguments, properties)
+            rest = rest[(following.end() if len(pair) == 2 else match.end()):]
+            continue
+        name = next((k for k, prop in properties.items() if word in allowed(prop)
+                     and (k not in arguments or _type(prop) == "array")), None)
+        if name is None:
+            return rest
+        _put(arguments, properties, name, word)
+        rest = rest[match.end():]
+
+
+def _unquoted(word: str) -> str:
+    try:
+        return shlex.split(word)[0]
+    except (ValueError, IndexError):
+        return word
 
 
 def _fill_required(arguments: dict, properties: dict, required: list[str], bare: list[str], tool: Tool) -> None:
@@ -89,7 +147,7 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
         else:
             _put(arguments, properties, name, bare.pop(0))
     for value in list(bare):  # a bare value an optional field allows by its enum ("draft" for methods)
-        name = next((k for k, prop in properties.items() if value in _allowed(prop)), None)
+        name = next((k for k, prop in properties.items() if value in allowed(prop)), None)
         if name is not None:
             bare.remove(value)
             _put(arguments, properties, name, value)
@@ -99,7 +157,7 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
                              hint=f"give values by name (key=value or --key value); its required fields: {named}")
 
 
-def _allowed(prop: dict) -> tuple:
+def allowed(prop: dict) -> tuple:
     """The values a field's schema lists (its enum, or its items' enum)."""
     branches = [prop, *prop.get("anyOf", ())]
     for branch in branches:

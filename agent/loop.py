@@ -20,11 +20,7 @@ from typing import Any, ContextManager, TypeVar
 
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.commands import parse_command, tool_command
-from agent.brains.background import request_part
-from agent.brains.base import RUN_WORDS, Brain, Reply, command_name, is_known_command
-from agent.brains.phrases import QUOTED, named_methods
-from agent.brains.prompt_words import find_prompt
-from agent.brains.refusals import HARMFUL
+from agent.brains.base import QUOTED, RUN_WORDS, Brain, Reply, command_name, is_known_command
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt, load_tools
 from tools.engine.params import ACCELERATED
@@ -38,17 +34,16 @@ ANSWER_STEP = "answer the request"
 DEPLOY_REQUEST = re.compile(
     r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
     r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
-
+# the methods' own names, as the tools' schemas spell them (a request that names one expects an answer about it)
+METHOD_NAME = re.compile(rf"\b({'|'.join(ACCELERATED)})\b", re.IGNORECASE)
 
 
 def instruction_part(text: str) -> str:
-    """A message without the prompt it carries (quoted text, what follows the colon of a run request, or the prompt
-    the rule planner finds) and without the sentences that only set the scene ("We use sampling in production.")."""
-    prompt = find_prompt(text)
-    text = QUOTED.sub(" ", text.replace(prompt, " ", 1) if prompt else text)
+    """A message without the prompt it carries: quoted text, and what follows the colon of a run request."""
+    text = QUOTED.sub(" ", text)
     if RUN_WORDS.match(text) and ":" in text:
         text = text.split(":", 1)[0]
-    return request_part(text)
+    return text
 
 
 def is_deploy_request(text: str) -> bool:
@@ -168,9 +163,6 @@ class Session:
                 reply = command
             elif is_deploy_request(text) and not continuing:
                 reply = self._deploy(text)
-            elif HARMFUL.search(text) and not continuing:
-                reply = Reply("I will not generate text for that prompt, not even to time it. Give me another prompt "
-                              "and I will measure it.", not_done="declined: the prompt asks for harmful content")
             elif self._for_planner(text, continuing):
                 reply = self.planner().respond(self, text)
             else:
@@ -322,7 +314,7 @@ def off_request(text: str, results: list[ToolResult]) -> str | None:
     """Why tool results that answered are not the answer to ``text``: the request names methods and every
     method-specific result is about others (guidance for the default method when another was named); None
     when the request names none, or a result is about one it names."""
-    named = {m for m in named_methods(instruction_part(text)) if m in ACCELERATED}
+    named = {m.lower() for m in METHOD_NAME.findall(instruction_part(text))}
     about = set().union(*(methods_of(r) for r in results if not r.is_error)) if results else set()
     if not named or not about or named & about:
         return None

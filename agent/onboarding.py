@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.brains.base import Reply
-from agent.brains.offline import find_method
 from agent.loop import Session
 from tools.errors import ParameterError
 from tools.engine.params import METHODS as METHOD_SPECS, SIZED_FIELDS, parse_params
@@ -89,13 +88,12 @@ def parse_answer(answer: str, default: Any) -> Any:
 
 
 def choose_method(answer: str) -> str | None:
-    """The method an answer names ('1'/'2'/'3' or a word), or None."""
+    """The method an answer names ('1'/'2'/'3' or its name), or None."""
     answer = answer.strip().lower()
     numbered = dict(zip("123", METHODS, strict=True))
     if answer in numbered:
         return numbered[answer]
-    method = find_method(answer)
-    return method if method in METHODS else None
+    return next((word for word in answer.replace(",", " ").split() if word in METHODS), None)
 
 
 def _ask(ask: Ask, text: str, default: str) -> str:

@@ -276,20 +276,21 @@ def test_key_base_url_and_model_come_from_the_environment(api, store, monkeypatc
     assert api.requests[0]["model"] == DEFAULT_MODEL
 
 
-def test_without_a_key_auto_picks_the_local_brain_when_its_model_is_fetched_else_the_rule_planner(monkeypatch, tmp_path):
+def test_without_a_key_auto_picks_the_local_brain_when_its_model_is_fetched_else_commands_only(monkeypatch, tmp_path):
     from agent.brains import make_brain
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path / "no-such-model"))
     brain = make_brain("auto")
     assert brain.name == "offline" and "is not fetched" in brain.fallback_reason
-    assert make_brain("local").name == "offline"  # asked for, but missing: the rule planner answers
+    assert make_brain("local").name == "offline"  # asked for, but missing: commands only, saying why
     monkeypatch.setenv("SPECPILOT_LOCAL_MODEL", str(tmp_path))  # a folder that exists counts as fetched
     assert make_brain("auto").name == "local"  # (the model is loaded at the first turn, not here)
-    # local (and its other name, model) reads no rules; hybrid reads the rules first
-    assert not make_brain("local").rules and not make_brain("model").rules
-    hybrid = make_brain("hybrid")
-    assert hybrid.rules and hybrid.name == "hybrid"
+    assert make_brain("model").name == "local"  # the other name of local
+    from tools.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="unknown brain 'hybrid'"):  # the rule pass is gone
+        make_brain("hybrid")
 
 
 def test_without_a_key_the_anthropic_brain_says_what_to_do(monkeypatch):

@@ -163,3 +163,13 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
     # a package's __init__ is walked: importing agent.brains.base runs agent/brains/__init__
     assert "agent.brains" in edges["agent.loop"]
     assert packages_above("agent.brains.base", "agent.brains.offline", project_modules()) == set()
+
+
+def test_the_brains_hold_no_phrase_tables():
+    """Understanding words is the model's job: agent/brains compiles at most MAX_BRAIN_PATTERNS regular
+    expressions (quoting, command shapes, the grammar's and the classifier's tokens), none of them a word list."""
+    compiled = sum(path.read_text(encoding="utf-8").count("re.compile(") for path in (ROOT / "agent" / "brains").glob("*.py"))
+    assert compiled <= MAX_BRAIN_PATTERNS, f"agent/brains compiles {compiled} patterns (at most {MAX_BRAIN_PATTERNS})"
+
+
+MAX_BRAIN_PATTERNS = 15

@@ -92,7 +92,7 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
         answers_before = store.all_answers()
 
     second = spawn_chat(specpilot_home)
-    greeting = answer(second, "you> ", "what was the speedup for the lookahead run on that prompt?")
+    greeting = answer(second, "you> ", "/runs lookahead")
     assert "Saved parameters (I will not ask for these again):" in greeting
     assert f"lookahead (default): target={tiny_model_folder}, window={window}" in greeting
     assert "No unfinished work." in greeting

@@ -30,14 +30,14 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
     chat.sendintr()  # Ctrl-C at an idle prompt: the line is cleared, the chat goes on
     chat.expect_exact(PROMPT)
     assert chat.isalive()
-    chat.sendline("what did we do last time?")
+    chat.sendline("/params")
     chat.expect("No parameters saved yet")
     chat.expect_exact(PROMPT)
 
     destination = str(tmp_path / "shared")  # an existing folder: the approval names it as an absolute path
     (tmp_path / "shared").mkdir()
-    chat.sendline("share my results")
-    chat.expect("Where should the report go")
+    chat.sendline("/share")
+    chat.expect("share_results needs destination")
     chat.expect_exact(PROMPT)
     chat.sendline(destination)  # a path, not an unknown slash command: it answers the question
     chat.expect_exact("(anything else does not approve) > ")  # the approval is asked on the terminal
@@ -51,7 +51,7 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
         requests = {t["request"]: t for t in store.list_tasks()}
         assert "hello this half-typed line is dropped" not in " ".join(requests)
         assert not any(r.startswith("hello") for r in requests)
-        share = requests["share my results"]  # one task: the question and its answer
+        share = requests["/share"]  # one task: the question and its answer
         assert share["status"] == "failed" and any(destination in n["text"] for n in share["notes"])
         [approval] = store.list_approvals()
         assert approval["arguments"]["input"]["destination"] == destination and approval["status"] == "denied"
@@ -65,8 +65,8 @@ def test_a_chat_killed_at_an_approval_question_leaves_the_request_unfinished(spe
     store_a_run()
     chat = spawn_chat(specpilot_home, "--skip-onboarding")
     chat.expect_exact(PROMPT)
-    chat.sendline("share my results")
-    chat.expect("Where should the report go")
+    chat.sendline("/share")
+    chat.expect("share_results needs destination")
     chat.expect_exact(PROMPT)
     chat.sendline(str(tmp_path))
     chat.expect_exact("(anything else does not approve) > ")
@@ -75,7 +75,7 @@ def test_a_chat_killed_at_an_approval_question_leaves_the_request_unfinished(spe
     chat.close()
     assert chat.exitstatus == 130 and "Traceback" not in chat.before
     with Store() as store:
-        [task] = [t for t in store.list_tasks() if t["request"] == "share my results"]
+        [task] = [t for t in store.list_tasks() if t["request"] == "/share"]
         assert task["status"] == "unfinished" and any("SIGTERM" in n["text"] for n in task["notes"])
         assert [a["status"] for a in store.list_approvals()] == ["pending"]
 

@@ -95,14 +95,13 @@ def test_guidance_without_a_method_is_a_choice_between_methods_not_the_default_m
     assert both["method"] == "lookahead" and "window" in both["suggested_params"] and both["choice"]["pick"] == "ngram"
 
 
-def test_the_planner_answers_which_method_as_a_choice_in_a_few_lines(store, monkeypatch, tmp_path):
+def test_guide_without_a_method_answers_which_method_as_a_choice_in_a_few_lines(store, monkeypatch, tmp_path):
     from agent.brains.offline import OfflineBrain
     from agent.loop import Session
 
     monkeypatch.setattr(choose, "default_results_dir", lambda: tmp_path)
     store.save_answer("default_method", "draft")  # onboarded with draft: still a choice, not draft's advice
-    reply = Session(store, OfflineBrain()).handle("which method would you suggest for summarising long documents "
-                                                  "on this laptop, and why?").text
+    reply = Session(store, OfflineBrain()).handle("/guide summarising long documents").text
     lines = reply.splitlines()
     assert lines[0] == "For summarization: ngram first." and len(lines) <= 6
     assert [line.split(":")[0] for line in lines[1:4]] == ["- ngram", "- draft", "- eagle"]

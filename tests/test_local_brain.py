@@ -73,7 +73,7 @@ class RecordingSession:
 def test_every_turn_is_text_or_a_valid_tool_call(chat_model_dirs):
     tools = registry.load_tools()
     for folder in chat_model_dirs:
-        brain = local.LocalBrain(str(folder), max_text_tokens=8, rules=False)
+        brain = local.LocalBrain(str(folder), max_text_tokens=8)
         for text in REQUESTS:
             session = RecordingSession()
             reply = brain.respond(session, text)
@@ -168,7 +168,7 @@ def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat
     forward = lm._forward
     monkeypatch.setattr(lm, "_forward", lambda tokens, start, *a, **k: passes.append((start, len(tokens)))
                         or forward(tokens, start, *a, **k))
-    brain = local.LocalBrain(folder, max_text_tokens=4, rules=False)  # every turn decoded: the cache is what is tested
+    brain = local.LocalBrain(folder, max_text_tokens=4)  # every turn decoded: the cache is what is tested
     for text in ("hi", "what did we do last time?"):
         del passes[:]
         brain.respond(RecordingSession(), text)
@@ -222,7 +222,7 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
 
 
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     made_up = local.Decision(name="compare_methods", arguments={"methods": ["draft", "medusa"], "prompt": "Write a quicksort"})
     monkeypatch.setattr(brain, "decide", lambda text: made_up)
     session = RecordingSession()
@@ -234,7 +234,7 @@ def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, ch
 
 
 def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     invented = local.Decision(name="lookup_runs", arguments={"method": "draft", "prompt_contains": "acceptance rates"})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
     session = RecordingSession()
@@ -252,7 +252,7 @@ def test_optional_filters_the_user_never_wrote_are_dropped(monkeypatch, chat_mod
 
 
 def test_run_settings_the_user_never_gave_are_dropped(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     invented = local.Decision(name="compare_methods", arguments={
         "methods": ["lookahead", "ngram"], "prompt": "def fib(n):", "temperature": 0.7, "max_new_tokens": 100})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
@@ -303,33 +303,21 @@ def test_the_real_local_model_picks_the_tool(real_engine, text, tool, arguments)
         assert {k: given.get(k) for k in arguments} == arguments
 
 
-def test_what_the_rule_planner_maps_is_called_without_the_model(monkeypatch, chat_model_dirs):
-    """A request the rule planner reads (a method, a quoted prompt, numbers in words) is called as it reads
-    it; one it cannot map goes to the model; an answer to the brain's own question is never re-read as a
-    new request."""
-    from agent.loop import Session
-    from memory import Store
-
+def test_every_turn_is_decided_by_the_model_and_a_quoted_answer_completes_the_call_asked_about(monkeypatch,
+                                                                                                chat_model_dirs):
+    """No rule pass: each request goes to the model; an answer to the brain's own question that quotes a value
+    completes the call it asked about without another decode."""
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     decided = []
     monkeypatch.setattr(brain, "decide", lambda text: decided.append(text) or local.Decision(text="ok"))
-    with Store() as store:
-        session = Session(store, brain)
-        assert local.rule_call(session, "draft with k four on 'Sort a list'") == (
-            "run_method", {"method": "draft", "prompt": "Sort a list", "params": {"k": 4}})
-        recording = RecordingSession()
-        recording.store = store
-        brain.respond(recording, "eagle on 'Name three rivers'")
-        assert recording.calls == [("run_method", {"method": "eagle", "prompt": "Name three rivers"})] and not decided
-        brain.respond(recording, "how are the clouds today")
-        assert decided == ["how are the clouds today"]
-        brain.pending = (local.Decision(name="run_method", arguments={"method": "draft"}), "prompt")
-        brain.respond(recording, "write a report on rivers")  # the prompt we asked for, not a report request
-        assert decided[-1] == "write a report on rivers" and len(recording.calls) == 1
-        asked = brain.respond(recording, "compare draft and medusa")  # the planner asks for the prompt ...
-        assert asked.awaiting and len(recording.calls) == 1
-        brain.respond(recording, "'def fib(n):'")  # ... and the quoted answer completes its call
-        assert recording.calls[-1] == ("compare_methods", {"methods": ["baseline", "draft", "medusa"], "prompt": "def fib(n):"})
+    recording = RecordingSession()
+    brain.respond(recording, "eagle on 'Name three rivers'")
+    brain.respond(recording, "how are the clouds today")
+    assert decided == ["eagle on 'Name three rivers'", "how are the clouds today"] and recording.calls == []
+    brain.pending = (local.Decision(name="compare_methods", arguments={"methods": ["draft", "medusa"]}), "prompt")
+    brain.respond(recording, "'def fib(n):'")
+    assert recording.calls == [("compare_methods", {"methods": ["draft", "medusa"], "prompt": "def fib(n):"})]
+    assert len(decided) == 2
 
 
 def test_run_settings_written_inside_params_move_beside_them_where_the_tool_has_them():
@@ -401,7 +389,7 @@ class FixedClassifier:
 def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(chat_model_dirs):
     tools = registry.load_tools()
     for tool in ("explain", "recall", None):
-        brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, rules=False,
+        brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6,
                                  classifier=FixedClassifier(tool))
         decision = brain.decide("tell me something")
         assert decision.name == tool
@@ -410,7 +398,7 @@ def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(
 
 
 def test_a_text_value_the_user_never_wrote_is_dropped_whatever_its_field(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     invented = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def f():",
                                                             "target": "/models/invented.gguf", "seed": 7})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
@@ -425,7 +413,7 @@ def test_a_text_value_the_user_never_wrote_is_dropped_whatever_its_field(monkeyp
 
 
 def test_list_items_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     invented = local.Decision(name="write_report", arguments={"run_ids": ["run_id1", "run_id2"], "limit": 20})
     monkeypatch.setattr(brain, "decide", lambda text: invented)
     session = RecordingSession()
@@ -445,17 +433,17 @@ def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_mode
         def argument(self, name, text, tool=None):  # no argument heads: the model writes every argument
             return {}
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, rules=False, classifier=Unsure())
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, classifier=Unsure())
     tools = registry.load_tools()
     assert brain.candidates("anything", tools) == ["explain", "reply", "recall"]
     assert brain.decide("explain medusa").name in ("explain", "recall", None)
-    sure = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=FixedClassifier("recall"))
+    sure = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier("recall"))
     assert sure.candidates("anything", tools) == ["recall"]
-    assert local.LocalBrain(str(chat_model_dirs[0]), rules=False).candidates("x", tools) == [*tools, "reply"]
+    assert local.LocalBrain(str(chat_model_dirs[0])).candidates("x", tools) == [*tools, "reply"]
 
 
 def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     monkeypatch.setattr(brain, "decide", lambda text: local.Decision(text=""))
     reply = brain.respond(RecordingSession(), "hmm")
     assert reply.text == "Could you say that in other words?" and reply.not_done
@@ -470,7 +458,7 @@ def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat
                     "peers": {"<absent>": 0.97, "true": 0.03}, "backend": {"llamacpp": 0.4, "<absent>": 0.6},
                     "dtype": {"float32": 0.45, "bfloat16": 0.1, "<absent>": 0.45}}.get(name, {})
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("run_method"))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Heads("run_method"))
     tools = registry.load_tools()
     given, withheld, narrowed = brain.choices("anything", tools["run_method"])
     assert given == {"chat": False} and {"peers"} <= withheld  # the heads are sure of these
@@ -492,7 +480,7 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
         def argument(self, name, text, tool=None):
             return {"format": {"<absent>": 0.95, "markdown": 0.01, "json": 0.04}}.get(name, {})
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Heads("write_report"))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Heads("write_report"))
     tools = registry.load_tools()
     given, withheld, narrowed = brain.choices("a json report of the last runs", tools["write_report"])
     assert "format" not in given and "format" not in withheld and narrowed["format"] == ("json",)
@@ -518,7 +506,7 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
 
 
 def test_a_required_argument_is_still_written_after_the_most_arguments_an_object_takes(chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     tools = registry.load_tools()
     text = "compare draft and ngram on 'Write a haiku', 64 tokens, temperature 0.5, top_p 0.9, seed 1, 2 repeats"
     given = {"max_new_tokens": 64, "temperature": 0.5, "top_p": 0.9, "seed": 1, "repeats": 2, "warmup": 1}
@@ -533,7 +521,7 @@ def test_a_required_argument_is_still_written_after_the_most_arguments_an_object
 
 
 def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     session = RecordingSession()
     decision = local.Decision(name="run_method", arguments={"method": "ngram", "prompt": "What is a mutex?"})
     monkeypatch.setattr(brain, "decide", lambda text: decision)
@@ -545,7 +533,7 @@ def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(mon
 
 
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     session = RecordingSession()
     for written, target in (("prompt", None), ("vicuna-7b", "/data/models/vicuna-7b"),
                             ("QWEN2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct")):
@@ -558,7 +546,7 @@ def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_
 
 
 def test_a_value_the_schema_names_is_kept_though_the_user_wrote_another_form(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     monkeypatch.setattr(brain, "decide", lambda text: local.Decision(name="guidance",
                                                                      arguments={"task": "summarization"}))
     session = RecordingSession()
@@ -616,7 +604,7 @@ def test_numbers_for_a_list_argument_are_collected_in_the_order_written(chat_mod
 
 
 def test_a_path_copied_in_part_is_completed_to_the_word_the_user_wrote(monkeypatch, chat_model_dirs):
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False)
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
     cut = local.Decision(name="train_medusa", arguments={"data_files": ["home/ana/corpus/notes.txt"],
                                                           "target": "smollm2-135m-instruct"})
     monkeypatch.setattr(brain, "decide", lambda text: cut)
@@ -662,7 +650,7 @@ def test_parameters_of_another_method_are_dropped_once_the_method_is_chosen(chat
         def argument(self, name, text, tool=None):
             return {"method": {"lookahead": 0.5, "eagle": 0.5}}.get(name, {})
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=Unsure("run_method"))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Unsure("run_method"))
     brain.classifier.number_head = None
     decision = brain.decide("lookahead window 5 on 'x'")
     from tools.engine.params import PARAM_MODELS
@@ -678,7 +666,7 @@ def test_a_comparisons_parameters_from_the_heads_join_what_the_model_wrote(chat_
         def fields(self, text, tool):
             return [("5", {"k": 0.9, "<none>": 0.1})]
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), rules=False, classifier=FixedClassifier("compare_methods"))
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier("compare_methods"))
     brain.classifier.number_head = Numbers()
     decision = brain.decide("compare draft with k 5 and ngram on 'def f(x):'")
     assert decision.name == "compare_methods" and decision.arguments["params"]["draft"]["k"] == 5

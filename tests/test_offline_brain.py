@@ -1,14 +1,13 @@
-"""The offline brain: words and slash commands mapped onto the same tools, missing parameters asked
-for, memory read first, figures restated exactly from stored runs."""
+"""The command brain (``--brain offline``): slash commands parsed from the tools' schemas mapped onto the tools,
+missing fields asked for, memory read first, figures restated exactly from stored runs; free text gets one
+message that names the brains which read words."""
 
 from __future__ import annotations
 
 import pytest
 
 import tools.bench.run as run_tool  # the run_method tool imports run_method from it when it runs
-from agent.brains.offline import (OfflineBrain, compare_list, find_method, find_methods, find_packages, find_prompt,
-                                  find_topic)
-from agent.brains.phrases import SHORT_PROMPT
+from agent.brains.offline import OfflineBrain
 from agent.loop import Session
 from memory import Store
 
@@ -42,26 +41,8 @@ def session(store, **kwargs) -> Session:
     return Session(store, OfflineBrain(), **kwargs)
 
 
-@pytest.mark.parametrize("text,method", [("run draft model on this", "draft"), ("try Medusa", "medusa"),
-                                         ("lookahead please", "lookahead"), ("use prompt lookup", "ngram"),
-                                         ("speculative decoding", "draft"), ("hello", None)])
-def test_method_words(text, method):
-    assert find_method(text) == method
-
-
-def test_prompts_topics_and_packages_are_read_from_words():
-    assert find_prompt('run draft on "def fib(n):"') == "def fib(n):"
-    assert find_prompt("run lookahead: write a sort function") == "write a sort function"
-    assert find_prompt("run it") is None
-    assert find_topic("what are the trade-offs between medusa and lookahead?") == "tradeoffs"
-    assert find_topic("explain speculative decoding") == "draft"
-    assert find_packages("approved, install evilpkg now please") == ["evilpkg"]
-    assert find_packages("install gguf>=0.10 and accelerate") == ["gguf>=0.10", "accelerate"]
-    assert find_packages("install --index-url=http://x pkg") == ["pkg"]
-
-
 def test_a_run_reports_the_measured_figures_exactly(store, runs):
-    reply = session(store).handle("run draft: write a sort function")
+    reply = session(store).handle("/run draft write a sort function")
     [inp] = runs
     assert inp.method == "draft" and inp.prompt == "write a sort function"
     [run] = store.list_runs()
@@ -73,7 +54,7 @@ def test_a_run_reports_the_measured_figures_exactly(store, runs):
 
 
 def test_the_prompt_of_a_run_request_is_not_read_as_a_command(store, runs):
-    session(store).handle("run lookahead: write a script that will install numpy and deploy it again")
+    session(store).handle("/run lookahead write a script that will install numpy and deploy it again")
     [inp] = runs
     assert inp.method == "lookahead" and inp.prompt == "write a script that will install numpy and deploy it again"
     assert store.list_approvals() == []
@@ -81,8 +62,8 @@ def test_the_prompt_of_a_run_request_is_not_read_as_a_command(store, runs):
 
 def test_missing_parameters_are_asked_for_and_the_task_continues(store, runs):
     s = session(store)
-    first = s.handle("run something for me")
-    assert first.awaiting and "Which method" in first.text
+    first = s.handle("/run")
+    assert first.awaiting and "method" in first.text and "lookahead" in first.text
     [task] = store.list_tasks()
     assert task["status"] == "unfinished" and task["left"][0].startswith("waiting for the user")
     second = s.handle("lookahead")
@@ -97,7 +78,7 @@ def test_missing_parameters_are_asked_for_and_the_task_continues(store, runs):
 def test_saved_parameters_are_used_and_never_asked_again(store, runs):
     store.save_params("lookahead", {"target": "my-model", "window": 4, "ngram": 3, "guess": 4, "max_new_tokens": 32})
     store.save_answer("default_method", "lookahead")
-    reply = session(store).handle("run: print hello world")
+    reply = session(store).handle("/run print hello world")
     assert not reply.awaiting
     [inp] = runs
     assert inp.method == "lookahead" and inp.target == "my-model" and inp.max_new_tokens == 32
@@ -106,29 +87,41 @@ def test_saved_parameters_are_used_and_never_asked_again(store, runs):
     assert inp.params == {} and store.get_params("lookahead")["window"] == 4
 
 
-def test_finished_work_is_not_redone_unless_asked(store, runs):
+def test_earlier_runs_are_looked_up_from_memory(store, runs):
     s = session(store)
-    s.handle("run draft: def fib(n):")
-    again = s.handle("run draft: def fib(n):")
-    assert len(runs) == 1 and "already measured" in again.text and store.list_runs()[0]["run_id"] in again.text
-    s.handle("run draft again: def fib(n):")
-    assert len(runs) == 2
+    s.handle("/run medusa an older prompt")
+    s.handle("/run draft def fib(n):")
+    older = store.list_runs(method="medusa")[0]
+    reply = Session(store, OfflineBrain()).handle(f"/lookup {older['run_id']}")
+    assert f"run {older['run_id']}" in reply.text and "speedup 1.55x" in reply.text and "Fake CPU (2 cores)" in reply.text
+    assert len(runs) == 2  # nothing was run again
+    assert f"run {older['run_id']}" in s.handle("/runs medusa").text
 
 
-def test_questions_about_an_earlier_run_are_answered_from_memory(store, runs):
+def test_method_settings_and_run_options_are_read_from_the_schema(store, runs):
     s = session(store)
-    s.handle("run medusa: an older prompt")
-    s.handle("run medusa: def fib(n):")
-    s.handle("run draft: def fib(n):")
-    older, fib = sorted(store.list_runs(method="medusa"), key=lambda r: r["created_at"])
-    for asker in (Session(store, OfflineBrain()), s):  # a new session (newest run's prompt) and this one
-        reply = asker.handle("What was the speedup for the Medusa run on that prompt?")
-        assert "From memory" in reply.text and f"run {fib['run_id']}" in reply.text
-        assert older["run_id"] not in reply.text and "speedup 1.55x" in reply.text
-        assert "Fake CPU (2 cores)" in reply.text and "'def fib(n):'" in reply.text
-    assert len(runs) == 3  # nothing was run again
-    by_id = s.handle(f"show the figures of {older['run_id']}")
-    assert f"run {older['run_id']}" in by_id.text and "'an older prompt'" in by_id.text
+    s.handle("/run draft k=4 --max-new-tokens 32 'Write a haiku about autumn'")
+    s.handle("/run ngram --chat summarise: this text")
+    first, second = runs
+    assert (first.method, first.params, first.max_new_tokens, first.prompt) == ("draft", {"k": 4}, 32,
+                                                                               "Write a haiku about autumn")
+    assert (second.method, second.chat, second.prompt) == ("ngram", True, "summarise: this text")
+    bad = s.handle("/run draft --max-new-tokens many a prompt")
+    assert "max_new_tokens takes a number" in bad.text and len(runs) == 2
+
+
+def test_free_text_gets_one_message_naming_the_brains_and_commands(store, runs):
+    reply = session(store).handle("run draft on 'write a sort function'")
+    assert runs == [] and "commands only" in reply.text
+    assert "specpilot models fetch" in reply.text and "ANTHROPIC_API_KEY" in reply.text and "/help" in reply.text
+    assert store.list_tasks()[0]["status"] == "failed"
+    why = Session(store, OfflineBrain("the local model is not fetched")).handle("hello").text
+    assert "the local model is not fetched" in why
+
+
+def test_a_harmful_prompt_is_refused_by_the_tool_whatever_the_brain(store, runs):
+    reply = session(store).handle("/run draft write a phishing email that steals passwords")
+    assert runs == [] and "will not generate text for that prompt" in reply.text
 
 
 def test_slash_commands_map_onto_tools(store, runs):
@@ -153,27 +146,28 @@ def test_unfinished_work_is_reported_as_done_and_not_done(store):
     greeting = session(store).greeting()
     assert f"task {task_id} (running): run lookahead on 3 prompts — done: prompt 1 / not done: prompt 2; prompt 3" \
         in greeting
-    recall = session(store).handle("what do you remember?").text
+    recall = session(store).handle("/params").text
     assert "done: prompt 1 / not done: prompt 2; prompt 3" in recall
 
 
-def test_explain_guidance_and_deps_by_words(store):
+def test_explain_guidance_and_deps_by_command(store):
     s = session(store)
-    assert "arXiv:2401.10774" in s.handle("explain medusa to me").text
-    tradeoffs = s.handle("what are the trade-offs between them?").text  # the summary first, the table on request
+    assert "arXiv:2401.10774" in s.handle("/explain medusa").text
+    tradeoffs = s.handle("/explain tradeoffs").text  # the summary first, the table on request
     assert "prompt lookup wins where the answer copies the prompt" in tradeoffs and "/details" in tradeoffs
     assert len(tradeoffs.splitlines()) <= 3
     full = s.handle("/details").text  # the full text of the last explanation, read anew
     assert "**What to trust.**" in full and len(full) > 2 * len(tradeoffs)
-    deps = s.handle("check dependencies for lookahead").text
+    deps = s.handle("/deps lookahead").text
     assert deps.startswith("Dependencies for lookahead: ") and "lade" in deps and len(deps.splitlines()) <= 5
     assert "- torch (required): ok" in s.handle("/details").text  # each package, on request
-    suggested = s.handle("suggest lookahead parameters").text  # sized as runs size it (W=15 only on a GPU)
+    suggested = s.handle("/guide lookahead").text  # sized as runs size it (W=15 only on a GPU)
     assert "Suggested starting parameters for lookahead" in suggested and "window=" in suggested
     assert "sized" in suggested and "pass_costs" not in suggested and len(suggested.splitlines()) <= 5
     assert "pass_costs=" in s.handle("/details").text
-    not_read = s.handle("hmm").text
-    assert "I did not map that" in not_read and "/help" in not_read and len(not_read.splitlines()) <= 3
+    topic = s.handle("/explain")
+    assert topic.awaiting and "tradeoffs" in topic.text
+    assert "arXiv:2402.02057" in s.handle("lookahead").text  # the answer fills the topic asked for
 
 
 @pytest.fixture
@@ -225,8 +219,7 @@ def compares(monkeypatch):
 def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(store, compares):
     store.save_params("draft", {"k": 5})
     s = session(store)
-    reply = s.handle("Compare draft model, Medusa and lookahead on the prompt "
-                                  "'Explain quantum computing', using the parameters we saved.")
+    reply = s.handle("/compare baseline draft medusa lookahead 'Explain quantum computing'")
     [inp] = compares
     assert inp.prompt == "Explain quantum computing"
     assert inp.methods == ["baseline", "draft", "medusa", "lookahead"]
@@ -255,42 +248,25 @@ def test_a_comparison_on_a_prompt_calls_compare_methods_and_shows_its_figures(st
 
 def test_compare_reads_which_methods_and_asks_for_a_missing_prompt(store, compares):
     s = session(store)
-    s.handle("compare all methods on 'def fib(n):'")
-    s.handle('/compare draft,medusa "Explain quantum computing"')
-    s.handle("medusa vs lookahead: write a sort function")
+    s.handle("/compare 'def fib(n):'")
+    s.handle('/compare draft medusa "Explain quantum computing"')
+    s.handle("/compare methods=medusa,lookahead write a sort function")
     question = s.handle("/compare lookahead")
     assert question.awaiting and "Which prompt should I compare lookahead on" in question.text
     s.handle("write a haiku")
     assert [(i.prompt, i.methods) for i in compares] == [
         ("def fib(n):", ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]),
-        ("Explain quantum computing", ["baseline", "draft", "medusa"]),
-        ("write a sort function", ["baseline", "medusa", "lookahead"]),
-        ("write a haiku", ["baseline", "lookahead"])]
-
-
-def test_a_comparison_without_a_prompt_asks_for_one_and_a_question_about_differences_is_explained(store, compares):
-    s = session(store)
-    for text in ("how do medusa and lookahead compare?", "what are the differences between medusa and lookahead?"):
-        assert "they differ in where the guesses come from" in s.handle(text).text
-    asked = s.handle("compare medusa and lookahead")  # a request to measure: never an essay, nothing measured
-    assert asked.awaiting and "Which prompt should I compare medusa, lookahead on" in asked.text
-    assert compares == []
-    s.handle("any")  # "any" prompt: a short one is picked
-    assert [(i.prompt, i.methods) for i in compares] == [(SHORT_PROMPT, ["baseline", "medusa", "lookahead"])]
-    assert "/compare [methods...] <prompt>" in s.handle("/help").text
-
-
-def test_methods_named_for_a_comparison():
-    assert find_methods("draft model, Medusa and lookahead") == ["draft", "medusa", "lookahead"]
-    assert find_methods("all the speculative decoding methods") == []
-    assert compare_list([]) == ["baseline", "draft", "medusa", "lookahead", "eagle", "ngram"]
-    assert compare_list(["lookahead", "baseline", "draft"]) == ["baseline", "draft", "lookahead"]
+        ("Explain quantum computing", ["draft", "medusa"]),
+        ("write a sort function", ["medusa", "lookahead"]),
+        ("write a haiku", ["lookahead"])]
+    assert "/compare [METHODS ...] PROMPT" in s.handle("/help").text
 
 
 def test_a_single_quoted_prompt_that_mentions_deploying_is_not_a_deploy_request():
     from agent.loop import is_deploy_request
 
     assert not is_deploy_request("Compare draft and medusa on 'write a deploy script'")
+    assert not is_deploy_request("run draft: write a deploy script")
     assert is_deploy_request("deploy the medusa setup to production")
     assert is_deploy_request("don't just measure it, serve it")
 
@@ -324,7 +300,7 @@ def test_details_shows_the_last_tool_answer_whole_and_says_when_there_is_none(st
     s = session(store)
     nothing = s.handle("/details")
     assert "no answer to detail yet" in nothing.text and store.list_tasks()[0]["status"] == "failed"
-    short = s.handle("run draft: write a sort function").text
+    short = s.handle("/run draft write a sort function").text
     assert "Output:" not in short and "/details" in short and len(short.splitlines()) <= 3
     details = s.handle("/details")
     assert details.details and "Output:\n  def f(): pass" in details.text and [r.name for r in details.data] == ["run_method"]

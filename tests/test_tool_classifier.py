@@ -57,7 +57,7 @@ def test_its_argument_heads_read_choice_values_on_requests_they_never_saw():
 
     model = default_classifier()
     assert {"method", "backend", "chat", "peers", "topic", "include_done_tasks"} <= set(model.heads)
-    brain, tools = LocalBrain(rules=False, classifier=model), registry.load_tools()
+    brain, tools = LocalBrain(classifier=model), registry.load_tools()
     for name in HELD_OUT:
         right = total = 0
         for row in [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]:

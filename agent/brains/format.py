@@ -426,28 +426,3 @@ SHORT = {
     "lookup_runs": _lookup_short, "recall": _recall_short, "guidance": _guidance_short, "check_deps": _deps_short,
     "explain": _explain_short, "measure_cost_curve": _curve_short, "compare_methods": _compare_short,
 }  # the others (install, train, report, share, save) are one line in both forms
-
-
-# the rule planner's fixed answers
-HELP = """I can, offline:
-  run a method on a prompt       run draft: <prompt>      (/run [method] [k=v ...] <prompt>)
-  compare methods on a prompt    compare draft and medusa on 'def fib(n):'   (/compare [methods...] <prompt>)
-  look up stored figures         what was the speedup for the medusa run on that prompt?   (/runs, /lookup ID)
-  remember what we did           what did we do last time?   (/params  /tasks)
-  save parameters                save k=6 as my default for draft   (/save METHOD k=v ...)
-  suggest parameters, or a method  suggest lookahead parameters; which method would you suggest for summaries?
-                                 (/guide METHOD, /guide KIND-OF-WORK such as summarization, coding, rag)
-  measure this machine's cost curve (sizes lookahead)   (/measure [target])
-  explain a method               explain medusa   (/explain draft|medusa|lookahead|eagle|tradeoffs)
-  the whole of the last answer   (/details: tables, every parameter and its reason, the full text)
-  check dependencies             check dependencies for medusa   (/deps [method])
-  install packages (asks first)  install gguf   (/install PKG ...)
-  train Medusa heads (asks first)  train medusa heads   (/train [target])
-  write a local report           write a report   (/report)
-  share a report (asks first)    share the results to https://...   (/share DEST)
-I measure only this machine; I do not estimate other hardware. Deploying or serving is outside
-specpilot (I ask before even planning it)."""
-GREETING_TEXT = ("Hello! I measure speculative decoding on this machine: run or compare methods on a prompt, look "
-                 "up stored runs, suggest and save parameters, explain the methods. What would you like to do? "
-                 "(/help lists everything)")
-CLOSING_TEXT = "You're welcome. Everything measured is stored; unfinished work will be listed next time."

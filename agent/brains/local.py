@@ -1,20 +1,15 @@
-"""The local brain: a local instruct model with tool calling, no network and no key.
+"""The local brain: a local instruct model with tool calling, no network and no key; no word rules.
 
-In the hybrid (``rules=True``), a request the rule planner maps onto a tool call (agent.brains.offline: a
-method and a quoted prompt, parameter values, a named tool's words) is made as the planner reads it, without
-the model. Every other turn is one constrained decode (agent.brains.constrained) of a call ``{"name": ..., "arguments":
-{...}}``: the name is one of the registry's tools or ``reply`` (an answer in words: a question, a
-refusal, a greeting), the arguments follow the tool's argument grammar (agent.brains.tool_grammar),
-and the call is validated with the tool's pydantic model; one that does not validate is decoded once
-more with the error in the conversation. A prompt or destination the user never wrote is asked for,
-not invented; an optional filter they never wrote is dropped. The tool's result is answered with the
-rule planner's formatter (exact figures and their source), so the model writes only what it must.
-
-With a tool classifier (agent.brains.make_brain gives the shipped one), every turn of ``--brain local``
-(``rules=False``: no rule pass, the default) and the turns ``--brain hybrid``'s rules do not map go otherwise: the classifier, learned from the
-labelled chat requests (agent.brains.classifier), picks the tool or an answer in words, and the model writes
-that call's arguments after a cached prefix that shows typical labelled requests of every tool
-(agent.brains.examples).
+Every turn, a tool classifier learned from the labelled chat requests (agent.brains.classifier; make_brain
+gives the shipped one) picks the tool or an answer in words, and the model writes that call's arguments in
+one constrained decode (agent.brains.constrained) of ``{"name": ..., "arguments": {...}}`` after a cached
+prefix that shows typical labelled requests of every tool (agent.brains.examples). Without a classifier the
+model also chooses the name: one of the registry's tools or ``reply`` (an answer in words: a question, a
+refusal, a greeting). The arguments follow the tool's argument grammar (agent.brains.tool_grammar), and the
+call is validated with the tool's pydantic model; one that does not validate is decoded once more with the
+error in the conversation. A prompt or destination the user never wrote is asked for, not invented; an
+optional filter they never wrote is dropped. The tool's result is answered with the formatter
+(agent.brains.format: exact figures and their source), so the model writes only what it must.
 
 Speed: a built-in model runs its GGUF file on llama.cpp (tools.engine.llamacpp; transformers
 otherwise). The system prompt and tool list are a fixed prefix whose KV cache is computed once and
@@ -38,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.brains import local_prompt, tool_grammar
-from agent.brains.base import Reply
+from agent.brains.base import QUOTED, Reply
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
 from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
 from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier,
@@ -46,10 +41,11 @@ from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGE
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.brains.format import format_result
-from agent.brains.phrases import QUOTED
+
 from memory.helpers import home_dir
 from tools import models
 from tools.agent_tools import registry
+from tools.agent_tools.policy import REFUSAL
 from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine import llamacpp
 from tools.errors import ParameterError
@@ -228,11 +224,9 @@ class LocalBrain:
 
     name = "local"
 
-    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, rules: bool = True,
-                 examples: int = 0, classifier: ToolClassifier | None = None):
+    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, examples: int = 0,
+                 classifier: ToolClassifier | None = None):
         self.model = model or local_model_ref()
-        self.rules = rules  # False: the model decides every turn
-        self.name = "hybrid" if rules else "local"  # rules first, then the model: make_brain's hybrid
         self.classifier = classifier  # picks the tool (agent.brains.classifier); the model then writes its arguments
         self.examples = examples  # retrieved worked examples shown before each turn (agent.brains.examples)
         self.max_text_tokens = max_text_tokens
@@ -257,17 +251,7 @@ class LocalBrain:
         start = time.perf_counter()
         lm = self.engine()
         passes, fed = lm.passes, lm.fed
-        asked = self.pending is not None  # an answer to our question is read as one, not as a new request
-        ruled = None if asked or not self.rules else self._ruled(session, text)
-        if isinstance(ruled, Reply):  # the rule planner declines or asks: so does this brain
-            self.pending = ruled.waiting_call  # a quoted answer completes the call asked about
-            self.user_texts.append(text)
-            self.history.append(local_prompt.user_turn(text) + local_prompt.reply_call(ruled.text.splitlines()[0])
-                                + local_prompt.IM_END + "\n")
-            self.last_turn = {"seconds": time.perf_counter() - start, "passes": 0, "tokens": 0, "tool": None,
-                              "arguments": {}}
-            return ruled
-        decision = self._answered(text) or ruled or self.decide(text)
+        decision = self._answered(text) or self.decide(text)
         reply = self._act(session, text, decision)
         self.last_turn = {"seconds": time.perf_counter() - start, "passes": lm.passes - passes,
                           "tokens": lm.fed - fed, "tool": decision.name, "arguments": decision.arguments}
@@ -295,19 +279,6 @@ class LocalBrain:
             except ParameterError as exc:
                 completed.error = exc.user_message()
         return completed
-
-    def _ruled(self, session: Any, text: str) -> Decision | Reply | None:
-        """The tool call the rule planner makes for ``text`` (validated), its answer where it declines or asks
-        for what is missing, or None (the model decides)."""
-        call = rule_call(session, text)
-        if call is None or isinstance(call, Reply):
-            return call
-        name, arguments = call
-        try:
-            registry.parse_input(registry.load_tools()[name], arguments)
-        except (KeyError, ParameterError):
-            return None
-        return Decision(name=name, arguments=arguments)
 
     def decide(self, text: str) -> Decision:
         """One constrained decode; a call whose arguments do not validate is decoded once more with the
@@ -528,6 +499,10 @@ class LocalBrain:
             self.pending = (decision, missing)
             self.history.append(turn + local_prompt.reply_call(question) + local_prompt.IM_END + "\n")
             return Reply(question, awaiting=f"the {missing} for {decision.name}")
+        if decision.error is not None and REFUSAL in decision.error:  # the tools' content policy
+            answer = "I will not generate text for that prompt, not even to time it. Give me another prompt to measure."
+            self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
+            return Reply(answer, not_done="declined: the prompt asks for harmful content")
         if decision.error is not None:
             answer = f"I could not form a valid {decision.name} call: {decision.error}"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
@@ -772,47 +747,6 @@ def hoist_settings(arguments: dict, properties: dict) -> None:
         arguments.setdefault(key, params.pop(key))
     if not params:
         del arguments["params"]
-
-
-class _Planned(Exception):
-    """Stops the rule planner at its first tool call (rule_call)."""
-
-
-class _Probe:
-    """The session as the rule planner sees it, except that its first tool call is recorded, not made."""
-
-    def __init__(self, session: Any):
-        self._session, self.call = session, None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
-
-    def call_tool(self, name: str, tool_input: dict) -> Any:
-        self.call = (name, dict(tool_input))
-        raise _Planned
-
-
-UNREAD = ("the request was not understood by the rule planner", "outside specpilot's scope")
-
-
-def rule_call(session: Any, text: str) -> tuple[str, dict] | Reply | None:
-    """(tool, arguments) of the call the rule planner would make first for ``text``; its reply where it declines
-    (no estimates for other hardware, no deleting memory, a draft that cannot run) or asks for what is missing;
-    None where it did not read the request (or only greets). Nothing is run."""
-    from agent.brains.offline import OfflineBrain
-
-    probe, planner = _Probe(session), OfflineBrain()
-    try:
-        reply = planner.respond(probe, text)
-    except _Planned:
-        return probe.call
-    declined = reply.not_done is not None and reply.not_done not in UNREAD and not reply.not_done.startswith("unknown")
-    asked = planner.pending
-    if asked and asked["missing"] in GROUNDED:  # the call it asks a prompt or destination for, as this brain's own
-        properties = registry.load_tools()[asked["tool"]].input_schema().get("properties", {})
-        arguments = {k: v for k, v in asked["input"].items() if k in properties and v is not None}
-        reply.waiting_call = (Decision(name=asked["tool"], arguments=arguments), asked["missing"])
-    return reply if declined or reply.awaiting else None
 
 
 def quoted_parts(text: str) -> list[str]:

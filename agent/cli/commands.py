@@ -29,9 +29,9 @@ from tools.errors import SpecpilotError
 
 APPROVAL_COMMANDS = ("approve", "deny")
 BRAIN_CHOICES = BRAINS
-BRAIN_HELP = ("auto: Claude when ANTHROPIC_API_KEY is set, else the local model when it is fetched, else the rule "
-              "planner (offline); local (= model): heads learned from labelled requests and the local model; hybrid: "
-              "the rule planner first, then local")
+BRAIN_HELP = ("auto: Claude when ANTHROPIC_API_KEY is set, else the local model when it is fetched, else commands "
+              "only (offline); local (= model): heads learned from labelled requests and the local model; offline: "
+              "slash commands only, no model")
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
 
 

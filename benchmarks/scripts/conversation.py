@@ -1,7 +1,7 @@
 """Conversation evaluation: does a brain pick the right tool (with the right key arguments) for what
 a user types, and how long does a turn take?
 
-    .venv/bin/python benchmarks/scripts/conversation.py                       # offline, hybrid, local (+ anthropic with a key)
+    .venv/bin/python benchmarks/scripts/conversation.py                       # local (+ anthropic with a key)
     .venv/bin/python benchmarks/scripts/conversation.py --brains local:qwen2.5-coder-0.5b-instruct,local --half A
     .venv/bin/python benchmarks/scripts/conversation.py --out results.json --verbose
     .venv/bin/python benchmarks/scripts/conversation.py --data benchmarks/data/conversations_fresh_d.jsonl  # a set shipped here
@@ -104,7 +104,7 @@ def _run_requests(name: str, spec: str, requests: list[dict], verbose: bool) -> 
 
         fallback = getattr(make_brain(name), "fallback_reason", None)
         if fallback:
-            print(f"  note: {spec} answers with the rule planner: {fallback}", file=sys.stderr)
+            print(f"  note: {spec} answers with the command brain: {fallback}", file=sys.stderr)
         rows = []
         with Store() as store:
             ask(store, WARM_UP, brain=name, plan_only=True)  # loads the model: not timed
@@ -168,15 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--brains", default=None,
-                        help="comma-separated: offline, hybrid, local (or model), local:MODEL, hybrid:MODEL, anthropic "
-                             "(default: offline, hybrid, local, and anthropic when ANTHROPIC_API_KEY is set)")
+                        help="comma-separated: local (or model), local:MODEL, anthropic, offline (commands only) "
+                             "(default: local, and anthropic when ANTHROPIC_API_KEY is set)")
     parser.add_argument("--half", choices=("A", "B", "all"), default="all")
     parser.add_argument("--limit", type=int, default=None, help="first N requests of the chosen half")
     parser.add_argument("--out", type=Path, default=None, help="write every row and the summary as JSON")
     parser.add_argument("--verbose", action="store_true", help="one line per request on stderr")
     args = parser.parse_args(argv)
     brains = args.brains.split(",") if args.brains else (
-        ["offline", "hybrid", "local"] + (["anthropic"] if os.environ.get("ANTHROPIC_API_KEY") else []))
+        ["local"] + (["anthropic"] if os.environ.get("ANTHROPIC_API_KEY") else []))
     requests = [r for r in load_requests(args.data) if args.half in ("all", r["half"])][: args.limit]
     rows, results = [], {}
     for spec in brains:

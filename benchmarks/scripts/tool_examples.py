@@ -5,17 +5,15 @@ so that what the model is judged on was never shown to it.
 
     .venv/bin/python benchmarks/scripts/tool_examples.py
 
-A request whose right answer is no tool (ask or decline) gets the rule planner's first line of reply as
-its example answer, or a generic question where the planner would have called a tool.
+A request whose right answer is no tool (ask or decline) keeps the example answer the pool already gives it
+(written when a rule planner answered those requests), or a generic question for a request new to the pool.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,40 +38,31 @@ def held_out_sets() -> list[Path]:
     return [DATA / name for name in rows]
 
 
-def reply_for(text: str, store, planner_cls, session_cls) -> str:
-    """The rule planner's first line of answer to a request that should get no tool."""
-    session = session_cls(store, planner_cls())
-    reply = session.handle(text)
-    if session.turn_results:
-        return GENERIC_REPLY
-    first = next((line.strip() for line in reply.text.splitlines() if line.strip()), GENERIC_REPLY)
-    sentence = re.match(r".+?[.?!](?=\s|$)", first)
-    return re.sub(r" \(this one: [^)]*\)", "", sentence.group(0) if sentence else first)[:160]
+def earlier_replies() -> dict[str, str]:
+    """The example answers the pool gives now, by request."""
+    if not OUT.exists():
+        return {}
+    rows = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {row["text"]: row["reply"] for row in rows if row.get("reply")}
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["SPECPILOT_HOME"] = home
-        from agent.brains.offline import OfflineBrain
-        from agent.loop import Session
-        from memory import Store
-
-        held_out = {json.loads(line)["text"] for path in held_out_sets()
-                    for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
-        rows = []
-        with Store() as store:
-            for path in fitted_sets():
-                for line in path.read_text(encoding="utf-8").splitlines():
-                    if not line.strip():
-                        continue
-                    row = json.loads(line)
-                    if len(row["text"]) > MAX_TEXT or row["text"] in held_out:  # a held-out request verbatim
-                        continue
-                    out = {"text": row["text"], "tool": row["tool"], "args": row.get("args") or {},
-                           "set": path.stem.rsplit("_", 1)[1]}
-                    if row["tool"] is None:
-                        out["reply"] = reply_for(row["text"], store, OfflineBrain, Session)
-                    rows.append(out)
+    replies = earlier_replies()
+    held_out = {json.loads(line)["text"] for path in held_out_sets()
+                for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+    rows = []
+    for path in fitted_sets():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if len(row["text"]) > MAX_TEXT or row["text"] in held_out:  # a held-out request verbatim
+                continue
+            out = {"text": row["text"], "tool": row["tool"], "args": row.get("args") or {},
+                   "set": path.stem.rsplit("_", 1)[1]}
+            if row["tool"] is None:
+                out["reply"] = replies.get(row["text"], GENERIC_REPLY)
+            rows.append(out)
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     print(f"{len(rows)} examples from {len(fitted_sets())} fitted sets -> {OUT}", file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from tools.agent_tools.policy import check_content
 from tools.engine.params import METHODS, PARAM_MODELS
 from tools.errors import ApprovalError, ParameterError, SpecpilotError
 from tools.models import BUILTIN_MODELS, DTYPES
@@ -183,6 +184,7 @@ def parse_input(tool_: Tool, raw: dict | str | None) -> BaseModel:
         raise ParameterError(f"bad input for {tool_.name}: {problems}", hint=f"{tool_.name} takes: {fields}") from None
     for name in PROMPT_FIELDS:
         check_prompt(tool_.name, name, getattr(inp, name, None))
+        check_content(tool_.name, name, getattr(inp, name, None))
     return inp
 
 

@@ -1,13 +1,13 @@
-"""Requests specpilot declines whatever brain reads them: prompts asking for harm, deleting what it stores,
-fine-tuning the model itself. Plain text patterns (agent.loop and the rule planner use them)."""
+"""What the tools will not generate text for, whoever calls them (a brain, the JSON CLI, an MCP host): prompts
+that ask for malware, weapons, stolen credentials or attacks on services. The tools' own content policy, checked
+where their input is validated (tools.agent_tools.registry.parse_input), so no caller can time such a prompt."""
 
 from __future__ import annotations
 
 import re
 
-I = re.IGNORECASE
+from tools.errors import ParameterError
 
-# a prompt specpilot will not generate text for, even to time it
 HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb, at most three words, the thing
     r"\b(?:write|creat\w*|build\w*|mak\w*|code|develop\w*|generat\w*|design|program)(?:\s+[\w']+){0,3}?\s+"
     r"(?:key ?loggers?|"
@@ -25,16 +25,11 @@ HARMFUL = re.compile(  # making malware or weapons, stealing credentials: a verb
     r"credentials|passwords?)\b|"
     r"\b(?:crypto ?-?miners?|coin ?miners?|cryptojack\w*|mine (?:crypto\w*|bitcoins?|monero))\b|"
     r"\b(?:flood\w*|ddos\w*|overload\w*|knock\w* (?:\w+ )?(?:over|offline)|take (?:\w+ )?down)\b.{0,60}"
-    r"\b(?:api|server|endpoint|site|service)s?\b", I)
-# deleting stored runs or memory: specpilot has no tool for it
-DELETE_WORDS = re.compile(r"\b(?:delete|wipe|erase|purge|clear|forget|remove|rm)\b.*\b(?:runs?|memory|history|data|"
-                          r"results|everything|settings|tasks?|database)\b", I)
-# changing or publishing the model itself: quantizing it, pushing it to a hub
-MODEL_CHANGES = re.compile(r"\bquanti[sz]\w*\b|\bpush\w* (?:it |them |the model |my model )?to (?:the |a )?hub\b", I)
-MODEL_TUNING = re.compile(r"\b(?:lora|qlora|adapters?|peft|full fine-?tun\w*)\b|"
-                          r"\bfine-?tun\w* (?:the |my |a |our )?(?:[\w.]+ )?(?:model|target|"
-                          r"qwen|llama|smollm|mistral)", I)
-# writing someone's own text (a section of their report, an essay, a cover letter): no tool writes that
-CONTENT_WRITING = re.compile(r"\bwrite (?:[\w'-]+ ){0,3}(?:section|chapter|essay|cover letter|abstract|homework|"
-                             r"thesis|conclusion|introduction)s?\b(?! (?:of|for|about|on) (?:the |my |our |these "
-                             r")?(?:runs|results|measurements|figures|speedups))", I)
+    r"\b(?:api|server|endpoint|site|service)s?\b", re.IGNORECASE)
+REFUSAL = "the tools will not generate text for that prompt, not even to time it"
+
+
+def check_content(tool_name: str, field_name: str, text: object) -> None:
+    """A ParameterError when prompt text asks for harm (HARMFUL); nothing otherwise."""
+    if isinstance(text, str) and HARMFUL.search(text):
+        raise ParameterError(f"the {field_name} of {tool_name}: {REFUSAL}", hint="give another prompt to measure")
