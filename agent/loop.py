@@ -1,8 +1,9 @@
 """The conversation loop: one :class:`Session` per conversation, whatever the brain.
 
 A session reads memory first (saved parameters, unfinished tasks), records every request as a
-task (what is done and what is left), routes slash commands to the deterministic planner, gates
-deploy/serve requests before any planning, and runs every tool call through the approval gate.
+task (what is done and what is left), routes slash commands to the command brain (agent.brains.offline), puts
+deploy/serve requests the brain called no tool for behind an approval before any planning, and runs every
+tool call through the approval gate.
 Brains (agent.brains) only decide which tools to call and what to say; the loop knows them only through
 agent.brains.base: the brain is given to the Session, and so is the planner that answers slash commands (by
 default the brain's own ``commands`` planner, which agent.brains.make_brain attaches, else the brain itself).
@@ -20,7 +21,7 @@ from typing import Any, ContextManager, TypeVar
 
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.commands import parse_command, tool_command
-from agent.brains.base import QUOTED, RUN_WORDS, Brain, Reply, command_name, is_known_command
+from agent.brains.base import QUOTED, Brain, Reply, command_name, is_known_command
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt, load_tools
 from tools.engine.params import ACCELERATED
@@ -34,6 +35,8 @@ ANSWER_STEP = "answer the request"
 DEPLOY_REQUEST = re.compile(
     r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
     r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
+# a message that asks to run something ("run draft: ...", "benchmark ..."): what follows its colon is the prompt
+RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
 # the methods' own names, as the tools' schemas spell them (a request that names one expects an answer about it)
 METHOD_NAME = re.compile(rf"\b({'|'.join(ACCELERATED)})\b", re.IGNORECASE)
 
@@ -161,12 +164,12 @@ class Session:
             command = None if continuing else self._tool_command(text)
             if command is not None:
                 reply = command
-            elif is_deploy_request(text) and not continuing:
-                reply = self._deploy(text)
             elif self._for_planner(text, continuing):
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
+                if not continuing and not self.turn_results and reply.awaiting is None and is_deploy_request(text):
+                    reply = self._deploy(text)  # the brain called no tool, and the words ask to deploy: ask first
         except KeyboardInterrupt as exc:  # Ctrl-C, or (tools.errors.Terminated) SIGTERM / SIGHUP
             if self.task_id is not None:
                 task_id = self.task_id
@@ -223,13 +226,13 @@ class Session:
         return reply
 
     def planner(self):
-        """The deterministic planner (slash commands go to it whatever the brain)."""
+        """The command brain (slash commands go to it whatever the brain)."""
         if self._planner is None:
             self._planner = getattr(self.brain, "commands", None) or self.brain
         return self._planner
 
     def _for_planner(self, text: str, continuing: bool) -> bool:
-        """Whether the deterministic planner answers this message: a known slash command, anything
+        """Whether the command brain answers this message: a known slash command, anything
         shaped like a command when no question is pending, or anything while the planner asks."""
         return (is_known_command(text) or (command_name(text) is not None and not continuing)
                 or self._planner_is_asking())

@@ -110,6 +110,13 @@ def test_method_settings_and_run_options_are_read_from_the_schema(store, runs):
     assert "max_new_tokens takes a number" in bad.text and len(runs) == 2
 
 
+def test_every_short_command_is_a_known_command():
+    from agent.brains.base import SLASH_COMMANDS
+    from agent.brains.offline import SHORTCUTS
+
+    assert {*SHORTCUTS, "help", "details", "quit"} <= SLASH_COMMANDS
+
+
 def test_free_text_gets_one_message_naming_the_brains_and_commands(store, runs):
     reply = session(store).handle("run draft on 'write a sort function'")
     assert runs == [] and "commands only" in reply.text

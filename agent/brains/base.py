@@ -10,8 +10,6 @@ from typing import Any, Protocol
 
 from tools.agent_tools.registry import ToolResult
 
-# a message that asks to run something ("run draft: ...", "benchmark ...")
-RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"

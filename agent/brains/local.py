@@ -60,7 +60,6 @@ DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
 MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
-GROUNDED = ("prompt", "destination", "prompt_contains", "run_id")  # string arguments that must come from the user
 SURE = 0.8  # the classifier's pick is taken as it is from this probability on
 MORE_LIKELY = 0.5  # an argument head sets an optional choice from this probability of its value on
 PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
