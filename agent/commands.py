@@ -53,9 +53,15 @@ def read_arguments(rest: str, tool: Tool, text_field: str | None = None) -> dict
     properties, required = schema.get("properties", {}), list(schema.get("required", ()))
     arguments: dict[str, Any] = {}
     if text_field is not None:
-        rest = _leading_options(rest, arguments, properties)
-        text = rest.strip()
-        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+        text = _leading_options(rest, arguments, properties).strip()
+        if text[:1] in "\"'" and len(text) > 1 and text[-1] != text[0] and text[0] in text[1:]:
+            end, after = text.index(text[0], 1), {}  # a quoted prompt with options after it: "Write a haiku" k=4
+            if not _leading_options(text[end + 1:], after, properties).strip():
+                text = text[:end + 1]
+                for key, value in after.items():
+                    arguments[key] = {**arguments[key], **value} if isinstance(value, dict) and isinstance(
+                        arguments.get(key), dict) else value
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":
             text = text[1:-1]
         if text:
             arguments[text_field] = text
@@ -91,7 +97,7 @@ def _options(words: list[str], arguments: dict, properties: dict) -> list[str]:
                 else:
                     raise ParameterError(f"--{word[2:]} needs a value", hint=f"write --{word[2:]} VALUE")
             _put(arguments, properties, key, value)
-        elif KEY_VALUE.match(word):
+        elif _is_option(word, properties):
             key, _, value = word.partition("=")
             _put(arguments, properties, key.replace("-", "_"), value)
         else:
@@ -105,19 +111,16 @@ def _leading_options(rest: str, arguments: dict, properties: dict) -> str:
     ``arguments``; the text after them."""
     while True:
         match = WORD.match(rest)
-        if not match:
-            return ""
-        try:
-            word = shlex.split(match.group(1))[0]
-        except (ValueError, IndexError):
+        if not match:  # an unclosed quote or apostrophe ("'Twas the night"): the text starts here
             return rest
-        if KEY_VALUE.match(word) or (word.startswith("--") and len(word) > 2):
-            following = WORD.match(rest, match.end())
-            pair = [word] if "=" in word or following is None else [word, _unquoted(following.group(1))]
-            if len(pair) == 2 and _type(properties.get(word[2:].replace("-", "_"), {})) == "boolean":
-                pair = [word]
-            _options(pair, arguments, properties)
-            rest = rest[(following.end() if len(pair) == 2 else match.end()):]
+        word = _unquoted(match.group(1))
+        if _is_option(word, properties):
+            key = word[2:].replace("-", "_")
+            single = "=" in word or not word.startswith("--") or _type(properties.get(key, {})) == "boolean" or (
+                key.startswith("no_") and _type(properties.get(key[3:], {})) == "boolean")
+            following = None if single else WORD.match(rest, match.end())
+            _options([word] if following is None else [word, _unquoted(following.group(1))], arguments, properties)
+            rest = rest[(following or match).end():]
             continue
         name = next((k for k, prop in properties.items() if word in allowed(prop)
                      and (k not in arguments or _type(prop) == "array")), None)
@@ -125,6 +128,17 @@ def _leading_options(rest: str, arguments: dict, properties: dict) -> str:
             return rest
         _put(arguments, properties, name, word)
         rest = rest[match.end():]
+
+
+def _is_option(word: str, properties: dict) -> bool:
+    """Whether a word sets a field: ``--key ...``, or ``key=value`` where the key is a field (or a dotted
+    one), or the tool takes a method's ``params`` ("numpy==1.26" is no option of install_packages)."""
+    if word.startswith("--") and len(word) > 2:
+        return True
+    if not KEY_VALUE.match(word):
+        return False
+    key = word.split("=", 1)[0].replace("-", "_")
+    return key.split(".", 1)[0] in properties or "params" in properties
 
 
 def _unquoted(word: str) -> str:

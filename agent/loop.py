@@ -5,8 +5,8 @@ task (what is done and what is left), routes slash commands to the command brain
 deploy/serve requests the brain called no tool for behind an approval before any planning, and runs every
 tool call through the approval gate.
 Brains (agent.brains) only decide which tools to call and what to say; the loop knows them only through
-agent.brains.base: the brain is given to the Session, and so is the planner that answers slash commands (by
-default the brain's own ``commands`` planner, which agent.brains.make_brain attaches, else the brain itself).
+agent.brains.base: the brain is given to the Session, and so is the command brain that answers slash commands (by
+default the brain's own ``commands`` brain, which agent.brains.make_brain attaches, else the brain itself).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Session:
     ``approval_required``). ``activity(text)`` returns a context manager shown while a tool runs
     (the chat's spinner); ``progress(text)`` receives progress lines from tools; ``stream_text(text)``
     receives a brain's answer as it arrives (a brain that used it marks its Reply ``streamed``).
-    ``planner`` answers slash commands (default: the brain's ``commands`` planner, else the brain itself).
+    ``planner`` answers slash commands (default: the brain's ``commands`` brain, else the brain itself).
     """
 
     def __init__(self, store: Any, brain: Brain, confirm: Confirm | None = None, session_id: str | None = None,
@@ -168,7 +168,9 @@ class Session:
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
-                if not continuing and not self.turn_results and reply.awaiting is None and is_deploy_request(text):
+                declined = (reply.not_done or "").startswith("declined")  # e.g. a harmful prompt: stays declined
+                if (not continuing and not self.turn_results and reply.awaiting is None and not declined
+                        and not reply.streamed and is_deploy_request(text)):
                     reply = self._deploy(text)  # the brain called no tool, and the words ask to deploy: ask first
         except KeyboardInterrupt as exc:  # Ctrl-C, or (tools.errors.Terminated) SIGTERM / SIGHUP
             if self.task_id is not None:
@@ -197,7 +199,7 @@ class Session:
 
     def _tool_command(self, text: str) -> Reply | None:
         """``/TOOL key=value ...`` (agent.commands: parsed from the tool's schema) run as typed; None when the
-        message is not a tool command, or is one of the planner's own commands in its own syntax."""
+        message is not a tool command, or is one of the command brain's shortcuts in its own syntax."""
         tools = load_tools()
         name = tool_command(text, tools)
         if name is None:
@@ -205,7 +207,7 @@ class Session:
         try:
             arguments = parse_command(text, tools[name])
         except ParameterError as exc:
-            if is_known_command(text):  # "/explain how medusa works": the planner's command
+            if is_known_command(text):  # "/explain draft ...": the command brain's own shortcut
                 return None
             return Reply(exc.user_message(), not_done=f"/{name} did not validate")
         from agent.brains.format import format_result  # noqa: PLC0415  (the formatter loads the tools' texts)

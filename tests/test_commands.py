@@ -77,3 +77,20 @@ def _chat_commands(session):
     bad = session.handle("/lookup_runs limit=many")
     assert "number" in bad.text and bad.not_done
     assert session.handle("/explain topic=medusa detail=full").text.startswith("# Medusa")
+
+
+def test_chat_shortcuts_read_leading_options_and_keep_the_prompt_whole():
+    from agent.commands import read_arguments
+    from tools.agent_tools.registry import load_tools
+
+    tools = load_tools()
+    run, install = tools["run_method"], tools["install_packages"]
+    assert read_arguments("draft k=4 Write a haiku about autumn's leaves", run, "prompt") == {
+        "method": "draft", "params": {"k": 4}, "prompt": "Write a haiku about autumn's leaves"}
+    assert read_arguments("draft 'Twas the night before", run, "prompt")["prompt"] == "'Twas the night before"
+    assert read_arguments("draft --no-chat Write a haiku", run, "prompt") == {
+        "method": "draft", "chat": False, "prompt": "Write a haiku"}
+    assert read_arguments('draft "Write a haiku" k=4', run, "prompt") == {
+        "method": "draft", "prompt": "Write a haiku", "params": {"k": 4}}
+    assert read_arguments("draft 'autumn's leaves'", run, "prompt")["prompt"] == "autumn's leaves"
+    assert read_arguments("numpy==1.26 lade", install) == {"packages": ["numpy==1.26", "lade"]}

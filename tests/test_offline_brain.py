@@ -110,6 +110,17 @@ def test_method_settings_and_run_options_are_read_from_the_schema(store, runs):
     assert "max_new_tokens takes a number" in bad.text and len(runs) == 2
 
 
+def test_an_answer_to_a_prompt_question_is_the_prompt_whole(store, runs):
+    s = session(store)
+    s.handle("/run")
+    s.handle("draft")
+    s.handle("Solve x=3+4 please")
+    s.handle("/run draft")
+    s.handle("ngram is faster than medusa?")
+    assert [(r.method, r.prompt, r.params) for r in runs] == [("draft", "Solve x=3+4 please", {}),
+                                                             ("draft", "ngram is faster than medusa?", {})]
+
+
 def test_every_short_command_is_a_known_command():
     from agent.brains.base import SLASH_COMMANDS
     from agent.brains.offline import SHORTCUTS

@@ -14,7 +14,7 @@ from tools.agent_tools.registry import ToolResult
 # nothing; 'don't stop' is quoted whole)
 QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
                     r"(?<!`)`([^`\n]+)`(?!`)")
-# the slash commands of the chat and the planner; any other text starting with "/" (a path such as
+# the slash commands of the chat and the command brain; any other text starting with "/" (a path such as
 # /tmp/report.md) is an ordinary message, e.g. the answer to a pending question
 SLASH_COMMANDS = frozenset({
     "help", "params", "memory", "saved", "tasks", "runs", "lookup", "run", "compare", "deps", "dependencies",

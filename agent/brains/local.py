@@ -292,7 +292,7 @@ class LocalBrain:
         context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join(spelled_out(t) for t in [*self.user_texts, text])  # numbers in words count as written
         decision = self._decode(context, tools, said, names, text)
-        if decision.error is None:
+        if decision.error is None or REFUSAL in decision.error:  # the tools' content policy: no second try
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))

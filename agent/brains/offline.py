@@ -64,7 +64,7 @@ class OfflineBrain:
         text = text.strip()
         if self.pending is not None and not is_known_command(text):
             (tool, arguments, field, text_field), self.pending = self.pending, None
-            return self._complete(session, tool, arguments, field, text, field == text_field)
+            return self._complete(session, tool, arguments, field, text, text_field or None)
         name = command_name(text)
         if name is None:
             return self.free_text()
@@ -118,13 +118,16 @@ class OfflineBrain:
         return Reply(question, awaiting=question)
 
     def _complete(self, session: ToolSession, tool: str, arguments: dict, field: str, answer: str,
-                  is_text: bool) -> Reply:
-        """The pending call with ``answer`` as ``field`` (read by the field's type, or whole for a text field)."""
+                  text_field: str | None) -> Reply:
+        """The pending call with ``answer`` as ``field``: a text field's answer whole (one pair of quotes
+        stripped), any other read by the field's type."""
         spec = registry.load_tools()[tool]
         prop = spec.input_schema()["properties"].get(field, {})
+        answer = answer.strip()
         try:
-            if is_text:
-                given = read_arguments(answer, spec, field)
+            if field == text_field:
+                quoted = len(answer) > 1 and answer[0] == answer[-1] and answer[0] in "\"'"
+                given = {field: answer[1:-1] if quoted else answer} if answer else {}
             elif "=" in answer:  # "k=6" for params
                 given = read_arguments(answer, spec)
             elif prop.get("type") == "array":  # "gguf lade" for packages
@@ -133,7 +136,7 @@ class OfflineBrain:
                 given = read_arguments(f"{field}={_quoted(answer)}", spec)
         except ParameterError as exc:
             return Reply(exc.user_message(), not_done=f"the answer for {field} did not parse")
-        return self._call(session, tool, {**arguments, **given}, is_text and field or None)
+        return self._call(session, tool, {**arguments, **given}, text_field)
 
     def plan_deployment(self, session: ToolSession, request: str) -> Reply:
         """A deployment plan in words only (after the person approved planning it); nothing is run."""
