@@ -45,7 +45,7 @@ from agent.brains.format import format_result
 from memory.helpers import home_dir
 from tools import models
 from tools.agent_tools import registry
-from tools.agent_tools.policy import REFUSAL
+from tools.agent_tools.policy import REFUSAL, check_content
 from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine import llamacpp
 from tools.errors import ParameterError
@@ -493,6 +493,11 @@ class LocalBrain:
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
             return Reply(answer, not_done=None if decision.text else "the model wrote no answer to the request")
         missing = self._ground(session, text, decision, registry.load_tools())
+        if decision.error is None and isinstance(decision.arguments.get("prompt"), str):
+            try:  # grounding may complete a prompt the model copied in part: the content policy reads the whole
+                check_content(decision.name, "prompt", decision.arguments["prompt"])
+            except ParameterError as exc:
+                decision.error = exc.user_message()
         if missing:
             question = ask_for(decision, missing)
             self.pending = (decision, missing)
