@@ -12,6 +12,7 @@ says which field is wrong and what it takes. This is what runs with no model and
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shlex
@@ -55,16 +56,11 @@ def read_arguments(rest: str, tool: Tool, text_field: str | None = None) -> dict
     if text_field is not None:
         text = _leading_options(rest, arguments, properties).strip()
         if text[:1] in "\"'" and len(text) > 1 and text[-1] != text[0] and text[0] in text[1:]:
-            end, after = text.index(text[0], 1), {}  # a quoted prompt with options after it: "Write a haiku" k=4
-            if not _leading_options(text[end + 1:], after, properties).strip():
-                text = text[:end + 1]
-                for key, value in after.items():
-                    arguments[key] = {**arguments[key], **value} if isinstance(value, dict) and isinstance(
-                        arguments.get(key), dict) else value
-        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":
-            text = text[1:-1]
+            end, trial = text.index(text[0], 1), copy.deepcopy(arguments)  # "Write a haiku" k=4
+            if not _leading_options(text[end + 1:], trial, properties).strip():
+                text, arguments = text[:end + 1], trial
         if text:
-            arguments[text_field] = text
+            arguments[text_field] = unquote(text)
         return arguments
     try:
         words = shlex.split(rest)
@@ -86,11 +82,8 @@ def _options(words: list[str], arguments: dict, properties: dict) -> list[str]:
             key, eq, value = word[2:].partition("=")
             key = key.replace("-", "_")
             if not eq:
-                negated = key.startswith("no_") and key not in properties
-                if negated and _type(properties.get(key[3:], {})) == "boolean":  # --no-flag
-                    key, value = key[3:], "false"
-                elif _type(properties.get(key, {})) == "boolean":  # --flag
-                    value = "true"
+                if not _takes_value(word, properties):  # --flag, --no-flag
+                    key, value = (key, "true") if _type(properties.get(key, {})) == "boolean" else (key[3:], "false")
                 elif i + 1 < len(words):
                     i += 1
                     value = words[i]
@@ -115,10 +108,7 @@ def _leading_options(rest: str, arguments: dict, properties: dict) -> str:
             return rest
         word = _unquoted(match.group(1))
         if _is_option(word, properties):
-            key = word[2:].replace("-", "_")
-            single = "=" in word or not word.startswith("--") or _type(properties.get(key, {})) == "boolean" or (
-                key.startswith("no_") and _type(properties.get(key[3:], {})) == "boolean")
-            following = None if single else WORD.match(rest, match.end())
+            following = WORD.match(rest, match.end()) if _takes_value(word, properties) else None
             _options([word] if following is None else [word, _unquoted(following.group(1))], arguments, properties)
             rest = rest[(following or match).end():]
             continue
@@ -130,6 +120,17 @@ def _leading_options(rest: str, arguments: dict, properties: dict) -> str:
         rest = rest[match.end():]
 
 
+def _takes_value(word: str, properties: dict) -> bool:
+    """Whether an option is ``--key VALUE`` (the next word is its value), not ``--key=value``, ``key=value``,
+    a boolean ``--flag`` or ``--no-flag``."""
+    if not word.startswith("--") or "=" in word:
+        return False
+    key = word[2:].replace("-", "_")
+    boolean = _type(properties.get(key, {})) == "boolean"
+    negated = key.startswith("no_") and key not in properties and _type(properties.get(key[3:], {})) == "boolean"
+    return not (boolean or negated)
+
+
 def _is_option(word: str, properties: dict) -> bool:
     """Whether a word sets a field: ``--key ...``, or ``key=value`` where the key is a field (or a dotted
     one), or the tool takes a method's ``params`` ("numpy==1.26" is no option of install_packages)."""
@@ -139,6 +140,11 @@ def _is_option(word: str, properties: dict) -> bool:
         return False
     key = word.split("=", 1)[0].replace("-", "_")
     return key.split(".", 1)[0] in properties or "params" in properties
+
+
+def unquote(text: str) -> str:
+    """``text`` without one pair of quotes around the whole of it ("'autumn's leaves'" -> "autumn's leaves")."""
+    return text[1:-1] if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'" else text
 
 
 def _unquoted(word: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from agent.brains.base import Reply, ToolSession, command_name, is_known_command
 from agent.brains.format import format_details, format_result
-from agent.commands import allowed, read_arguments
+from agent.commands import allowed, read_arguments, unquote
 from tools.agent_tools import registry
 from tools.agent_tools.lookup import statement
 from tools.errors import ParameterError
@@ -68,7 +68,7 @@ class OfflineBrain:
         name = command_name(text)
         if name is None:
             return self.free_text()
-        rest = text.strip()[len(name) + 1:].strip()
+        rest = text[len(name) + 1:].strip()
         if name == "help":
             return Reply(HELP)
         if name == "details":
@@ -93,7 +93,8 @@ class OfflineBrain:
 
     def _call(self, session: ToolSession, tool: str, arguments: dict, text_field: str | None) -> Reply:
         """Call ``tool`` when every required field is given (a method from the saved default), else ask."""
-        schema = registry.load_tools()[tool].input_schema()
+        spec = registry.load_tools()[tool]
+        schema = spec.input_schema()
         if tool in DEFAULT_METHOD and "method" not in arguments:
             default = session.store.get_answer("default_method")
             if default and default in allowed(schema["properties"]["method"]):
@@ -102,7 +103,7 @@ class OfflineBrain:
         if missing:
             return self._ask(tool, arguments, missing[0], text_field, schema["properties"].get(missing[0], {}))
         try:
-            registry.parse_input(registry.load_tools()[tool], arguments)
+            registry.parse_input(spec, arguments)
         except ParameterError as exc:
             return Reply(exc.user_message(), not_done=f"{tool} did not validate")
         result = session.call_tool(tool, arguments)
@@ -126,8 +127,7 @@ class OfflineBrain:
         answer = answer.strip()
         try:
             if field == text_field:
-                quoted = len(answer) > 1 and answer[0] == answer[-1] and answer[0] in "\"'"
-                given = {field: answer[1:-1] if quoted else answer} if answer else {}
+                given = {field: unquote(answer)} if answer else {}
             elif "=" in answer:  # "k=6" for params
                 given = read_arguments(answer, spec)
             elif prop.get("type") == "array":  # "gguf lade" for packages
