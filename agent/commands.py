@@ -164,15 +164,17 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
         if _type(properties.get(name, {})) == "array" and n == len(open_fields) - 1:
             values, bare[:] = list(bare), []
             _put(arguments, properties, name, ",".join(values))
-        else:
-            _put(arguments, properties, name, bare.pop(0))
+        else:  # the first bare value the field's schema allows, where it lists values
+            values = allowed(properties.get(name, {}))
+            _put(arguments, properties, name, bare.pop(next((i for i, v in enumerate(bare) if v in values), 0)))
     for value in list(bare):  # a bare value an optional field allows by its enum ("draft" for methods)
         name = next((k for k, prop in properties.items() if value in allowed(prop)), None)
         if name is not None:
             bare.remove(value)
             _put(arguments, properties, name, value)
     if bare:
-        named = ", ".join(required) or "none"
+        named = ", ".join(f"{k} ({' | '.join(allowed(properties.get(k, {})))})" if allowed(properties.get(k, {}))
+                          else k for k in required) or "none"
         raise ParameterError(f"/{tool.name} does not know what {' '.join(bare)!r} is for",
                              hint=f"give values by name (key=value or --key value); its required fields: {named}")
 

@@ -94,3 +94,11 @@ def test_chat_shortcuts_read_leading_options_and_keep_the_prompt_whole():
         "method": "draft", "prompt": "Write a haiku", "params": {"k": 4}}
     assert read_arguments("draft 'autumn's leaves'", run, "prompt")["prompt"] == "autumn's leaves"
     assert read_arguments("numpy==1.26 lade", install) == {"packages": ["numpy==1.26", "lade"]}
+
+
+def test_a_required_choice_takes_the_bare_word_its_schema_allows_and_words_left_over_are_named():
+    assert parsed("/explain medusa")[1]["topic"] == "medusa"
+    with pytest.raises(ParameterError) as err:
+        parsed("/explain how medusa works")
+    assert "'how works'" in err.value.user_message()
+    assert "topic (draft | medusa" in err.value.user_message()  # the values it takes are listed

@@ -1,11 +1,21 @@
-"""Grammar engines for the local brain's tool calls, side by side: llama.cpp's grammar compiled from the
-registry's JSON schemas (``LlamaGrammar.from_json_schema``, applied by llama.cpp's grammar sampler over the
-engine's own llama.cpp backend, greedy, one token per forward pass) against the hand-written constrained
-decoder (agent.brains.constrained + tool_grammar: choices in one pass each, prompt-lookup drafts for copied
-text). Both see the same prompt: the fixed prefix, the retrieved worked examples (agent.brains.examples),
-the request. Prints seconds, tokens fed and the decoded call per request.
+"""Grammar engines for the local brain's tool calls, side by side, on the engine's own llama.cpp backend:
 
-    .venv/bin/python benchmarks/scripts/grammar_engines.py --data benchmarks/data/conversations_fresh_j.jsonl --limit 6
+- llama.cpp's grammar compiled from the registry's JSON schemas (``LlamaGrammar.from_json_schema``, llama.cpp's
+  grammar sampler, greedy, one token per forward pass);
+- llguidance and xgrammar over the same JSON schema: tokens the grammar forces are fed with the next pass
+  that needs logits, the rest is greedy among the allowed tokens, with prompt-lookup drafts (the user's
+  words copied into an argument) verified in the same pass;
+- the hand-written constrained decoder (agent.brains.constrained + tool_grammar: choices in one pass each,
+  the same prompt-lookup drafts), the model picking the tool as above, and as chat runs it (the fitted heads
+  pick the tool and the arguments they are sure of).
+
+The first four see the same prompt: the fixed prefix, four retrieved worked examples (agent.brains.examples),
+the request; each feeds the turn itself. Prints seconds, forward passes, tokens fed and the decoded call per
+request, scored as benchmarks/scripts/conversation.py scores (right tool and key arguments).
+
+    .venv/bin/pip install llguidance apache-tvm-ffi && .venv/bin/pip install --no-deps xgrammar  # not product deps
+    .venv/bin/python benchmarks/scripts/grammar_engines.py --data benchmarks/data/conversations_fresh_j.jsonl \
+        --limit 12 --save-result grammar_engines_amx
 """
 
 from __future__ import annotations
@@ -181,17 +191,200 @@ def decode_call(lm, sampler: GrammarSampler, max_tokens: int = MAX_CALL_TOKENS) 
         return None
 
 
+SEPARATORS = (", ", ": ")  # as the hand-written decoder writes JSON
+
+
+class GuidanceMatcher:
+    """llguidance's matcher over :func:`call_schema`, with the backend's own vocabulary."""
+
+    name = "llguidance"
+
+    def __init__(self, backend, schema: dict):
+        from llguidance import LLMatcher
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        self.vocab_size = backend.vocab_size
+        tokenizer = lltokenizer_from_vocab(backend._vocab)  # noqa: SLF001 - the backend's own vocabulary
+        grammar = LLMatcher.grammar_from_json_schema(schema, overrides={
+            "item_separator": SEPARATORS[0], "key_separator": SEPARATORS[1], "whitespace_flexible": False})
+        self.matcher = LLMatcher(tokenizer, grammar, log_level=0)
+        if self.matcher.is_error():
+            raise ValueError(f"llguidance could not compile the tool-call grammar: {self.matcher.get_error()}")
+        self.mask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
+
+    def reset(self) -> None:
+        self.matcher.reset()
+
+    def forced(self) -> list[int]:
+        return self.matcher.compute_ff_tokens()
+
+    def valid(self, tokens: list[int]) -> int:
+        return self.matcher.validate_tokens(tokens)
+
+    def accept(self, token: int) -> bool:
+        return self.matcher.consume_token(token)
+
+    def allowed(self) -> np.ndarray:
+        self.matcher.unsafe_compute_mask_ptr(self.mask.ctypes.data, self.mask.nbytes)
+        return np.unpackbits(self.mask.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+
+    def done(self) -> bool:
+        return self.matcher.is_accepting()
+
+
+class XGrammarMatcher:
+    """xgrammar's matcher over :func:`call_schema`, with the model's Hugging Face tokenizer."""
+
+    name = "xgrammar"
+
+    def __init__(self, tokenizer, vocab_size: int, schema: dict):
+        import torch
+        import xgrammar
+
+        self.vocab_size = vocab_size
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        grammar = xgrammar.GrammarCompiler(info).compile_json_schema(
+            json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
+        self.matcher = xgrammar.GrammarMatcher(grammar)
+        self.mask = xgrammar.allocate_token_bitmask(1, vocab_size)
+        self._torch = torch
+
+    def reset(self) -> None:
+        self.matcher.reset()
+
+    def forced(self) -> list[int]:
+        return list(self.matcher.find_jump_forward_tokens())
+
+    def valid(self, tokens: list[int]) -> int:
+        n = 0
+        for token in tokens:
+            if not self.matcher.accept_token(token):
+                break
+            n += 1
+        if n:
+            self.matcher.rollback(n)
+        return n
+
+    def accept(self, token: int) -> bool:
+        return self.matcher.accept_token(token)
+
+    def allowed(self) -> np.ndarray:
+        self.matcher.fill_next_token_bitmask(self.mask)
+        words = self.mask[0].numpy().view(np.uint8)
+        return np.unpackbits(words, bitorder="little")[: self.vocab_size].astype(bool)
+
+    def done(self) -> bool:
+        return self.matcher.is_completed()
+
+
+def _pick(matcher, row) -> int:
+    """The best token the grammar allows next, accepted into the matcher's state; -1 when none is. The
+    model's best few are tried first (the usual case), the whole mask only when none of them fits."""
+    row = row[: matcher.vocab_size].numpy()
+    best = np.argpartition(-row, TRIED_FIRST)[:TRIED_FIRST]
+    for token in best[np.argsort(-row[best])]:
+        if matcher.valid([int(token)]) == 1:
+            matcher.accept(int(token))
+            return int(token)
+    allowed = matcher.allowed()
+    if not allowed.any():
+        return -1
+    token = int(np.argmax(np.where(allowed, row, -np.inf)))
+    matcher.accept(token)
+    return token
+
+
+def decode_matched(lm, matcher, max_tokens: int = MAX_CALL_TOKENS) -> dict | None:
+    """One constrained greedy decode after the engine's committed text under a grammar library's matcher
+    (see :func:`decode_call`): tokens the grammar forces are fed with the next pass that needs logits,
+    the rest is the model's greedy choice among the allowed tokens, with the hand-written decoder's
+    prompt-lookup drafts verified in the same pass."""
+    import torch
+
+    from agent.brains.constrained import LOOKUP
+    from tools.engine.prompt_lookup import find_candidate_set
+
+    matcher.reset()
+    lm._align(lm.segment_ids())  # noqa: SLF001 - the engine's context, fed lazily
+    out: list[int] = []
+    while len(out) < max_tokens and not matcher.done():
+        forced = matcher.forced()
+        if forced:
+            for token in forced:
+                matcher.accept(token)
+            lm.ids += forced
+            lm._last = None  # noqa: SLF001
+            out += forced
+            continue
+        cached = min(lm._cached(), len(lm.ids) - 1)  # noqa: SLF001
+        lm.backend.crop(lm.cache, cached)
+        pending = lm.ids[cached:]
+        drafts = find_candidate_set(torch.tensor(lm.ids, dtype=torch.long), LOOKUP, limit=max_tokens - len(out))
+        draft = drafts[0][: matcher.valid(drafts[0])] if drafts else []
+        logits = lm._forward(pending + draft, cached, None, rows=len(draft) + 1)  # noqa: SLF001
+        new: list[int] = []
+        for i in range(len(draft) + 1):
+            token = _pick(matcher, logits[i])
+            if token < 0:
+                break
+            new.append(token)
+            if i == len(draft) or token != draft[i] or matcher.done():
+                break
+        lm.backend.crop(lm.cache, cached + len(pending) + max(0, len(new) - 1))
+        lm.ids = lm.ids[:cached] + pending + new
+        lm._last = None  # noqa: SLF001
+        out += new
+        if not new:
+            break
+    text = lm.decode(out)
+    lm.text += text
+    try:
+        return json.loads(text)
+    except ValueError:
+        log.info("the call did not close within %d tokens: %r", max_tokens, text[:200])
+        return None
+
+
+def _score(row: dict, name: str | None, arguments: dict | None) -> tuple[bool, bool]:
+    """(right tool, right tool and key arguments), scored as benchmarks/scripts/conversation.py scores."""
+    from benchmarks_conversation import score
+
+    calls = [{"name": name, "input": arguments or {}}] if name not in (None, REPLY) else []
+    return score(row, calls)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per engine: requests, mean and median seconds, forward passes and tokens fed, right tool, right call."""
+    import statistics
+
+    out = {}
+    for engine in dict.fromkeys(r["engine"] for r in rows):
+        mine = [r for r in rows if r["engine"] == engine]
+        out[engine] = {"requests": len(mine), "mean_s": round(statistics.mean(r["seconds"] for r in mine), 2),
+                       "median_s": round(statistics.median(r["seconds"] for r in mine), 2),
+                       "passes": sum(r["passes"] for r in mine), "fed": sum(r["fed"] for r in mine),
+                       "tool_ok": sum(r["tool_ok"] for r in mine), "args_ok": sum(r["args_ok"] for r in mine)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import importlib.util
     import time
 
     from agent.brains import local, local_prompt
     from agent.brains.examples import default_index
     from tools.agent_tools import registry
+    from tools.report.results import save_result
+
+    spec = importlib.util.spec_from_file_location("benchmarks_conversation", Path(__file__).with_name("conversation.py"))
+    sys.modules["benchmarks_conversation"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=6)
+    parser.add_argument("--save-result", metavar="NAME", help="also write benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
     tools = registry.load_tools()
     prefix = (f"{local_prompt.IM_START}system\n{local_prompt.SYSTEM}\n\n# Tools\n"
@@ -200,19 +393,59 @@ def main(argv: list[str] | None = None) -> int:
                 f'{{"name": NAME, "arguments": {{...}}}}{local_prompt.IM_END}\n')
     lm = local.load_engine(local.DEFAULT_LOCAL_MODEL, prefix)
     sampler = GrammarSampler(lm.backend, grammar_text(tools))
-    rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for row in rows[: args.limit]:
-        shown = local_prompt.examples_text(reversed(default_index().nearest(row["text"], 4)))
-        lm.begin(shown + local_prompt.user_turn(row["text"]))
-        start, fed = time.perf_counter(), lm.fed
-        call = decode_call(lm, sampler)
-        print(f"json-schema grammar {time.perf_counter() - start:6.1f}s fed {lm.fed - fed:4d} "
-              f"{json.dumps(call)[:160]} | want {row['tool']} {row.get('args')}", flush=True)
-        brain = local.LocalBrain(rules=False, examples=4)
-        start, fed = time.perf_counter(), brain.engine().fed
-        decision = brain.decide(row["text"])
-        print(f"hand-written        {time.perf_counter() - start:6.1f}s fed {brain.engine().fed - fed:4d} "
-              f"{decision.name} {json.dumps(decision.arguments)[:140]}", flush=True)
+    matchers = []
+    for make in (lambda: GuidanceMatcher(lm.backend, call_schema(tools)),
+                 lambda: XGrammarMatcher(lm.tokenizer, lm.backend.vocab_size, call_schema(tools))):
+        try:
+            matchers.append(make())
+        except ImportError as exc:
+            print(f"skipped: {exc} (see the install line in this script's docstring)", file=sys.stderr)
+    # the hand-written decoder with the same information (the model picks the tool), and as chat runs it
+    # (the fitted heads pick the tool and the sure arguments, no worked examples)
+    brains = (("hand-written", local.LocalBrain(examples=4)),
+              ("hand-written+heads", local.LocalBrain(classifier=local.default_classifier())))
+    requests = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows: list[dict] = []
+
+    def record(engine: str, request: dict, seconds: float, passes: int, fed: int, name, arguments) -> None:
+        tool_ok, args_ok = _score(request, name, arguments)
+        rows.append({"engine": engine, "text": request["text"], "seconds": round(seconds, 3), "passes": passes,
+                     "fed": fed, "tool": name, "arguments": arguments, "tool_ok": tool_ok, "args_ok": args_ok})
+        print(f"  {engine:18s} {seconds:6.2f}s passes {passes:3d} fed {fed:4d} {'ok ' if args_ok else '-- '}"
+              f"{name} {json.dumps(arguments)[:120]}", flush=True)
+
+    for request in requests[: args.limit]:
+        shown = local_prompt.examples_text(reversed(default_index().nearest(request["text"], 4)))
+        print(f"want {request['tool']} {json.dumps(request.get('args'))[:140]}", flush=True)
+        engines = [("llama.cpp grammar", lambda: decode_call(lm, sampler))]
+        engines += [(m.name, lambda m=m: decode_matched(lm, m)) for m in matchers]
+        for engine, decode in engines:
+            lm.ids, lm._last = lm.ids[: lm.base], None  # noqa: SLF001 - each engine feeds the turn itself
+            lm.backend.crop(lm.cache, lm.base)
+            lm.begin(shown + local_prompt.user_turn(request["text"]))
+            start, fed, passes = time.perf_counter(), lm.fed, lm.passes
+            call = decode() or {}
+            record(engine, request, time.perf_counter() - start, lm.passes - passes, lm.fed - fed,
+                   call.get("name"), call.get("arguments"))
+        for engine, brain in brains:
+            model = brain.engine()
+            start, fed, passes = time.perf_counter(), model.fed, model.passes
+            decision = brain.decide(request["text"])
+            record(engine, request, time.perf_counter() - start, model.passes - passes, model.fed - fed,
+                   decision.name if decision.error is None else None, decision.arguments)
+    summary = summarize(rows)
+    for engine, figures in summary.items():
+        print(f"{engine:18s} {figures}")
+    if args.save_result:
+        path = save_result(args.save_result, "grammar_engines", rows, summary, hardware={}, dtype=None,
+                           threads=lm.backend.n_threads, command=[".venv/bin/python", *sys.argv],
+                           extra={"data": args.data.name, "model": local.DEFAULT_LOCAL_MODEL,
+                                  "engines": "llama.cpp grammar: LlamaGrammar.from_json_schema, one token per pass; "
+                                             "llguidance and xgrammar: forced tokens fed without a pass of their own, "
+                                             "prompt-lookup drafts; hand-written: agent.brains.constrained",
+                                  "same_prompt": "the first four engines see the same prompt with 4 retrieved "
+                                                 "examples; hand-written+heads is chat's own path (no examples)"})
+        print(f"result: {path}")
     return 0
 
 
