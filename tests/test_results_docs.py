@@ -215,3 +215,20 @@ def test_the_report_command_writes_the_page_the_chart_and_the_readme_block(tmp_p
 def test_a_readme_without_the_block_is_refused():
     with pytest.raises(ParameterError, match="no results block"):
         results.fill_readme("# nothing here\n", "block")
+
+
+def test_the_fit_and_eval_halves_are_two_results_and_no_machine_folder_is_stored(tmp_path):
+    folder = tmp_path / "benchmarks" / "results"
+    root = results.checkout_root()
+    assert root is not None
+    for name, half, speedup in (("fit", "spec_bench_fit", 2.0), ("eval", "spec_bench_eval", 1.8)):
+        bench = {"task_id": 1, "prompt_set": str(root / "prompts" / f"{half}.jsonl"), "prompts": 2,
+                 "methods": ["draft"], "run_ids": [], "summary": _suite_summary(speedup, 3.0),
+                 "hardware": {"name": "Xeon (2 cores)", "cpu": "Xeon"}, "dtype": "bfloat16", "settings": {},
+                 "params": {}, "versions": {}, "not_run": {}}
+        path = results.save_bench_result(name, bench, [], folder=folder, command=["specpilot", "bench"])
+        assert json.loads(path.read_text())["extra"]["prompt_set"] == f"prompts/{half}.jsonl"
+    block = results.render_readme_block(folder, relative_to=tmp_path)
+    assert "2 prompts of spec_bench_fit, total time | [fit]" in block
+    assert "2 prompts of spec_bench_eval, total time | [eval]" in block
+    assert results.portable_path("/elsewhere/my_prompts.jsonl") == "my_prompts.jsonl"

@@ -57,6 +57,21 @@ def checkout_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "benchmarks").is_dir() else None
 
 
+def portable_path(path) -> str | None:
+    """A path as a result file may hold it: relative to the checkout where it lies inside it, else its file
+    name (a result file names no folder of the machine that made it)."""
+    if not path:
+        return path
+    path = Path(str(path))
+    if not path.is_absolute():
+        return str(path)
+    root = checkout_root()
+    try:
+        return str(path.resolve().relative_to(root)) if root is not None else path.name
+    except ValueError:
+        return path.name
+
+
 def default_results_dir() -> Path:
     """benchmarks/results of the checkout specpilot runs from, else ./benchmarks/results."""
     root = checkout_root()
@@ -215,7 +230,7 @@ def save_bench_result(name: str, result: dict, records: list[dict] | None = None
         by_id = {r.get("run_id"): r for r in records}
         records += [auto_row(by_id[a["run_id"]], a["picked"], a["reason"]) for a in result.get("auto") or ()
                     if a.get("run_id") in by_id]
-    extra = {"prompt_set": result.get("prompt_set"), "prompts": result.get("prompts"),
+    extra = {"prompt_set": portable_path(result.get("prompt_set")), "prompts": result.get("prompts"),
              "methods": result.get("methods"), "task_ids": result.get("task_ids") or [result.get("task_id")],
              "settings": result.get("settings"), "params": result.get("params"), "versions": result.get("versions"),
              "not_run": result.get("not_run")}
@@ -435,11 +450,17 @@ def latest_results(folder: Path) -> list[tuple[Path, dict]]:
         if not (_is_result(data) and data["kind"] in SECTIONS):
             continue
         key = (machine_of(data), data["kind"], str(data.get("dtype") or ""),
-               str((data.get("summary") or {}).get("target") or ""), _draft_of(data), _given_of(data))
+               str((data.get("summary") or {}).get("target") or ""), _draft_of(data), _given_of(data), _prompts_of(data))
         if key not in latest or (str(data.get("date") or ""), path.name) > (str(latest[key][1].get("date") or ""),
                                                                            latest[key][0].name):
             latest[key] = (path, data)
     return [latest[k] for k in sorted(latest)]
+
+
+def _prompts_of(data: dict) -> str:
+    """The prompt file a suite ran over, by name ("spec_bench_eval"): the fit half and the eval half are two
+    measurements, not one replacing the other."""
+    return Path(str((data.get("extra") or {}).get("prompt_set") or "")).stem
 
 
 def _draft_of(data: dict) -> str:
@@ -472,8 +493,9 @@ def latest_table(folder: Path, relative_to: Path) -> list[str]:
                     continue
                 drafted = f", draft {_draft_of(data)}" if _draft_of(data) and m == "draft" else ""
                 drafted += f", given {_given_of(data, m)}" if _given_of(data, m) else ""
+                over = f" of {_prompts_of(data)}" if _prompts_of(data) else ""
                 body.append([machine, dtype, m, _cell(s.get("speedup"), 2, "x"), _cell(s.get("mean_accepted_per_step")),
-                             f"{prompts} prompts, total time{drafted}", link])
+                             f"{prompts} prompts{over}, total time{drafted}", link])
         else:
             rows = data.get("rows") or []
             levels = sorted({x.get("concurrency") or 0 for x in rows})
