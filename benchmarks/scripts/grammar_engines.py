@@ -166,6 +166,18 @@ class GrammarSampler:
             pass
 
 
+def _commit_call(lm, out: list[int], max_tokens: int) -> dict | None:
+    """The decoded tokens appended to the engine's committed text; the call they spell, or None when it did
+    not close within ``max_tokens``."""
+    text = lm.decode(out)
+    lm.text += text
+    try:
+        return json.loads(text)
+    except ValueError:
+        log.info("the call did not close within %d tokens: %r", max_tokens, text[:200])
+        return None
+
+
 def decode_call(lm, sampler: GrammarSampler, max_tokens: int = MAX_CALL_TOKENS) -> dict | None:
     """One grammar-constrained greedy decode after the engine's committed text (``lm``: an
     agent.brains.constrained.ConstrainedLM over a llama.cpp backend): the parsed call, or None when it
@@ -182,13 +194,7 @@ def decode_call(lm, sampler: GrammarSampler, max_tokens: int = MAX_CALL_TOKENS) 
         out.append(token)
         if token == lm.tokenizer.eos_token_id:
             break
-    text = lm.decode(out)
-    lm.text += text
-    try:
-        return json.loads(text)
-    except ValueError:
-        log.info("the call did not close within %d tokens: %r", max_tokens, text[:200])
-        return None
+    return _commit_call(lm, out, max_tokens)
 
 
 SEPARATORS = (", ", ": ")  # as the hand-written decoder writes JSON
@@ -336,13 +342,7 @@ def decode_matched(lm, matcher, max_tokens: int = MAX_CALL_TOKENS) -> dict | Non
         out += new
         if not new:
             break
-    text = lm.decode(out)
-    lm.text += text
-    try:
-        return json.loads(text)
-    except ValueError:
-        log.info("the call did not close within %d tokens: %r", max_tokens, text[:200])
-        return None
+    return _commit_call(lm, out, max_tokens)
 
 
 def _score(row: dict, name: str | None, arguments: dict | None) -> tuple[bool, bool]:
