@@ -219,7 +219,13 @@ class Session:
         question (and its task) stay open, and the reply says so."""
         waiting, self.task_id = self.task_id, None
         reply = self.handle(text)
-        if reply.awaiting:  # the command asked a question of its own: that one is pending now
+        if reply.awaiting:  # the command asked a question of its own: that one is pending now, the first is dropped
+            command = text.split()[0]
+            self.remember(lambda: self.store.update_task(
+                waiting, status="unfinished", left=[f"set aside: {command} asked a question of its own"]))
+            if self.planner() is not self.brain and getattr(self.brain, "pending", None) is not None:
+                self.brain.pending = None  # the brain's question would take the next message for its answer
+            reply.text += "\n(The earlier question is dropped: ask for that again when you want it.)"
             return reply
         self.task_id = waiting
         left = [step for step in self.store.get_task(waiting)["left"] if step.startswith("waiting for the user")]

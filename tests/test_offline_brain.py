@@ -324,3 +324,15 @@ def test_details_shows_the_last_tool_answer_whole_and_says_when_there_is_none(st
     assert details.details and "Output:\n  def f(): pass" in details.text and [r.name for r in details.data] == ["run_method"]
     s.handle("/help")  # a turn without a tool keeps the last answer for /details
     assert "Output:\n  def f(): pass" in s.handle("/details").text
+
+
+def test_a_command_that_asks_its_own_question_sets_the_waiting_one_aside(store, runs):
+    s = session(store)
+    assert s.handle("/run").awaiting
+    aside = s.handle("/compare")  # asks for its own prompt
+    assert aside.awaiting and "earlier question is dropped" in aside.text
+    first, second = sorted(store.list_tasks(), key=lambda t: t["id"])
+    assert first["status"] == "unfinished" and first["left"] == ["set aside: /compare asked a question of its own"]
+    assert second["left"][0].startswith("waiting for the user")
+    answered = s.handle("/runs")  # an aside that asks nothing leaves the waiting question as it was
+    assert "(Still waiting for the user" in answered.text
