@@ -5,7 +5,8 @@ names the JSON CLI and the MCP server use; a dash may stand for the underscore).
 the tool's JSON schema gives the field: numbers, booleans (true/false/yes/no/1/0), lists (comma-separated, or
 the key repeated), and objects as JSON or as dotted keys (``params.k=4``). A key that is not a field of the
 tool but the tool takes a method's ``params`` goes into ``params`` (``/run_method draft k=4 prompt="..."``).
-Bare values fill the required fields in the schema's order. Quoting follows the shell (``prompt="two words"``).
+Bare values fill the required fields in the schema's order, a field that lists its values taking the first bare
+value it allows. Quoting follows the shell (``prompt="two words"``).
 The tool's pydantic model then validates the whole call: what does not validate is a ParameterError that
 says which field is wrong and what it takes. This is what runs with no model and no key.
 """
@@ -155,8 +156,9 @@ def _unquoted(word: str) -> str:
 
 
 def _fill_required(arguments: dict, properties: dict, required: list[str], bare: list[str], tool: Tool) -> None:
-    """Bare values fill the required fields not given by key, in the schema's order (a list field takes every
-    bare value left when it is the last one)."""
+    """Bare values fill the required fields not given by key, in the schema's order: a field that lists its values
+    takes the first bare value it allows, another field the first bare value left (a list field takes every bare
+    value left when it is the last one)."""
     open_fields = [name for name in required if name not in arguments]
     for n, name in enumerate(open_fields):
         if not bare:

@@ -215,16 +215,18 @@ class Session:
         return Reply(format_result(self.call_tool(name, arguments)))
 
     def _aside(self, text: str) -> Reply:
-        """A known /command while a question waits for its answer: handled as a task of its own; the
-        question (and its task) stay open, and the reply says so."""
+        """A known /command while a question waits for its answer: handled as a task of its own. The waiting
+        question (and its task) stay open and the reply says so, unless the command asks a question of its
+        own: then that one replaces it, and the first task is recorded as set aside."""
         waiting, self.task_id = self.task_id, None
         reply = self.handle(text)
         if reply.awaiting:  # the command asked a question of its own: that one is pending now, the first is dropped
             command = text.split()[0]
             self.remember(lambda: self.store.update_task(
                 waiting, status="unfinished", left=[f"set aside: {command} asked a question of its own"]))
-            if self.planner() is not self.brain and getattr(self.brain, "pending", None) is not None:
-                self.brain.pending = None  # the brain's question would take the next message for its answer
+            drop = getattr(self.brain, "drop_question", None)
+            if self.planner() is not self.brain and drop is not None:
+                drop()  # else the brain's own question would take the next message for its answer
             reply.text += "\n(The earlier question is dropped: ask for that again when you want it.)"
             return reply
         self.task_id = waiting

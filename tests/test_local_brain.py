@@ -757,3 +757,23 @@ def test_a_prompt_completed_by_grounding_is_checked_by_the_content_policy(monkey
     recording = RecordingSession()
     reply = brain.respond(recording, text)
     assert recording.calls == [] and "will not generate text for that prompt" in reply.text
+
+
+def test_a_fenced_code_block_is_quoted_text_whole_and_not_read_for_settings():
+    from agent.loop import is_deploy_request
+
+    text = "time every method on this\n```python\ndef add(a, b):\n    return a + b\n```\nthanks"
+    assert local.quoted_parts(text)[0] == "def add(a, b):\n    return a + b"
+    assert "return" not in local.written_words(text) and "thanks" in local.written_words(text)
+    assert not is_deploy_request("run draft on\n```\nwrite a script to deploy the server\n```")
+    assert local.quoted_parts("```\n``` nothing inside") == []
+
+
+def test_a_dropped_question_leaves_neither_the_pending_call_nor_its_turn():
+    brain = local.LocalBrain()
+    brain.history = ["an earlier exchange", "the turn that asked which prompt"]
+    brain.pending = (local.Decision(name="run_method", arguments={"method": "draft"}), "prompt")
+    brain.drop_question()
+    assert brain.pending is None and brain.history == ["an earlier exchange"]
+    brain.drop_question()  # nothing waits: nothing changes
+    assert brain.history == ["an earlier exchange"]

@@ -12,7 +12,8 @@ from tools.agent_tools.registry import ToolResult
 
 # quoted text; single quotes hold 3+ characters, and an apostrophe is no quote ("i'm sure it couldn't" quotes
 # nothing; 'don't stop' is quoted whole)
-QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
+QUOTED = re.compile(r"```[^\n`]*\n([\s\S]+?)\n?```|"  # a fenced code block: its lines, without the fences
+                    r"\"([^\"]+)\"|“([^”]+)”|«\s*([^»]+?)\s*»|(?<!\w)'((?:[^']|'(?=\w)){3,}?)'(?!\w)|"
                     r"(?<!`)`([^`\n]+)`(?!`)")
 # the slash commands of the chat and the command brain; any other text starting with "/" (a path such as
 # /tmp/report.md) is an ordinary message, e.g. the answer to a pending question

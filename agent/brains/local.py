@@ -256,6 +256,13 @@ class LocalBrain:
                           "tokens": lm.fed - fed, "tool": decision.name, "arguments": decision.arguments}
         return reply
 
+    def drop_question(self) -> None:
+        """Forget the question waiting for its answer, and its turn in the history (another question replaced it)."""
+        if self.pending is not None:
+            self.pending = None
+            if self.history:
+                self.history.pop()  # the exchange that asked it is the newest: nothing reached this brain since
+
     # ---- deciding -------------------------------------------------------------------------------------
 
     def _answered(self, text: str) -> Decision | None:

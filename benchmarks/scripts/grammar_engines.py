@@ -9,8 +9,10 @@
   the same prompt-lookup drafts), the model picking the tool as above, and as chat runs it (the fitted heads
   pick the tool and the arguments they are sure of).
 
-The first four see the same prompt: the fixed prefix, four retrieved worked examples (agent.brains.examples),
-the request; each feeds the turn itself. Prints seconds, forward passes, tokens fed and the decoded call per
+Each turn shows four retrieved worked examples (agent.brains.examples) and the request, and each engine feeds
+the turn itself. The fixed prefix, cached, differs: the grammar engines get the system text and one line per
+tool, and ask for a JSON object; the hand-written decoder gets its own prompt (the methods, the tools'
+signatures, its built-in examples) in its own call format. Prints seconds, forward passes, tokens fed and the decoded call per
 request, scored as benchmarks/scripts/conversation.py scores (right tool and key arguments).
 
     .venv/bin/pip install llguidance apache-tvm-ffi && .venv/bin/pip install --no-deps xgrammar  # not product deps
@@ -198,6 +200,9 @@ def decode_call(lm, sampler: GrammarSampler, max_tokens: int = MAX_CALL_TOKENS) 
 
 
 SEPARATORS = (", ", ": ")  # as the hand-written decoder writes JSON
+PROMPT_NOTE = ("each turn: 4 retrieved examples and the request; the cached prefix differs: the grammar engines get "
+               "the system text and one line per tool (a JSON object asked for), hand-written its own prompt (methods, "
+               "tool signatures, built-in examples); hand-written+heads is chat's own path (no retrieved examples)")
 
 
 class GuidanceMatcher:
@@ -345,6 +350,9 @@ def decode_matched(lm, matcher, max_tokens: int = MAX_CALL_TOKENS) -> dict | Non
     return _commit_call(lm, out, max_tokens)
 
 
+FAILED = "<no valid call>"  # a decode that did not close, or a call that did not validate: not a reply
+
+
 def _score(row: dict, name: str | None, arguments: dict | None) -> tuple[bool, bool]:
     """(right tool, right tool and key arguments), scored as benchmarks/scripts/conversation.py scores."""
     from benchmarks_conversation import score
@@ -424,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             lm.backend.crop(lm.cache, lm.base)
             lm.begin(shown + local_prompt.user_turn(request["text"]))
             start, fed, passes = time.perf_counter(), lm.fed, lm.passes
-            call = decode() or {}
+            call = decode() or {"name": FAILED}
             record(engine, request, time.perf_counter() - start, lm.passes - passes, lm.fed - fed,
                    call.get("name"), call.get("arguments"))
         for engine, brain in brains:
@@ -432,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             start, fed, passes = time.perf_counter(), model.fed, model.passes
             decision = brain.decide(request["text"])
             record(engine, request, time.perf_counter() - start, model.passes - passes, model.fed - fed,
-                   decision.name if decision.error is None else None, decision.arguments)
+                   decision.name if decision.error is None else FAILED, decision.arguments)
     summary = summarize(rows)
     for engine, figures in summary.items():
         print(f"{engine:18s} {figures}")
@@ -443,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "engines": "llama.cpp grammar: LlamaGrammar.from_json_schema, one token per pass; "
                                              "llguidance and xgrammar: forced tokens fed without a pass of their own, "
                                              "prompt-lookup drafts; hand-written: agent.brains.constrained",
-                                  "same_prompt": "the first four engines see the same prompt with 4 retrieved "
-                                                 "examples; hand-written+heads is chat's own path (no examples)"})
+                                  "prompt": PROMPT_NOTE})
         print(f"result: {path}")
     return 0
 
