@@ -61,22 +61,6 @@ def test_the_shipped_fit_half_is_read_with_its_machine(store, monkeypatch, tmp_p
     assert "the fit half measured on Test CPU (2 cores, AVX2)" in out["lines"][0]
 
 
-def test_the_shipped_fit_half_is_found_as_bench_saves_it_and_a_given_draft_is_another_experiment(
-        store, monkeypatch, tmp_path):
-    def suite(name, date, speedup, settings):
-        rows = [{"category": "rag", "method": "ngram", "speedup": speedup, "prompt_set": "spec_bench_fit.jsonl"},
-                {"category": "rag", "method": "ngram", "speedup": 9.0, "prompt_set": "spec_bench_eval.jsonl"}]
-        (tmp_path / f"{name}.json").write_text(json.dumps({
-            "name": name, "kind": "suite", "date": date, "rows": rows, "hardware": {"name": "Test CPU (2 cores)"},
-            "extra": {"prompt_set": "prompts/spec_bench_fit.jsonl", "settings": settings}}))
-
-    suite("suite_fit", "2026-12-05T00:00:00+00:00", 1.4, {"draft": None})
-    suite("self_draft_fit", "2026-12-06T00:00:00+00:00", 1.0, {"draft": "qwen2.5-coder-1.5b-instruct"})
-    monkeypatch.setattr(choose, "default_results_dir", lambda: tmp_path)
-    [ngram] = choose.shipped_fit_half("rag")
-    assert ngram["speedup"] == pytest.approx(1.4) and ngram["runs"] == 1 and "suite_fit.json" in ngram["source"]
-
-
 def test_an_unknown_category_is_refused_with_the_list():
     tool = registry.get_tool("choose_method")
     with pytest.raises(Exception, match="summarization"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,27 +79,17 @@ def measured_here(store, category: str | None, target: str, machine: str) -> lis
             for m, runs in by_method.items()]
 
 
-def _half(prompt_set: str | None) -> str | None:
-    """"fit", "eval" or "both" for a suite's prompt set as results store it ("fit", or the shipped half's file,
-    "prompts/spec_bench_fit.jsonl"); other files by their name."""
-    if not prompt_set:
-        return None
-    stem = Path(str(prompt_set)).stem
-    return stem.removeprefix("spec_bench_") if stem in ("spec_bench_fit", "spec_bench_eval") else stem
-
-
 def shipped_fit_half(category: str | None) -> list[dict]:
     """Per method, the speedup in the newest shipped ``suite`` result of the fit half for ``category`` (None:
     over every category)."""
     suites = [(path, data) for path, data in load_results(default_results_dir())
               if isinstance(data, dict) and data.get("kind") == "suite"
-              and _half(((data.get("extra") or {}).get("prompt_set"))) in ("fit", "both")
-              and not ((data.get("extra") or {}).get("settings") or {}).get("draft")]  # the built-in draft's
+              and (data.get("extra") or {}).get("prompt_set") in ("fit", "both")]
     if not suites:
         return []
     path, data = max(suites, key=lambda pd: str(pd[1].get("date") or ""))
     rows = [r for r in data.get("rows") or [] if category in (None, r.get("category")) and not r.get("peer")
-            and r.get("method") in CANDIDATES and r.get("speedup") and _half(r.get("prompt_set")) in (None, "fit")]
+            and r.get("method") in CANDIDATES and r.get("speedup") and r.get("prompt_set") in (None, "fit")]
     by_method: dict[str, list[float]] = {}
     for r in rows:
         by_method.setdefault(r["method"], []).append(r["speedup"])
