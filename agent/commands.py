@@ -156,19 +156,24 @@ def _unquoted(word: str) -> str:
 
 
 def _fill_required(arguments: dict, properties: dict, required: list[str], bare: list[str], tool: Tool) -> None:
-    """Bare values fill the required fields not given by key, in the schema's order: a field that lists its values
-    takes the first bare value it allows, another field the first bare value left (a list field takes every bare
-    value left when it is the last one)."""
+    """Bare values fill the required fields not given by key: first each field that lists its values takes the
+    first bare value it allows, then the others take the bare values left in the schema's order (a list field
+    takes every bare value left when it is the last one)."""
     open_fields = [name for name in required if name not in arguments]
+    for name in [k for k in open_fields if allowed(properties.get(k, {}))]:  # fields that list their values first
+        values = allowed(properties.get(name, {}))
+        at = next((i for i, v in enumerate(bare) if v in values), None)
+        if at is not None and _type(properties.get(name, {})) != "array":
+            _put(arguments, properties, name, bare.pop(at))
+    open_fields = [name for name in open_fields if name not in arguments]
     for n, name in enumerate(open_fields):
         if not bare:
             return
         if _type(properties.get(name, {})) == "array" and n == len(open_fields) - 1:
             values, bare[:] = list(bare), []
             _put(arguments, properties, name, ",".join(values))
-        else:  # the first bare value the field's schema allows, where it lists values
-            values = allowed(properties.get(name, {}))
-            _put(arguments, properties, name, bare.pop(next((i for i, v in enumerate(bare) if v in values), 0)))
+        else:
+            _put(arguments, properties, name, bare.pop(0))
     for value in list(bare):  # a bare value an optional field allows by its enum ("draft" for methods)
         name = next((k for k, prop in properties.items() if value in allowed(prop)), None)
         if name is not None:

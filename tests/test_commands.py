@@ -102,3 +102,12 @@ def test_a_required_choice_takes_the_bare_word_its_schema_allows_and_words_left_
         parsed("/explain how medusa works")
     assert "'how works'" in err.value.user_message()
     assert "topic (draft | medusa" in err.value.user_message()  # the values it takes are listed
+
+
+def test_a_field_that_lists_its_values_takes_its_word_whatever_the_order_of_the_required_fields():
+    from agent.commands import _fill_required
+
+    properties = {"name": {"type": "string"}, "topic": {"enum": ["draft", "medusa"], "type": "string"}}
+    arguments: dict = {}
+    _fill_required(arguments, properties, ["name", "topic"], ["medusa", "foo"], TOOLS["explain"])
+    assert arguments == {"topic": "medusa", "name": "foo"}

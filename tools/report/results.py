@@ -64,7 +64,9 @@ def portable_path(path) -> str | None:
         return path
     path = Path(str(path))
     if not path.is_absolute():
-        return str(path)
+        if not path.exists():
+            return str(path)  # a name such as "fit" or "both", or a file not here
+        path = path.resolve()  # relative to the working folder: placed against the checkout instead
     root = checkout_root()
     try:
         return str(path.resolve().relative_to(root)) if root is not None else path.name
