@@ -129,10 +129,12 @@ class Chat:
         if status is not None:
             status.stop()
         try:
-            return ask_at_terminal(prompt)
-        finally:
-            if status is not None:
-                status.start()
+            answer = ask_at_terminal(prompt)
+        except BaseException:  # Ctrl-C, SIGTERM/SIGHUP or an error: stopping, so no spinner thread is started again
+            raise
+        if status is not None:
+            status.start()
+        return answer
 
     def ask(self, question: str, default: str) -> str | None:
         """An onboarding question with its default shown; None at end of input; Ctrl-C answers 'skip'."""
