@@ -128,10 +128,7 @@ class Chat:
         status = self._status
         if status is not None:
             status.stop()
-        try:
-            answer = ask_at_terminal(prompt)
-        except BaseException:  # Ctrl-C, SIGTERM/SIGHUP or an error: stopping, so no spinner thread is started again
-            raise
+        answer = ask_at_terminal(prompt)  # interrupted (Ctrl-C, SIGTERM, SIGHUP): no spinner thread starts again
         if status is not None:
             status.start()
         return answer
