@@ -160,7 +160,7 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
     first bare value it allows, then the others take the bare values left in the schema's order (a list field
     takes every bare value left when it is the last one)."""
     open_fields = [name for name in required if name not in arguments]
-    for name in [k for k in open_fields if allowed(properties.get(k, {}))]:  # fields that list their values first
+    for name in open_fields:  # fields that list their values first
         values = allowed(properties.get(name, {}))
         at = next((i for i, v in enumerate(bare) if v in values), None)
         if at is not None and _type(properties.get(name, {})) != "array":

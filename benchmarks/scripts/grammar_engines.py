@@ -114,6 +114,12 @@ TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_
 TRIED_FIRST = 4  # the model's best tokens checked against the grammar one at a time before the whole vocabulary
 
 
+def _best_first(row: np.ndarray) -> np.ndarray:
+    """The model's TRIED_FIRST best tokens, best first."""
+    best = np.argpartition(-row, TRIED_FIRST)[:TRIED_FIRST]
+    return best[np.argsort(-row[best])]
+
+
 class GrammarSampler:
     """llama.cpp's grammar sampler over the logits of the engine's llama.cpp backend: greedy among the
     tokens the grammar allows. The model's best tokens are checked one at a time (the usual case: the
@@ -138,8 +144,7 @@ class GrammarSampler:
     def pick(self, logits) -> int:
         """The best token the grammar allows next (accepted into the grammar's state); -1 when none is."""
         row = logits[: self.vocab_size].numpy()
-        for token in np.argpartition(-row, TRIED_FIRST)[:TRIED_FIRST][np.argsort(-row[np.argpartition(
-                -row, TRIED_FIRST)[:TRIED_FIRST]])]:
+        for token in _best_first(row):
             self.one["id"], self.one["logit"] = token, row[token]
             self._apply(self.one)
             if np.isfinite(self.one["logit"][0]):
@@ -292,8 +297,7 @@ def _pick(matcher, row) -> int:
     """The best token the grammar allows next, accepted into the matcher's state; -1 when none is. The
     model's best few are tried first (the usual case), the whole mask only when none of them fits."""
     row = row[: matcher.vocab_size].numpy()
-    best = np.argpartition(-row, TRIED_FIRST)[:TRIED_FIRST]
-    for token in best[np.argsort(-row[best])]:
+    for token in _best_first(row):
         if matcher.valid([int(token)]) == 1:
             matcher.accept(int(token))
             return int(token)

@@ -63,13 +63,11 @@ def portable_path(path) -> str | None:
     if not path:
         return path
     path = Path(str(path))
-    if not path.is_absolute():
-        if not path.exists():
-            return str(path)  # a name such as "fit" or "both", or a file not here
-        path = path.resolve()  # relative to the working folder: placed against the checkout instead
-    root = checkout_root()
+    if not path.is_absolute() and not path.exists():
+        return str(path)  # a name such as "fit" or "both", or a file not here
+    path, root = path.resolve(), checkout_root()  # a relative one is placed against the checkout, not the cwd
     try:
-        return str(path.resolve().relative_to(root)) if root is not None else path.name
+        return str(path.relative_to(root)) if root is not None else path.name
     except ValueError:
         return path.name
 
@@ -495,7 +493,7 @@ def latest_table(folder: Path, relative_to: Path) -> list[str]:
                     continue
                 drafted = f", draft {_draft_of(data)}" if _draft_of(data) and m == "draft" else ""
                 drafted += f", given {_given_of(data, m)}" if _given_of(data, m) else ""
-                over = f" of {_prompts_of(data)}" if _prompts_of(data) else ""
+                over = f" of {ran_over}" if (ran_over := _prompts_of(data)) else ""
                 body.append([machine, dtype, m, _cell(s.get("speedup"), 2, "x"), _cell(s.get("mean_accepted_per_step")),
                              f"{prompts} prompts{over}, total time{drafted}", link])
         else:
