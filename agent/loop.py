@@ -210,7 +210,7 @@ class Session:
             if is_known_command(text):  # "/explain draft ...": the command brain's own shortcut
                 return None
             return Reply(exc.user_message(), not_done=f"/{name} did not validate")
-        from agent.brains.format import format_result  # noqa: PLC0415  (the formatter loads the tools' texts)
+        from agent.replies import format_result  # noqa: PLC0415  (the formatter loads the tools' texts)
 
         return Reply(format_result(self.call_tool(name, arguments)))
 

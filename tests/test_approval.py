@@ -185,7 +185,7 @@ class Persuaded:
 
     def respond(self, session, text):
         from agent.brains.base import Reply
-        from agent.brains.format import format_result
+        from agent.replies import format_result
 
         return Reply(format_result(session.call_tool("install_packages", {"packages": ["evilpkg"]})))
 

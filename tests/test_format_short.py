@@ -1,8 +1,8 @@
-"""Short answers (agent.brains.format): a guidance answer names what was measured in one readable line."""
+"""Short answers (agent.replies): a guidance answer names what was measured in one readable line."""
 
 from __future__ import annotations
 
-from agent.brains.format import format_result
+from agent.replies import format_result
 from tools.agent_tools.registry import ToolResult
 
 

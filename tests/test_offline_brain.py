@@ -296,7 +296,7 @@ class DefaultMethodBrain:
 
     def respond(self, session, text):
         from agent.brains.base import Reply
-        from agent.brains.format import format_result
+        from agent.replies import format_result
 
         result = session.call_tool("guidance", {"method": "draft", "measure": False})
         return Reply(format_result(result), data=[result])

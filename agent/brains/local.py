@@ -9,7 +9,7 @@ refusal, a greeting). The arguments follow the tool's argument grammar (agent.br
 call is validated with the tool's pydantic model; one that does not validate is decoded once more with the
 error in the conversation. A prompt or destination the user never wrote is asked for, not invented; an
 optional filter they never wrote is dropped. The tool's result is answered with the formatter
-(agent.brains.format: exact figures and their source), so the model writes only what it must.
+(agent.replies: exact figures and their source), so the model writes only what it must.
 
 Speed: a built-in model runs its GGUF file on llama.cpp (tools.engine.llamacpp; transformers
 otherwise). The system prompt and tool list are a fixed prefix whose KV cache is computed once and
@@ -40,7 +40,7 @@ from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGE
                                      spelled_out)
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
-from agent.brains.format import format_result
+from agent.replies import format_result
 
 from memory.helpers import home_dir
 from tools import models

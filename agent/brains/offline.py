@@ -14,7 +14,7 @@ Free text gets one message: which brains read words, and what each needs.
 from __future__ import annotations
 
 from agent.brains.base import Reply, ToolSession, command_name, is_known_command
-from agent.brains.format import format_details, format_result
+from agent.replies import format_details, format_result
 from agent.commands import allowed, read_arguments, unquote
 from tools.agent_tools import registry
 from tools.agent_tools.lookup import statement
