@@ -40,13 +40,24 @@ def test_each_method_is_predicted_from_the_fit_prompts_most_like_the_prompt():
     assert list(only) == ["draft"]
 
 
-def test_the_shipped_table_holds_fit_prompts_only_and_names_its_machine():
-    table = auto.shipped_table()
-    assert table["hardware"] and table["dtype"] and table["kernel_width"] > 0
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_shipped_table_holds_fit_prompts_only_and_names_its_machine(dtype):
+    table = auto.shipped_table(dtype)
+    assert table["hardware"] and table["dtype"] == dtype and table["kernel_width"] > 0
     fit_texts = {row["prompt"] for row in read_jsonl(FIT_PATH)}
     eval_texts = {row["prompt"] for row in read_jsonl(EVAL_PATH)}
     shipped = {p["prompt"] for p in table["prompts"]}
     assert shipped <= fit_texts and not shipped & eval_texts
+
+
+def test_a_dtype_without_a_table_of_its_own_reads_the_bfloat16_one():
+    assert auto.shipped_table("float16") == auto.shipped_table("bfloat16") == auto.shipped_table()
+
+
+def test_the_float32_table_answers_a_float32_run_on_a_machine_without_fit_runs():
+    match = auto.Match("a CPU never benched (2 cores, AVX2)", "float32", "qwen2.5-coder-1.5b-instruct")
+    fits, source = auto.fit_prompts(None, match)
+    assert "float32" in source and fits
     picked = auto.choose(STORY)  # no store: the shipped table answers, and says so
     assert picked is not None and "shipped fit-half table" in picked.reason()
     assert picked.method in picked.predicted and picked.reason().startswith(f"auto picked {picked.method}")
@@ -129,7 +140,7 @@ def test_the_command_line_gives_auto_every_method_option_it_was_given():
 
 
 def test_run_auto_without_fit_figures_for_any_method_says_what_to_do(tiny_model_dir, monkeypatch):
-    monkeypatch.setattr(auto, "shipped_table", lambda: {})
+    monkeypatch.setattr(auto, "shipped_table", lambda dtype=None: {})
     with pytest.raises(Exception) as err:
         run_method(RunInput(method="auto", prompt=STORY, target=str(tiny_model_dir), max_new_tokens=4, chat=False,
                             dtype="float32"), store=Store())
@@ -202,7 +213,7 @@ def _draft_run(qid, text, draft, speedup, hardware):
 def test_a_draft_run_weighs_the_targets_own_copy_against_the_built_in_draft_from_the_fit_half(monkeypatch):
     from tools.bench.protocol import hardware_info
     hw = hardware_info("cpu")
-    monkeypatch.setattr(auto, "shipped_table", lambda: {"kernel_width": 0.5})  # a narrow kernel: near prompts decide
+    monkeypatch.setattr(auto, "shipped_table", lambda dtype=None: {"kernel_width": 0.5})  # a narrow kernel: near prompts decide
     inp = RunInput(method="draft", prompt=STORY.replace("night", "evening"), target="t", dtype="float32")
     small = auto.matching(inp).draft
     texts = [STORY.replace("a", "a" * i) for i in range(1, 5)] + [CODE.replace("a", "a" * i) for i in range(1, 5)]

@@ -1,6 +1,6 @@
-"""Fit ``auto`` (tools.bench.auto) from a fit-half bench result and write the shipped table,
-prompts/auto_methods.json: each fit prompt's measured speedup per method, the CPU and dtype they were measured
-on, and the kernel width chosen by leave-one-out over the fit prompts (each prompt's pick predicted from the
+"""Fit ``auto`` (tools.bench.auto) from a fit-half bench result and write the shipped table of its dtype,
+prompts/auto_methods.json (bfloat16) or prompts/auto_methods_<dtype>.json: each fit prompt's measured speedup
+per method, the CPU and dtype they were measured on, and the kernel width chosen by leave-one-out over the fit prompts (each prompt's pick predicted from the
 others, scored by the speedup that method measured on it). Nothing from the eval half is read.
 
     .venv/bin/python benchmarks/scripts/fit_auto_methods.py benchmarks/results/NAME.json
@@ -21,10 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from prompts.spec_bench import FIT_PATH, read_jsonl  # noqa: E402
-from tools.bench.auto import FIT_SET, TABLE, FitPrompt, predict, prompt_features  # noqa: E402
+from tools.bench.auto import FIT_SET, FitPrompt, predict, prompt_features, table_file  # noqa: E402
 
 WIDTHS = (0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
-OUT = ROOT / "prompts" / TABLE
 
 
 def fit_prompts_of(result: dict) -> list[FitPrompt]:
@@ -81,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
              "prompts": [{"question_id": p.question_id, "category": p.category, "prompt": p.prompt,
                           "speedups": {m: round(s, 3) for m, s in sorted(p.speedups.items())}} for p in fits]}
     if not args.check:
-        OUT.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"wrote {OUT.relative_to(ROOT)} (kernel width {width:g})")
+        out = ROOT / "prompts" / table_file(result["dtype"])  # one table per dtype
+        out.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {out.relative_to(ROOT)} (kernel width {width:g})")
     return 0
 
 

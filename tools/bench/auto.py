@@ -34,7 +34,7 @@ from tools.bench.protocol import hardware_info
 from tools.bench.summary import lossless
 from tools.engine.params import AUTO
 
-TABLE = "auto_methods.json"
+TABLE = "auto_methods.json"  # the bfloat16 table; another dtype's is auto_methods_<dtype>.json (table_file)
 FIT_SET = "spec_bench_fit.jsonl"  # the prompt_set of the fit half's bench runs
 MIN_PROMPTS = 6  # a method's figures from this machine count where they cover at least this many fit prompts
 KERNEL_WIDTH = 1.0  # in standard deviations of the fit prompts' features
@@ -98,13 +98,22 @@ def dtype_name(dtype: str, device_map: str | None = None) -> str:
     return str(models.resolve_dtype(dtype, device)[0]).removeprefix("torch.")
 
 
-@lru_cache(maxsize=1)
-def shipped_table() -> dict:
-    """The shipped fit-half table (``prompts/auto_methods.json``, read once), or {} when the package lacks it."""
-    try:
-        return json.loads(resources.files("prompts").joinpath(TABLE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, OSError, ValueError):
-        return {}
+def table_file(dtype: str | None) -> str:
+    """The shipped table's file name for ``dtype``: the speedups differ by dtype on one CPU (a multi-token pass
+    costs another share of a one-token pass), so each dtype has its own fit."""
+    return TABLE if dtype in (None, "bfloat16") else f"auto_methods_{dtype}.json"
+
+
+@lru_cache(maxsize=4)
+def shipped_table(dtype: str | None = None) -> dict:
+    """The shipped fit-half table for ``dtype`` (read once), else the bfloat16 one, or {} when the package lacks
+    both."""
+    for name in dict.fromkeys((table_file(dtype), TABLE)):
+        try:
+            return json.loads(resources.files("prompts").joinpath(name).read_text(encoding="utf-8"))
+        except (FileNotFoundError, OSError, ValueError):
+            continue
+    return {}
 
 
 def table_prompts(table: dict) -> list[FitPrompt]:
@@ -173,7 +182,7 @@ def fit_prompts(store=None, match: Match | None = None) -> tuple[list[FitPrompt]
         for p in own:
             p.speedups = {m: s for m, s in p.speedups.items() if m in covered}
         return own, f"measured on this machine ({len(own)} fit prompts in memory, {match.dtype})"
-    table = shipped_table()
+    table = shipped_table(match.dtype if match else None)
     where = table.get("hardware", "another CPU")
     return table_prompts(table), (f"the shipped fit-half table (measured on {where}, {table.get('dtype', '?')}; "
                                   "`specpilot bench --prompts fit` measures this machine's)")
@@ -188,7 +197,8 @@ def choose(prompt: str, allowed: list[str] | None = None, store=None, match: Mat
     fits, source = found if found is not None else fit_prompts(store, match)
     fits = [p for p in fits if p.prompt != prompt]
     feats = prompt_features(prompt)
-    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)  # chosen by leave-one-out on the fit half
+    # chosen by leave-one-out on the fit half
+    width = float(shipped_table(match.dtype if match else None).get("kernel_width") or KERNEL_WIDTH)
     predicted, weights = predict(feats, fits, width, allowed)
     if not predicted:
         return None
@@ -252,7 +262,7 @@ def choose_draft(inp, store=None) -> DraftChoice:
             f"it once this machine's fit half has {MIN_PROMPTS} runs of each ({counts['small']} and "
             f"{counts[SELF_DRAFT_LABEL]} now: `specpilot bench --prompts fit --limit 1 --methods draft --draft "
             f"{SELF_DRAFT_LABEL}`)"))
-    width = float(shipped_table().get("kernel_width") or KERNEL_WIDTH)
+    width = float(shipped_table(base.dtype).get("kernel_width") or KERNEL_WIDTH)
     predicted, _ = predict(prompt_features(inp.prompt), list(fits.values()), width)
     own = predicted[SELF_DRAFT_LABEL] > predicted["small"]
     names = {"small": small, SELF_DRAFT_LABEL: f"the target's own 4-bit copy ({SELF_DRAFT_LABEL})"}
