@@ -446,21 +446,24 @@ def pretend_read_only(monkeypatch, path: Path) -> None:
                         else real_access(p, mode))
 
 
-def test_a_read_only_open_leaves_no_read_only_wal_or_shm_behind(monkeypatch):
+def test_a_read_only_open_leaves_no_read_only_wal_or_shm_behind():
     with Store() as s:
         run_id = add_run(s)
     path = database_path()
     os.chmod(path, 0o444)
-    pretend_read_only(monkeypatch, path)
-    try:
-        with Store() as s:
-            assert s.read_only and s.get_run(run_id)["speedup"] == 1.5
-        beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
-        assert all(not p.exists() or p.stat().st_mode & stat.S_IWUSR for p in beside), \
-            [(p.name, oct(p.stat().st_mode)) for p in beside if p.exists()]
-    finally:
-        monkeypatch.undo()
-        os.chmod(path, 0o644)
+    # a patch of its own: undoing the test's monkeypatch would also undo the temporary SPECPILOT_HOME, and the
+    # store opened below would be the machine's own
+    with pytest.MonkeyPatch.context() as patch:
+        pretend_read_only(patch, path)
+        try:
+            with Store() as s:
+                assert s.read_only and s.get_run(run_id)["speedup"] == 1.5
+            beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+            assert all(not p.exists() or p.stat().st_mode & stat.S_IWUSR for p in beside), \
+                [(p.name, oct(p.stat().st_mode)) for p in beside if p.exists()]
+        finally:
+            os.chmod(path, 0o644)
+    assert database_path() == path  # still the test's own home
     with Store() as s:  # following the printed hint (chmod u+w specpilot.db) is enough to write again
         assert not s.read_only and add_run(s)
 
