@@ -77,11 +77,11 @@ def test_a_row_gets_the_same_bits_whatever_the_rows_beside_it():
             assert torch.equal(fast(x[:, :rows]), alone[:, :rows])
 
 
-def test_a_curve_timed_with_the_plain_onednn_layout_is_stale_for_packed_layers(monkeypatch):
-    monkeypatch.setattr(cpu_gemm, "can_pack", lambda: False)
-    model = swapped()[0]
-    assert cpu_gemm.kernels(model) == "onednn" and cpu_gemm.expected_kernels("cpu", "float32") == "onednn"
-    monkeypatch.undo()
+def test_a_curve_timed_with_the_plain_onednn_layout_is_stale_for_packed_layers():
+    with pytest.MonkeyPatch.context() as patch:  # its own: the test's monkeypatch also holds SPECPILOT_HOME
+        patch.setattr(cpu_gemm, "can_pack", lambda: False)
+        model = swapped()[0]
+        assert cpu_gemm.kernels(model) == "onednn" and cpu_gemm.expected_kernels("cpu", "float32") == "onednn"
     assert cpu_gemm.kernels(swapped()[0]) == cpu_gemm.PACKED != cpu_gemm.kernels(model)
     x = torch.randn(1, 3, model.lm_head.in_features)
     with torch.inference_mode():  # the plain layout still computes the same products

@@ -116,6 +116,11 @@ def shipped_table(dtype: str | None = None) -> dict:
     return {}
 
 
+def table_for(match: Match | None) -> dict:
+    """The shipped table for ``match``'s dtype (the bfloat16 one without a match)."""
+    return shipped_table(match.dtype if match else None)
+
+
 def table_prompts(table: dict) -> list[FitPrompt]:
     return [FitPrompt(p["question_id"], p["category"], prompt_features(p["prompt"]), dict(p["speedups"]), p["prompt"])
             for p in table.get("prompts", ())]
@@ -182,7 +187,7 @@ def fit_prompts(store=None, match: Match | None = None) -> tuple[list[FitPrompt]
         for p in own:
             p.speedups = {m: s for m, s in p.speedups.items() if m in covered}
         return own, f"measured on this machine ({len(own)} fit prompts in memory, {match.dtype})"
-    table = shipped_table(match.dtype if match else None)
+    table = table_for(match)
     where = table.get("hardware", "another CPU")
     return table_prompts(table), (f"the shipped fit-half table (measured on {where}, {table.get('dtype', '?')}; "
                                   "`specpilot bench --prompts fit` measures this machine's)")
@@ -197,8 +202,7 @@ def choose(prompt: str, allowed: list[str] | None = None, store=None, match: Mat
     fits, source = found if found is not None else fit_prompts(store, match)
     fits = [p for p in fits if p.prompt != prompt]
     feats = prompt_features(prompt)
-    # chosen by leave-one-out on the fit half
-    width = float(shipped_table(match.dtype if match else None).get("kernel_width") or KERNEL_WIDTH)
+    width = float(table_for(match).get("kernel_width") or KERNEL_WIDTH)  # chosen by leave-one-out on the fit half
     predicted, weights = predict(feats, fits, width, allowed)
     if not predicted:
         return None
@@ -262,7 +266,7 @@ def choose_draft(inp, store=None) -> DraftChoice:
             f"it once this machine's fit half has {MIN_PROMPTS} runs of each ({counts['small']} and "
             f"{counts[SELF_DRAFT_LABEL]} now: `specpilot bench --prompts fit --limit 1 --methods draft --draft "
             f"{SELF_DRAFT_LABEL}`)"))
-    width = float(shipped_table(base.dtype).get("kernel_width") or KERNEL_WIDTH)
+    width = float(table_for(base).get("kernel_width") or KERNEL_WIDTH)
     predicted, _ = predict(prompt_features(inp.prompt), list(fits.values()), width)
     own = predicted[SELF_DRAFT_LABEL] > predicted["small"]
     names = {"small": small, SELF_DRAFT_LABEL: f"the target's own 4-bit copy ({SELF_DRAFT_LABEL})"}
