@@ -371,8 +371,10 @@ def sized_params(methods: list[str], given: dict[str, dict], store, ctx: MethodC
     chosen = {m: {**saved[m], **(given.get(m) or {})} for m in wanted}
     needs_draft = [m for m in wanted if METHODS[m].needs_draft and ctx.draft is not None]
     quant = next((chosen[m].get("draft_quant") for m in needs_draft if chosen[m].get("draft_quant")), "auto")
-    machine = machine_cost(store, ctx.target, ctx.draft if needs_draft else None, "auto" if quant == "gguf" else quant,
-                           allow_measure, progress)
+    # a GGUF draft asked for is timed by prefer_gguf alone: no int8 copy to time first (of a self-draft, that copy
+    # is the target's: three float32 copies of it in memory at once)
+    timed = ctx.draft if needs_draft and not (quant == "gguf" and ctx.gguf_draft is not None) else None
+    machine = machine_cost(store, ctx.target, timed, "auto" if quant == "gguf" else quant, allow_measure, progress)
     if needs_draft:
         prefer_gguf(machine, store, ctx.draft, ctx.gguf_draft, quant, allow_measure, progress)
     heads = ctx.medusa_heads

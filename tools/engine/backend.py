@@ -56,6 +56,17 @@ class Backend(ABC):
                 rows: int | torch.Tensor = 0) -> torch.Tensor:
         """Run ids [1, n] at positions [1, n] into ``cache``; return logits [rows kept, vocab]."""
 
+    branches = False  # whether ``forward_branches`` works
+
+    def forward_branches(self, ids: torch.Tensor, cache, positions: torch.Tensor, parents: list[int],
+                         bases: list[int]) -> torch.Tensor:
+        """Grow branches beside the cached sequence (a draft tree's other paths) without changing it: new row r
+        follows the cache's first ``bases[r]`` positions when ``parents[r]`` < 0, else the branch row ``parents[r]``
+        (rows numbered over every call since the last ``crop``, this call's earlier rows included); ids [1, n] at
+        positions [1, n]. Returns logits [n, vocab]. ``crop`` drops every branch (and must come before the next
+        ``forward``)."""
+        raise ParameterError("this backend does not grow branches beside its cache")
+
     @abstractmethod
     def hidden(self, ids: torch.Tensor, cache, positions: torch.Tensor,
                visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -110,16 +121,41 @@ class TransformersBackend(Backend):
     def cache_length(self, cache) -> int:
         return kv.cache_length(cache)
 
+    branches = True
+
     def crop(self, cache, length: int) -> None:
+        grown = getattr(cache, "_branches", None)
+        if grown is not None:  # branch rows sit after the sequence: drop them with whatever else goes
+            length = min(length, grown[0])
+            cache._branches = None
         kv.crop(cache, length)
 
     def keep_positions(self, cache, start: int, keep: torch.Tensor) -> None:
         kv.keep_positions(cache, start, keep)
 
+    def forward_branches(self, ids, cache, positions, parents, bases) -> torch.Tensor:
+        grown = getattr(cache, "_branches", None)
+        if grown is None:  # (the sequence's length, per branch row: the sequence positions it follows, its rows)
+            grown = cache._branches = (kv.cache_length(cache), [])
+        stem, rows = grown
+        first, n = len(rows), int(ids.shape[-1])
+        allowed = torch.zeros(n, stem + first + n, dtype=torch.bool)
+        for r, (parent, base) in enumerate(zip(parents, bases)):
+            if parent >= first + r:
+                raise ParameterError(f"branch row {first + r} cannot follow row {parent}, which comes after it")
+            base, path = (base, []) if parent < 0 else rows[parent]
+            rows.append((base, path + [first + r]))
+            allowed[r, :base] = True
+            allowed[r, [stem + j for j in rows[-1][1]]] = True
+        mask = kv.tree_mask(stem + first, allowed.to(self.device), self.dtype)
+        return kv.forward(self.model, ids, cache, position_ids=positions, attention_mask=mask)
+
     def _mask(self, cache, visible: torch.Tensor | None) -> torch.Tensor | None:
         return None if visible is None else kv.tree_mask(kv.cache_length(cache), visible, self.dtype)
 
     def forward(self, ids, cache, positions, visible=None, rows=0) -> torch.Tensor:
+        if getattr(cache, "_branches", None) is not None:
+            raise ParameterError("after forward_branches, crop must drop the branches first")
         mask = self._mask(cache, visible)
         if self._row_select or (isinstance(rows, int) and rows == 0):
             return kv.forward(self.model, ids, cache, position_ids=positions, attention_mask=mask, logits_to_keep=rows)

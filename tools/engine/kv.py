@@ -103,10 +103,14 @@ def hidden_forward(
 
 def tree_mask(prefix_len: int, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """4-D float attention mask [1, 1, n, prefix_len + n]: the prefix is visible to every new token,
-    and new token i sees new token j where ``visible[i, j]`` (bool [n, n]) is True."""
+    and new token i sees new token j where ``visible[i, j]`` (bool [n, n]) is True. A ``visible`` of
+    [n, prefix_len + n] says it for the cached positions too."""
     n = visible.shape[0]
-    allowed = torch.ones(n, prefix_len + n, dtype=torch.bool, device=visible.device)
-    allowed[:, prefix_len:] = visible
+    if visible.shape[1] == prefix_len + n and prefix_len:
+        allowed = visible
+    else:
+        allowed = torch.ones(n, prefix_len + n, dtype=torch.bool, device=visible.device)
+        allowed[:, prefix_len:] = visible
     mask = torch.zeros(n, prefix_len + n, dtype=dtype, device=visible.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]

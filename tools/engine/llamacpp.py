@@ -101,6 +101,7 @@ class LlamaCppCache:
     generation: int
     length: int = 0
     tree: _Tree | None = None
+    branches: list[list[int]] = field(default_factory=list)  # per branch row: [sequence id, position, children]
 
 
 def tree_of(visible: torch.Tensor, positions: list[int], start: int, max_paths: int) -> _Tree:
@@ -238,6 +239,10 @@ class LlamaCppBackend(Backend):
 
     def crop(self, cache, length: int) -> None:
         self._check(cache)
+        if cache.branches:
+            for s in sorted({row[0] for row in cache.branches}):
+                self._lib.llama_memory_seq_rm(self._mem, s, -1, -1)
+            cache.branches = []
         if cache.tree is not None:
             self.keep_positions(cache, cache.tree.start, torch.arange(max(0, length - cache.tree.start)))
             return
@@ -269,10 +274,53 @@ class LlamaCppBackend(Backend):
         cache.length, cache.tree = end, None
 
     # ------------------------------------------------------------------ forward
+    branches = True
+
+    def forward_branches(self, ids, cache, positions, parents, bases) -> torch.Tensor:
+        """Each branch is a sequence id of its own: a copy of the sequence's first ``base`` cells (or of its parent
+        branch's cells up to the parent) that its rows are decoded into. A parent's first child continues its
+        sequence; another child gets a new one, which the parent and its ancestors decoded in the same call carry
+        too (a cell may hold several sequence ids)."""
+        self._check(cache)
+        if cache.tree is not None:
+            raise ParameterError("after a tree forward, crop or keep_positions must pick its path first")
+        lib, rows, n = self._lib, cache.branches, int(ids.shape[-1])
+        first = len(rows)
+        pos = [int(p) for p in positions.reshape(-1).tolist()]
+        used = max((row[0] for row in rows), default=0)
+        seqs: list[list[int]] = []
+        for r, (parent, base) in enumerate(zip(parents, bases)):
+            if parent >= first + r:
+                raise ParameterError(f"branch row {first + r} cannot follow row {parent}, which comes after it")
+            if parent >= 0 and not rows[parent][2]:
+                s = rows[parent][0]  # the parent's first child: the same sequence, one position on
+            else:
+                used += 1
+                if used >= self.n_seq_max:
+                    raise ParameterError(f"this llama.cpp context holds {self.n_seq_max} sequences: too many branches",
+                                         hint="grow fewer branches")
+                s, above = used, parent
+                while above >= first:  # ancestors decoded in this call carry the new sequence too
+                    seqs[above - first].append(s)
+                    above = rows[above][3]
+                stem = base if parent < 0 else rows[parent][4]
+                src, end = (0, stem) if above < 0 else (rows[above][0], rows[above][1] + 1)
+                lib.llama_memory_seq_cp(self._mem, src, s, 0, end)
+            if parent >= 0:
+                rows[parent][2] += 1
+            rows.append([s, pos[r], 0, parent, base if parent < 0 else rows[parent][4]])
+            seqs.append([s])
+        out = torch.empty(n, self.vocab_size, dtype=torch.float32)
+        self._fill(ids.reshape(-1).cpu().numpy(), np.asarray(pos), seqs)
+        self._run(out, list(range(n)), 0, n)
+        return out
+
     def forward(self, ids, cache, positions, visible=None, rows=0) -> torch.Tensor:
         self._check(cache)
         if cache.tree is not None:
             raise ParameterError("after a tree forward, crop or keep_positions must pick its path first")
+        if cache.branches:
+            raise ParameterError("after forward_branches, crop must drop the branches first")
         n = int(ids.shape[-1])
         want = (list(range(n)) if isinstance(rows, int) and rows == 0 else
                 list(range(max(0, n - rows), n)) if isinstance(rows, int) else [int(r) for r in rows.tolist()])

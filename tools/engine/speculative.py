@@ -38,7 +38,7 @@ from tools.engine.lookup_branch import LookupBranch, shared_prefix
 from tools.engine.loop import DecodeStep, as_input_ids, decode, next_token
 from tools.engine.sampling import greedy_tokens, make_generator, residual, sample, warp_probs
 from tools.engine.types import DecodeResult, GenerationSettings, StepTally
-from tools.engine.draft_tree import (accept_greedy_tree, accept_sampling_tree, add_draft, chain_reach,
+from tools.engine.draft_tree import (DraftTree, accept_greedy_tree, accept_sampling_tree, add_draft, chain_reach,
                                      chain_with_leaves)
 from tools.engine.gate import DraftModelGate, pass_cost
 from tools.engine.params import DRAFT_ACCEPTANCE_PRIOR, DRAFT_COST_ASSUMED, DraftParams  # noqa: F401  (DraftParams re-exported)
@@ -51,6 +51,7 @@ K_MIN, K_MAX = 1, 16
 LOOKUP_NGRAM, LOOKUP_NGRAM_MIN = 3, 2
 TREE_MAX = 32  # draft trees: leaves a step may add beside the chain
 TREE_TOP = 6  # draft trees: the draft's most probable tokens looked at per slot (the chain's own among them)
+TREE_TIPS = 4  # draft trees: the most likely branches the draft continues, one batched draft forward per depth
 CALIBRATION_PRIOR = 2.0  # draft trees: leaves' predicted and kept counts a run starts from (ratio 1, ~2 steps)
 CALIBRATION_DECAY = 0.9  # each step's record weighs this much less at every later step
 
@@ -133,6 +134,7 @@ class _Drafter:
         self.forwards_this_step = 0  # draft forwards of the last proposal
         self.top = 0  # draft trees: the draft's most probable tokens kept per slot of a proposal (0: none)
         self.slots: list[list[tuple[int, float]]] = []  # per slot of the last proposal: [(token, probability)]
+        self.branched = False  # rows grown beside the cache (Backend.forward_branches) that the next rollback drops
 
     def set_vocab(self, draft_vocab: int | None, always: list[int]) -> None:
         self.subset, self.head = None, None
@@ -259,10 +261,23 @@ class _Drafter:
             q[: q_local.shape[0]] = q_local
         return q
 
+    def branch(self, tokens: list[int], positions: list[int], parents: list[int],
+               bases: list[int]) -> list[tuple[int, float]]:
+        """One draft forward over rows that branch off the cached sequence (Backend.forward_branches): the draft's
+        most probable token after each row, with its probability."""
+        dev = self.backend.device
+        logits = self.backend.forward_branches(torch.tensor([tokens], device=dev), self.cache,
+                                               torch.tensor([positions], device=dev), parents, bases)
+        self.forwards += 1
+        self.branched = True
+        top = logits[:, : self.shared_vocab].float().softmax(-1).max(-1)
+        return list(zip(top.indices.tolist(), top.values.tolist()))
+
     def rollback(self, length: int) -> None:
-        if self.length > length:
+        if self.length > length or self.branched:
+            length = min(length, self.length)
             self.backend.crop(self.cache, length)
-            self.length = length
+            self.length, self.branched = length, False
 
 
 def accept_greedy(target_logits: torch.Tensor, drafts: list[int]) -> tuple[int, int]:
@@ -321,6 +336,7 @@ class DraftStep(DecodeStep):
         self.current_k = k
         self.q: torch.Tensor | None = None  # the draft's probabilities of the last proposal (sampling)
         self.eos: set[int] = set()
+        self.forwards_before = 0  # the draft's forwards before this step's proposal
 
     def prefill(self, input_ids: torch.Tensor) -> int:
         """Prefill both models with the prompt [1, n] (on the target's device); return the first token."""
@@ -345,7 +361,7 @@ class DraftStep(DecodeStep):
     def propose(self, n: int) -> list[int]:
         """Up to n draft tokens after the committed sequence (a second call proposes again from it)."""
         self.drafter.rollback(len(self.seq) - 1)
-        before = self.drafter.forwards
+        before = self.forwards_before = self.drafter.forwards
         tokens, self.q = self.drafter.propose(self.seq, n, self.settings, self.generator, self.confidence, self.eos)
         self.drafter.forwards_this_step = self.drafter.forwards - before
         return tokens
@@ -382,7 +398,10 @@ class DraftStep(DecodeStep):
         calibration = self.kept / self.predicted
         reach = chain_reach(drafts, slots)
         tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration, reach)
-        leaves = tree.size - 1 - m
+        mass += self._grow(tree, m, slots, reach, calibration, remaining - 1, 1.0 + sum(reach) + calibration * mass)
+        if cost is not None:
+            spent = self.gate.draft_cost * (self.drafter.forwards - self.forwards_before)
+        leaves = tree.size - 1 - m  # the draft's other tokens and the branches grown from them
         branch = self._graft(tree, remaining - 1, 1.0 + sum(reach) + calibration * mass,
                              spent if cost is not None else 0.0)
         ids = torch.tensor([tree.tokens], device=dev)
@@ -404,12 +423,73 @@ class DraftStep(DecodeStep):
         if leaves:
             self.leaf_steps += 1
             self.leaves += leaves
-            on_leaf = int(any(m < i <= m + leaves for i in path))
+            on_leaf = sum(1 for i in path if m < i <= m + leaves)  # a grown branch may keep several
             self.leaves_kept += on_leaf
             self.predicted = CALIBRATION_DECAY * self.predicted + mass
             self.kept = CALIBRATION_DECAY * self.kept + on_leaf
         self._adapt(m, chain_kept)
         return new, len(path) - 1, chain_kept, range(1, max(tree.depths) + 1)
+
+    def _grow(self, tree: DraftTree, m: int, slots: list[list[tuple[int, float]]], reach: list[float],
+              calibration: float, room: int, expect: float) -> float:
+        """Continue the ``TREE_TIPS`` most likely leaves of ``tree`` (the draft's other tokens beside the chain's
+        ``m``) with the draft's own next tokens, one batched draft forward per depth (the branches of SpecInfer's
+        token tree, arXiv 2305.09781, grown as EAGLE-2 grows its dynamic tree, arXiv 2406.16858): a node's score is
+        its parent's times the draft's probability of it. With this machine's costs a depth is drafted while its tips
+        are expected (``calibration`` times their scores) to give more than the draft forward costs, and a new node
+        is kept while the expected tokens per unit of the step's cost grow (``expect`` so far); without, the tips
+        grow to the chain's length. Returns the grown nodes' summed scores."""
+        drafter, L = self.drafter, len(self.seq)
+        if not drafter.backend.branches or tree.size == m + 1:
+            return 0.0
+        score = {}
+        for j in range(m + 1, tree.size):
+            d = tree.depths[j]
+            score[j] = (reach[d - 2] if d >= 2 else 1.0) * next(p for t, p in slots[d - 1] if t == tree.tokens[j])
+        limit = room if self.gate is not None else min(room, max(m, 2))
+        tips = [j for j in sorted(score, key=lambda j: -score[j])[:TREE_TIPS]  # (a parent past the chain's last
+                if tree.tokens[j] not in self.eos and tree.depths[j] < limit  # token is not in the draft's cache)
+                and L - 2 + tree.depths[j] <= drafter.length]
+        row_of: dict[int, int] = {}  # tree node -> its branch row in the draft's cache
+        grown = 0.0
+        while tips:
+            if self.gate is not None and calibration * sum(score[j] for j in tips) < self.gate.draft_cost:
+                break  # the next depth cannot give as many tokens as its draft forward costs
+            tokens, positions, parents, bases, here = [], [], [], [], {}
+            for j in tips:
+                parent = tree.parents[j]
+                if parent not in row_of and L - 1 + tree.depths[parent] >= drafter.length:
+                    row_of[parent] = len(row_of)  # the chain's last token, never fed to the draft: a row of its own
+                    tokens.append(tree.tokens[parent])
+                    positions.append(L - 1 + tree.depths[parent])
+                    parents.append(-1)
+                    bases.append(L - 1 + tree.depths[parent])
+                row_of[j], here[j] = len(row_of), len(tokens)
+                tokens.append(tree.tokens[j])
+                positions.append(L - 1 + tree.depths[j])
+                parents.append(row_of.get(parent, -1))
+                bases.append(L - 1 + tree.depths[j])
+            nexts = drafter.branch(tokens, positions, parents, bases)
+            found = sorted(((score[j] * nexts[here[j]][1], j, nexts[here[j]][0]) for j in tips), key=lambda c: -c[0])
+            tips = []
+            for s, j, t in found:
+                if self.gate is not None:
+                    spent = self.gate.draft_cost * (drafter.forwards - self.forwards_before)
+                    if (expect + calibration * s) / (spent + pass_cost(self.gate.costs, tree.size + 1)) <= \
+                            expect / (spent + pass_cost(self.gate.costs, tree.size)) + 1e-12:
+                        break
+                node = tree.size
+                tree.tokens.append(t)
+                tree.parents.append(j)
+                tree.depths.append(tree.depths[j] + 1)
+                tree.children.append([])
+                tree.children[j].append(node)
+                score[node] = s
+                grown += s
+                expect += calibration * s
+                if t not in self.eos and tree.depths[node] < limit:
+                    tips.append(node)
+        return grown
 
     def _graft(self, tree, room: int, expect: float, spent: float) -> tuple[int, list[int], int] | None:
         """Merge the prompt-lookup branch (what followed the text's last words earlier in it) into ``tree``, cut to
@@ -438,7 +518,10 @@ class DraftStep(DecodeStep):
         n = min(self.current_k, remaining - 1)  # room for the target's own token
         if self.gate is not None and self.adaptive_k:  # the length this machine's costs pay for, 0 (plain) if none
             n = self.gate.length(n)
-        drafts = self.propose(n) if n >= 1 else []
+        if n >= 1:
+            drafts = self.propose(n)
+        else:  # a plain step: no proposal, and no slots left from the last one
+            drafts, self.drafter.slots = [], []
         if self.tree and (drafts or self.drafter.slots):
             new, accepted, chain_kept, depths = self.verify_tree(drafts, remaining)
         else:
