@@ -128,6 +128,20 @@ def test_the_sizing_drafts_on_llamacpp_where_it_is_cheaper(ctx):
     assert until.source == "sized" and until.value == pytest.approx(0.66, abs=0.01) and "4.8 ms" in until.reason
 
 
+def test_a_gguf_draft_asked_for_is_timed_without_an_int8_copy(ctx, monkeypatch):
+    """A self-draft's int8 copy is one of the target: in float32 three copies of it ran the machine out of memory."""
+    def no_copy(model):
+        raise AssertionError("an int8 copy was made for a draft asked to run on llama.cpp")
+
+    monkeypatch.setattr(quantize, "int8_draft", no_copy)
+    store = Store()
+    hardware = hardware_name(str(ctx.target.device))
+    store.save_cost_curve(ctx.target.ref, hardware, {1: 0.1, 2: 0.1, 4: 0.1, 8: 0.11, 16: 0.13}, dtype="float32",
+                          kernels=cpu_gemm.kernels(ctx.target.model))
+    sizing = context.sized_params(["draft"], {"draft": {"draft_quant": "gguf"}}, store, ctx)["draft"]
+    assert sizing.params["draft_quant"] == "gguf" and "llama.cpp" in sizing.fields["draft_cost"].reason
+
+
 @pytest.mark.parametrize("until, engine", [(None, "gguf"), (2.0, "gguf"), (0.5, "int8")])
 def test_a_long_prompt_is_drafted_by_the_int8_copy(ctx, baselines, until, engine):
     """PROMPTS[0] has 18 tokens for 32 new ones: past 0.5 prompt tokens per new token, not past 2."""

@@ -95,9 +95,10 @@ class DraftParams(BaseModel):
     draft_tree: int = Field(
         16, ge=0, le=32, description="draft trees: up to N of the draft's other likely tokens (its top 6 at every "
                                      "slot of the chain and where a confidence cut stopped it) verified beside the "
-                                     "chain in the same target pass as one-token branches, the most likely first; "
-                                     "with pass_costs only as many as this machine's pass costs pay for (0: the "
-                                     "chain alone; output unchanged either way)")
+                                     "chain in the same target pass, the most likely first, the 4 most likely "
+                                     "continued by the draft (one batched draft forward per depth); with pass_costs "
+                                     "only as many as this machine's pass costs pay for, else grown to the chain's "
+                                     "length (0: the chain alone; output unchanged either way)")
     tree_lookup: int = Field(10, ge=0, le=16, description="draft trees: up to N tokens that followed the text's last "
                                                           "3, 2 or 1 tokens earlier in the prompt or output merged into "
                                                           "each step's tree as one more branch (with pass_costs only as "
