@@ -207,3 +207,20 @@ def test_an_eagle_run_key_follows_the_head_weights_not_only_the_folder(tmp_path)
     assert run_key("eagle", params, "a prompt", common) != first
     # other methods' keys do not read any head
     assert run_key("ngram", {}, "a prompt", common) == run_key("ngram", {}, "a prompt", dict(common))
+
+
+def test_a_method_revision_makes_its_runs_new_measurements(monkeypatch):
+    """A change to a method's code that changes its figures at the same parameters raises its revision: runs stored
+    before are measured again; a method at revision 0 keeps the key its runs were stored under."""
+    import dataclasses
+
+    from memory.store import settings_key
+    from tools.bench.compare import run_key
+    from tools.engine.params import METHODS
+
+    common = {"target": "some-target", "max_new_tokens": 8}
+    assert run_key("ngram", {}, "a prompt", common) == settings_key({"method": "ngram", "params": {}, **common},
+                                                                    "a prompt")
+    now = run_key("draft", {"k": 4}, "a prompt", common)
+    monkeypatch.setitem(METHODS, "draft", dataclasses.replace(METHODS["draft"], revision=METHODS["draft"].revision + 1))
+    assert run_key("draft", {"k": 4}, "a prompt", common) != now

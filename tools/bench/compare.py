@@ -83,6 +83,8 @@ def run_key(method: str, params: dict, prompt: str, common: dict) -> str:
         parts["medusa_heads"] = common.get("medusa_heads")
     if method == "eagle":  # the head's weights, not only its folder: a retrained head is another measurement
         parts["eagle_head"] = head_fingerprint(params.get("eagle_heads"), common.get("target"))
+    if METHODS[method].revision:  # (revision 0 keeps the keys runs were stored under before revisions existed)
+        parts["revision"] = METHODS[method].revision
     return settings_key({"method": method, "params": params, **parts}, prompt)
 
 

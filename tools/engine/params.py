@@ -296,12 +296,15 @@ class MethodSpec:
     needs_heads: bool = False  # Medusa heads
     needs_features: bool = False  # reads the target's final hidden states (not on llama.cpp)
     training: str = "none"  # what has to be trained before the method can run
+    revision: int = 0  # raised when the method's code changes its figures at the same parameters: runs stored by an
+    # older revision are measured again, not reused (tools.bench.compare.run_key)
 
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("baseline", BaselineParams, "plain KV-cached autoregressive generation", "#7f7f7f", "reference"),
     MethodSpec("draft", DraftParams, "draft-model speculative decoding (rejection sampling, exact)", "#1f77b4",
-               "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True),
+               "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True,
+               revision=1),  # 1: draft trees grow branches
     MethodSpec("medusa", MedusaParams, "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
                "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True, needs_features=True,
                training="Medusa heads"),
