@@ -304,7 +304,7 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("baseline", BaselineParams, "plain KV-cached autoregressive generation", "#7f7f7f", "reference"),
     MethodSpec("draft", DraftParams, "draft-model speculative decoding (rejection sampling, exact)", "#1f77b4",
                "greedy: identical; sampling: lossless (rejection sampling)", needs_draft=True,
-               revision=1),  # 1: draft trees grow branches
+               revision=2),  # 1: draft trees grow branches; 2: a depth grown only where it can raise the rate
     MethodSpec("medusa", MedusaParams, "Medusa heads with tree attention (greedy exact; typical acceptance lossy)",
                "#d62728", "greedy: identical; typical acceptance: lossy by design", needs_heads=True, needs_features=True,
                training="Medusa heads"),

@@ -435,8 +435,8 @@ class DraftStep(DecodeStep):
         """Continue the ``TREE_TIPS`` most likely leaves of ``tree`` (the draft's other tokens beside the chain's
         ``m``) with the draft's own next tokens, one batched draft forward per depth (the branches of SpecInfer's
         token tree, arXiv 2305.09781, grown as EAGLE-2 grows its dynamic tree, arXiv 2406.16858): a node's score is
-        its parent's times the draft's probability of it. With this machine's costs a depth is drafted while its tips
-        are expected (``calibration`` times their scores) to give more than the draft forward costs, and a new node
+        its parent's times the draft's probability of it. With this machine's costs a depth is drafted where it can
+        raise the step's expected tokens per unit of cost (:meth:`_depth_pays`), and a new node
         is kept while the expected tokens per unit of the step's cost grow (``expect`` so far); without, the tips
         grow to the chain's length. Returns the grown nodes' summed scores."""
         drafter, L = self.drafter, len(self.seq)
@@ -453,8 +453,8 @@ class DraftStep(DecodeStep):
         row_of: dict[int, int] = {}  # tree node -> its branch row in the draft's cache
         grown = 0.0
         while tips:
-            if self.gate is not None and calibration * sum(score[j] for j in tips) < self.gate.draft_cost:
-                break  # the next depth cannot give as many tokens as its draft forward costs
+            if self.gate is not None and not self._depth_pays(tips, score, calibration, expect, tree.size):
+                break
             tokens, positions, parents, bases, here = [], [], [], [], {}
             for j in tips:
                 parent = tree.parents[j]
@@ -490,6 +490,18 @@ class DraftStep(DecodeStep):
                 if t not in self.eos and tree.depths[node] < limit:
                     tips.append(node)
         return grown
+
+    def _depth_pays(self, tips: list[int], score: dict[int, float], calibration: float, expect: float,
+                    size: int) -> bool:
+        """Whether one more depth can raise the step's expected tokens per unit of cost: at best every tip gets a
+        child the target keeps as often as the tip (``calibration`` times its score), for a draft forward over the
+        tips (its rows priced as this machine's pass over as many tokens, in draft tokens) and a verification pass
+        that many nodes longer."""
+        costs, draft = self.gate.costs, self.gate.draft_cost
+        now = draft * (self.drafter.forwards - self.forwards_before) + pass_cost(costs, size)
+        wider = pass_cost(costs, size + len(tips)) - pass_cost(costs, size)
+        later = now + draft * pass_cost(costs, len(tips) + 1) + wider
+        return (expect + calibration * sum(score[j] for j in tips)) / later > expect / now
 
     def _graft(self, tree, room: int, expect: float, spent: float) -> tuple[int, list[int], int] | None:
         """Merge the prompt-lookup branch (what followed the text's last words earlier in it) into ``tree``, cut to
