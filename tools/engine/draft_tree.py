@@ -31,6 +31,16 @@ class DraftTree:
     def is_chain(self) -> bool:
         return all(len(c) <= 1 for c in self.children)
 
+    def add_child(self, parent: int, token: int) -> int:
+        """Add a node holding ``token`` as ``parent``'s last child (in place); return its index."""
+        node = self.size
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.children.append([])
+        self.children[parent].append(node)
+        return node
+
     def visible(self) -> torch.Tensor:
         """bool [size, size]: node i sees node j when j is i or one of its ancestors."""
         vis = torch.eye(self.size, dtype=torch.bool)
@@ -60,14 +70,7 @@ def add_draft(tree: DraftTree, draft: list[int]) -> list[int]:
     node, nodes = 0, []
     for token in draft:
         child = next((c for c in tree.children[node] if tree.tokens[c] == token), None)
-        if child is None:
-            child = tree.size
-            tree.tokens.append(token)
-            tree.parents.append(node)
-            tree.depths.append(tree.depths[node] + 1)
-            tree.children.append([])
-            tree.children[node].append(child)
-        node = child
+        node = child if child is not None else tree.add_child(node, token)
         nodes.append(node)
     return nodes
 

@@ -478,12 +478,7 @@ class DraftStep(DecodeStep):
                     if (expect + calibration * s) / (spent + pass_cost(self.gate.costs, tree.size + 1)) <= \
                             expect / (spent + pass_cost(self.gate.costs, tree.size)) + 1e-12:
                         break
-                node = tree.size
-                tree.tokens.append(t)
-                tree.parents.append(j)
-                tree.depths.append(tree.depths[j] + 1)
-                tree.children.append([])
-                tree.children[j].append(node)
+                node = tree.add_child(j, t)
                 score[node] = s
                 grown += s
                 expect += calibration * s
