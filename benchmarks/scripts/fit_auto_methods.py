@@ -1,7 +1,8 @@
 """Fit ``auto`` (tools.bench.auto) from a fit-half bench result and write the shipped table of its dtype,
 prompts/auto_methods.json (bfloat16) or prompts/auto_methods_<dtype>.json: each fit prompt's measured speedup
 per method, the CPU and dtype they were measured on, and the kernel width chosen by leave-one-out over the fit
-prompts (each prompt's pick predicted from the others, scored by the speedup that method measured on it). Nothing from the eval half is read.
+prompts (each prompt's pick predicted from the others, scored by the speedup that method measured on it).
+Nothing from the eval half is read.
 
     .venv/bin/python benchmarks/scripts/fit_auto_methods.py benchmarks/results/NAME.json
 

@@ -131,7 +131,6 @@ class _Drafter:
         self.head: torch.Tensor | None = None  # LM head rows for ``subset``
         self.forwards = 0  # draft forwards this run
         self.looked_up = 0  # draft tokens that came from a lookup guess the draft agreed with
-        self.forwards_this_step = 0  # draft forwards of the last proposal
         self.top = 0  # draft trees: the draft's most probable tokens kept per slot of a proposal (0: none)
         self.slots: list[list[tuple[int, float]]] = []  # per slot of the last proposal: [(token, probability)]
         self.branched = False  # rows grown beside the cache (Backend.forward_branches) that the next rollback drops
@@ -361,9 +360,8 @@ class DraftStep(DecodeStep):
     def propose(self, n: int) -> list[int]:
         """Up to n draft tokens after the committed sequence (a second call proposes again from it)."""
         self.drafter.rollback(len(self.seq) - 1)
-        before = self.forwards_before = self.drafter.forwards
+        self.forwards_before = self.drafter.forwards
         tokens, self.q = self.drafter.propose(self.seq, n, self.settings, self.generator, self.confidence, self.eos)
-        self.drafter.forwards_this_step = self.drafter.forwards - before
         return tokens
 
     def verify(self, drafts: list[int]) -> tuple[list[int], int]:
@@ -392,18 +390,15 @@ class DraftStep(DecodeStep):
         m, L, dev = len(drafts), len(self.seq), self.target.device
         cost = None
         if self.gate is not None:
-            spent = self.gate.draft_cost * self.drafter.forwards_this_step
-            cost = lambda n: spent + pass_cost(self.gate.costs, n)  # noqa: E731
+            cost = lambda n: self._spent() + pass_cost(self.gate.costs, n)  # noqa: E731
         slots = self.drafter.slots[: m + 1 if m + 2 <= remaining else m]  # a leaf and the target's token fit
         calibration = self.kept / self.predicted
         reach = chain_reach(drafts, slots)
         tree, mass = chain_with_leaves(self.seq[-1], drafts, slots, self.tree, cost, calibration, reach)
         mass += self._grow(tree, m, slots, reach, calibration, remaining - 1, 1.0 + sum(reach) + calibration * mass)
-        if cost is not None:
-            spent = self.gate.draft_cost * (self.drafter.forwards - self.forwards_before)
         leaves = tree.size - 1 - m  # the draft's other tokens and the branches grown from them
         branch = self._graft(tree, remaining - 1, 1.0 + sum(reach) + calibration * mass,
-                             spent if cost is not None else 0.0)
+                             self._spent() if cost is not None else 0.0)
         ids = torch.tensor([tree.tokens], device=dev)
         pos = (torch.tensor(tree.depths, device=dev) + (L - 1))[None]
         visible = None if tree.is_chain else tree.visible().to(dev)  # a chain needs no tree mask: causal is its mask
@@ -474,7 +469,7 @@ class DraftStep(DecodeStep):
             tips = []
             for s, j, t in found:
                 if self.gate is not None:
-                    spent = self.gate.draft_cost * (drafter.forwards - self.forwards_before)
+                    spent = self._spent()
                     if (expect + calibration * s) / (spent + pass_cost(self.gate.costs, tree.size + 1)) <= \
                             expect / (spent + pass_cost(self.gate.costs, tree.size)) + 1e-12:
                         break
@@ -492,11 +487,15 @@ class DraftStep(DecodeStep):
         child the target keeps as often as the tip (``calibration`` times its score), for a draft forward over the
         tips (its rows priced as this machine's pass over as many tokens, in draft tokens) and a verification pass
         that many nodes longer."""
-        costs, draft = self.gate.costs, self.gate.draft_cost
-        now = draft * (self.drafter.forwards - self.forwards_before) + pass_cost(costs, size)
+        costs = self.gate.costs
+        now = self._spent() + pass_cost(costs, size)
         wider = pass_cost(costs, size + len(tips)) - pass_cost(costs, size)
-        later = now + draft * pass_cost(costs, len(tips) + 1) + wider
+        later = now + self.gate.draft_cost * pass_cost(costs, len(tips) + 1) + wider
         return (expect + calibration * sum(score[j] for j in tips)) / later > expect / now
+
+    def _spent(self) -> float:
+        """What the draft's forwards of this step (its proposal and any grown depths) cost, in target tokens."""
+        return self.gate.draft_cost * (self.drafter.forwards - self.forwards_before)
 
     def _graft(self, tree, room: int, expect: float, spent: float) -> tuple[int, list[int], int] | None:
         """Merge the prompt-lookup branch (what followed the text's last words earlier in it) into ``tree``, cut to
