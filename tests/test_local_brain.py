@@ -73,7 +73,7 @@ class RecordingSession:
 def test_every_turn_is_text_or_a_valid_tool_call(chat_model_dirs):
     tools = registry.load_tools()
     for folder in chat_model_dirs:
-        brain = local.LocalBrain(str(folder), max_text_tokens=8)
+        brain = local.LocalBrain(str(folder), max_tokens=48)
         for text in REQUESTS:
             session = RecordingSession()
             reply = brain.respond(session, text)
@@ -84,17 +84,27 @@ def test_every_turn_is_text_or_a_valid_tool_call(chat_model_dirs):
                 registry.parse_input(tools[name], arguments)  # raises when it does not validate
 
 
+def _bounded(schema):
+    """``schema`` with every string at most 12 characters: a random model's string may never close."""
+    if isinstance(schema, list):
+        return [_bounded(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _bounded(v) if k not in ("const", "enum") else v for k, v in schema.items()}
+    return {**out, "maxLength": 12} if schema.get("type") == "string" else out
+
+
 def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dirs):
-    """Decode each tool's arguments on each tiny model: JSON that parses, with only the grammar's keys
-    and values of the declared kinds (validation is the brain's next step, tested above)."""
+    """Decode each tool's arguments on each tiny model: JSON with only the schema's keys and values of the
+    declared kinds, appended to the committed text (validation is the brain's next step, tested above)."""
+    said = "use 2 small models in float16, json, draft medusa lookahead ngram baseline, all adaptive"
     for folder in chat_model_dirs:
         lm = local.load_engine(str(folder))
         for name, tool in registry.load_tools().items():
             lm.begin(local_prompt.user_turn("do it") + local_prompt.CALL_OPEN + name + local_prompt.ARGS_OPEN)
             start = len(lm.text)
-            arguments = tool_grammar.decode_arguments(
-                lm, tool, "use 2 small models in float16, json, draft medusa lookahead ngram baseline, all adaptive")
-            assert json.loads(lm.text[start:]) == arguments, lm.text[start:]
+            arguments = lm.decode_json(_bounded(tool_grammar.arguments_schema(tool, said)), 400)
+            assert arguments is not None and json.loads(lm.text[start:]) == arguments, lm.text[start:]
             allowed = {a.name: a for a in tool_grammar.tool_args(tool)}
             for key, value in arguments.items():
                 kind = allowed[key].kind
@@ -105,55 +115,39 @@ def test_the_arguments_of_every_tool_parse_as_json_of_its_grammar(chat_model_dir
                 assert kind not in ("params", "method_params") or isinstance(value, dict)
 
 
-def _single_token_options(lm: ConstrainedLM, context: str, count: int) -> list[tuple[str, int]]:
-    """Short strings that extend ``context`` by exactly one token each: (text, token id)."""
-    base = lm.encode(context)
-    found = []
-    for token in range(len(lm.tokenizer)):
-        text = lm.decode([token])
-        if text and text not in SPECIALS and lm.encode(context + text) == base + [token]:
-            found.append((text, token))
-        if len(found) == count:
-            break
-    return found
+def test_a_decode_is_the_models_greedy_choice_among_what_the_grammar_allows(chat_model_dirs):
+    """Token by token, the decoded call is what the grammar forces or else the model's best allowed token, the
+    logits computed afresh over the whole context: the lazily fed KV cache and the verified prompt-lookup drafts
+    change nothing (the draft finds the repeated prompt in the request)."""
+    import numpy as np
 
-
-def test_choose_is_the_models_greedy_choice_among_the_options(chat_model_dirs):
-    lm = local.load_engine(str(chat_model_dirs[0]))
-    context = local_prompt.user_turn("hello there")
-    options = _single_token_options(lm, context, 12)
-    assert len(options) >= 4
-    full = torch.tensor([lm.segment_ids()[: lm.base] + lm.encode(context)])
-    with torch.no_grad():
-        logits = lm.backend.model(input_ids=full).logits[0, -1]
-    expected = max(range(len(options)), key=lambda i: float(logits[options[i][1]]))
-    lm.begin(context)
-    assert lm.choose([text for text, _ in options]) == expected
-    assert lm.text == context + options[expected][0]
-
-
-def test_free_text_equals_plain_greedy_decoding(chat_model_dirs):
-    """Prompt-lookup drafts are verified: the text is the model's own greedy continuation (its first
-    token chosen among those that start with the text of the committed text's last token)."""
-    lm = local.load_engine(str(chat_model_dirs[1]))
-    context = local_prompt.user_turn("compare draft and lookahead on 'Write a haiku' and 'Write a haiku'")
-    lm.begin(context)
-    ids = lm.segment_ids()
-    text = lm.generate(12)
-    tail = lm.decode(ids[-1:])
-    expected = []
-    with torch.no_grad():
-        for _ in range(12):
-            logits = lm.backend.model(input_ids=torch.tensor([ids[:-1] + expected])).logits[0, -1]
-            if not expected:  # the healed first token
-                allowed = [t for t in range(len(lm.tokenizer)) if lm.decode([t]).startswith(tail)]
-                nxt = max(allowed, key=lambda t: float(logits[t]))
+    for folder in chat_model_dirs:
+        lm = local.load_engine(str(folder))
+        text = "run draft on 'fib fib fib fib fib fib' and 'fib fib fib fib fib fib'"
+        schema = _bounded(tool_grammar.call_schema({
+            "run_method": tool_grammar.arguments_schema(registry.load_tools()["run_method"], text),
+            local_prompt.REPLY: {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}))
+        lm.begin(local_prompt.user_turn(text))
+        ids = lm.segment_ids()
+        passes = lm.passes
+        value = lm.decode_json(schema, 200)
+        out = lm.ids[len(ids):]
+        assert value is not None and lm.passes - passes < len(out)  # forced tokens and drafts saved passes
+        matcher = lm.matcher(schema)
+        for i, token in enumerate(out):
+            forced = matcher.compute_ff_tokens()
+            if forced:
+                assert forced[0] == token
             else:
-                nxt = int(logits.argmax())
-            if nxt in lm.stop_ids:
-                break
-            expected.append(nxt)
-    assert text == lm.decode(expected)[len(tail):]
+                with torch.no_grad():
+                    row = lm.backend.model(input_ids=torch.tensor([ids + out[:i]])).logits[0, -1]
+                mask = np.zeros((lm.backend.vocab_size + 31) // 32, dtype=np.int32)
+                matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+                allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[: lm.backend.vocab_size].astype(bool)
+                best = int(row[: lm.backend.vocab_size].masked_fill(~torch.from_numpy(allowed), float("-inf")).argmax())
+                assert best == token
+            assert matcher.consume_token(token)
+        assert matcher.is_accepting()
 
 
 def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat_model_dirs, monkeypatch):
@@ -168,14 +162,14 @@ def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat
     forward = lm._forward
     monkeypatch.setattr(lm, "_forward", lambda tokens, start, *a, **k: passes.append((start, len(tokens)))
                         or forward(tokens, start, *a, **k))
-    brain = local.LocalBrain(folder, max_text_tokens=4)  # every turn decoded: the cache is what is tested
+    brain = local.LocalBrain(folder, max_tokens=24)  # every turn decoded: the cache is what is tested
     for text in ("hi", "what did we do last time?"):
         del passes[:]
         brain.respond(RecordingSession(), text)
         assert passes and min(start for start, _ in passes) >= prefix_len  # the prefix is never run again
         # the first pass runs this turn's text (and what the last turn added), nothing before it
         turn = len(lm.encode(local_prompt.user_turn(text)))
-        assert turn <= passes[0][1] <= turn + len(lm.encode(brain._context())) + 4
+        assert turn <= passes[0][1] <= turn + len(lm.encode(brain._context())) + 8  # and the forced {"name": "
 
     monkeypatch.setattr(local, "_ENGINES", {})  # a new process: the prefix comes from disk
     again = local.load_engine(folder)
@@ -183,9 +177,9 @@ def test_the_prefix_cache_is_saved_reloaded_and_a_turn_runs_only_new_tokens(chat
     for layer_a, layer_b in zip(again.cache.layers, lm.cache.layers):
         n = again.backend.cache_length(again.cache)
         assert torch.equal(layer_a.keys[..., :n, :], layer_b.keys[..., :n, :])
-    first = local.LocalBrain(folder, max_text_tokens=4).decide("install lade")
+    first = local.LocalBrain(folder, max_tokens=24).decide("install lade")
     monkeypatch.setattr(local, "_ENGINES", {folder: lm})
-    assert local.LocalBrain(folder, max_text_tokens=4).decide("install lade") == first
+    assert local.LocalBrain(folder, max_tokens=24).decide("install lade") == first
 
 
 def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
@@ -208,7 +202,7 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
 
     def turn(lm):
         lm.begin("user: compare draft and medusa\nassistant: ")
-        return lm.choose(["draft", "medusa", "lookahead"]), lm.generate(6)
+        return lm.decode_json({"enum": ["draft", "medusa", "lookahead"]}, 8), lm.decode_json({"maxLength": 6}, 8)
 
     first = ConstrainedLM(backend, tokenizer, [EOS])
     first.set_prefix(prefix)
@@ -364,12 +358,15 @@ def test_a_comparison_takes_each_compared_methods_own_parameters(chat_model_dirs
     assert {a.name: a.kind for a in tool_grammar.tool_args(tool)}["params"] == "method_params"
     for folder in chat_model_dirs:
         lm = local.load_engine(str(folder))
-        lm.begin(local_prompt.user_turn("x") + local_prompt.CALL_OPEN + tool.name + local_prompt.ARGS_OPEN + "{")
-        start = len(lm.text)
-        value = tool_grammar.decode_method_params(lm, ["baseline", "draft", "lookahead"], "k 5 window 7 ngram 3")
-        written = json.loads("{" + lm.text[start:])
-        assert {m: own for m, own in written.items() if own} == (value or {})
-        for method, own in (value or {}).items():
+        lm.begin(local_prompt.user_turn("x") + local_prompt.CALL_OPEN + tool.name + local_prompt.ARGS_OPEN)
+        said = "k 5 window 7 ngram 3"
+        schema = tool_grammar.object_schema(tool_grammar.tool_args(tool), said,
+                                            given={"methods": ["baseline", "draft", "lookahead"]})
+        assert set(schema["properties"]["params"]["properties"]) == {"draft", "lookahead"}
+        for method, own in schema["properties"]["params"]["properties"].items():
+            assert set(own["properties"]) == set(PARAM_MODELS[method].model_fields) - set(tool_grammar.HIDDEN)
+        value = lm.decode_json(_bounded(schema), 400)
+        for method, own in (value.get("params") or {}).items():
             assert method in ("draft", "lookahead") and set(own) <= set(PARAM_MODELS[method].model_fields)
 
 
@@ -389,7 +386,7 @@ class FixedClassifier:
 def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(chat_model_dirs):
     tools = registry.load_tools()
     for tool in ("explain", "recall", None):
-        brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6,
+        brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=48,
                                  classifier=FixedClassifier(tool))
         decision = brain.decide("tell me something")
         assert decision.name == tool
@@ -433,7 +430,7 @@ def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_mode
         def argument(self, name, text, tool=None):  # no argument heads: the model writes every argument
             return {}
 
-    brain = local.LocalBrain(str(chat_model_dirs[0]), max_text_tokens=6, classifier=Unsure())
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=48, classifier=Unsure())
     tools = registry.load_tools()
     assert brain.candidates("anything", tools) == ["explain", "reply", "recall"]
     assert brain.decide("explain medusa").name in ("explain", "recall", None)
@@ -500,24 +497,26 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     lm = brain.engine()
     lm.begin(local_prompt.user_turn("compare eagle and medusa on 'hi'") + local_prompt.CALL_OPEN + "compare_methods"
              + local_prompt.ARGS_OPEN)
-    arguments = tool_grammar.decode_arguments(lm, tools["compare_methods"], "compare eagle and medusa on 'hi'",
-                                              narrowed=narrowed)
-    assert arguments.get("methods")
+    schema = tool_grammar.arguments_schema(tools["compare_methods"], "compare eagle and medusa on 'hi'",
+                                           narrowed=narrowed)
+    assert "methods" in schema["required"]
+    assert lm.decode_json(_bounded(schema), 400).get("methods")
 
 
-def test_a_required_argument_is_still_written_after_the_most_arguments_an_object_takes(chat_model_dirs):
+def test_given_arguments_are_written_first_as_they_are_and_required_ones_still_follow(chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     tools = registry.load_tools()
     text = "compare draft and ngram on 'Write a haiku', 64 tokens, temperature 0.5, top_p 0.9, seed 1, 2 repeats"
     given = {"max_new_tokens": 64, "temperature": 0.5, "top_p": 0.9, "seed": 1, "repeats": 2, "warmup": 1}
-    assert len(given) >= tool_grammar.MAX_KEYS
     lm = brain.engine()
     lm.begin(local_prompt.user_turn(text) + local_prompt.CALL_OPEN + "compare_methods" + local_prompt.ARGS_OPEN)
-    arguments = tool_grammar.decode_arguments(lm, tools["compare_methods"], text, given=given,
-                                              narrowed={"methods": tool_grammar.arg_of(
-                                                  "methods", tools["compare_methods"].input_schema()["properties"]
-                                                  ["methods"]).values})
-    assert arguments.get("prompt") and arguments.get("methods")  # required, and the written list
+    start = len(lm.text)
+    arguments = lm.decode_json(_bounded(tool_grammar.arguments_schema(
+        tools["compare_methods"], text, given=given, withheld=frozenset({"backend"}),
+        narrowed={"methods": ("draft", "ngram")})), 400)
+    assert lm.text[start:].startswith(json.dumps(given)[:-1])  # forced: the model chose none of it
+    assert {k: arguments[k] for k in given} == given and "backend" not in arguments
+    assert arguments.get("prompt") is not None and set(arguments["methods"]) <= {"draft", "ngram"}
 
 
 def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(monkeypatch, chat_model_dirs):

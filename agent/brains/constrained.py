@@ -1,48 +1,45 @@
-"""Constrained greedy decoding for the local brain, over the engine's Backend seam (llama.cpp or
-transformers) and its KV cache.
+"""Grammar-constrained greedy decoding for the local brain, over the engine's Backend seam (llama.cpp or
+transformers) and its KV cache; the grammar is llguidance's, compiled from a JSON schema.
 
 The context is one token list (``ids``): a fixed prefix (system prompt and tool list, whose KV cache
 is saved to disk and reloaded by later processes), then a *segment* held as text (conversation
 history, this turn, and what the assistant has committed so far). Tokens are fed lazily: text that
 is decided but not yet run is *pending* and goes through the model with the next pass that needs
-logits, so forced text (``", "arguments": {``) costs no pass of its own.
+logits, so text the grammar forces (``", "arguments": {``, a value fixed by the schema) costs no pass
+of its own.
 
-- :meth:`ConstrainedLM.choose` appends one of several strings (tool names, argument keys, enum
-  values): masked greedy decoding over the strings' text, one pass per real decision. The token at
-  the boundary with the committed text is taken back and chosen again (token healing), so tokens
-  that run across the boundary (``",`` ``"}}``) compete as the model would write them.
-- :meth:`ConstrainedLM.generate` decodes free text greedily with prompt-lookup drafts (n-grams copied
-  from the context and verified in the same pass: the model's own greedy text, in fewer passes when
-  it copies the user's words into an argument).
-- :meth:`ConstrainedLM.generate_number` decodes digits until the model prefers to end the number.
-
-The committed text is re-tokenized at each step; where its canonical tokens differ from those in the
-cache, the cache is cropped to the common prefix and the rest is fed again.
+:meth:`ConstrainedLM.decode_json` appends one JSON value under a schema: the grammar's forced tokens are
+fed with the next pass, the rest is the model's greedy choice among the tokens the grammar allows, with a
+prompt-lookup draft (an n-gram copied from the context: the user's words copied into an argument) checked
+against the grammar and verified in the same pass, so the text is the model's own constrained greedy text
+in fewer passes.
 """
 
 from __future__ import annotations
 
-import bisect
 import ctypes
+import json
+import logging
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tools.engine.backend import as_backend
-from tools.engine.draft_tree import DraftTree, build_draft_tree
 from tools.engine.llamacpp import LlamaCppBackend
 from tools.engine.params import PromptLookupParams
 from tools.engine.prompt_lookup import find_candidate_set
+
+log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 256  # prompt tokens per forward pass when the prefix is computed
 # one draft of up to 6 tokens after a 2- or 3-gram match: rejected drafts cost time here (a pass over 8
 # tokens costs 3-4 one-token passes on a busy 2-core CPU), so only fairly sure ones are tried
 LOOKUP = PromptLookupParams(max_ngram_size=3, min_ngram_size=2, num_candidate_tokens=6, num_candidates=1)
-NUMBER_TOKEN = re.compile(r"[0-9.\-]+")
-NUMBER_END = re.compile(r"[\s,}\]\"]")  # what may follow a number in JSON
+SEPARATORS = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}  # as json.dumps
+TRIED_FIRST = 4  # the model's best tokens checked against the grammar one at a time before the whole mask
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -52,63 +49,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def _byte_decoder() -> dict[str, int]:
-    """The inverse of GPT-2's byte-to-character table (byte-level BPE spells byte b as chr(table[b]))."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
-class TokenTexts:
-    """The text of every token, to match tokens against the text a grammar allows: the tokens whose
-    text is a prefix of a given text, and those whose text runs past it."""
-
-    def __init__(self, tokenizer, size: int):
-        self.pieces = token_pieces(tokenizer, size)
-        self.by_text: dict[str, list[int]] = {}
-        for token, piece in enumerate(self.pieces):
-            if piece:
-                self.by_text.setdefault(piece, []).append(token)
-        self.longest = max((len(p) for p in self.by_text), default=0)
-        self.sorted = sorted(self.by_text)
-
-    def prefixes_of(self, text: str, longer_than: int = 0) -> list[tuple[int, str]]:
-        """(token, its text) for each token whose text is a prefix of ``text`` longer than ``longer_than``."""
-        return [(token, text[:k]) for k in range(longer_than + 1, min(len(text), self.longest) + 1)
-                for token in self.by_text.get(text[:k], ())]
-
-    def extending(self, text: str) -> list[int]:
-        """The tokens whose text starts with ``text`` and is longer."""
-        out, i = [], bisect.bisect_right(self.sorted, text)
-        while i < len(self.sorted) and self.sorted[i].startswith(text):
-            out += self.by_text[self.sorted[i]]
-            i += 1
-        return out
-
-
-def token_pieces(tokenizer, size: int) -> list[str]:
-    """Every token's text: through the byte-level table when the tokenizer is byte-level BPE (fast),
-    else decoded one by one. Partial UTF-8 sequences become ''."""
-    names = tokenizer.convert_ids_to_tokens(list(range(size)))
-    table = _byte_decoder()
-    pieces = []
-    for name in names:
-        try:
-            pieces.append(bytes(table[c] for c in name).decode("utf-8") if name else "")
-        except (KeyError, UnicodeDecodeError):
-            pieces.append(None)
-    sample = [i for i in range(0, size, max(1, size // 200)) if pieces[i] is not None]
-    if any(pieces[i] != tokenizer.decode([i]) for i in sample):
-        return tokenizer.batch_decode([[i] for i in range(size)])  # not byte-level BPE
-    return [p or "" for p in pieces]
 
 
 class ConstrainedLM:
@@ -125,9 +65,8 @@ class ConstrainedLM:
         self.text = ""  # the segment's committed text
         self.passes = 0  # forward passes run (for tests and benchmarks)
         self.fed = 0  # tokens fed through the model
-        self._number_masks: tuple[torch.Tensor, torch.Tensor] | None = None
         self._last: torch.Tensor | None = None  # logits after the last token of ids, once computed
-        self._texts: TokenTexts | None = None
+        self._grammar_tokenizer = None  # llguidance's view of the vocabulary, built on the first decode
         self.lookup = LOOKUP  # prompt-lookup drafting of free text
 
     # ---- context --------------------------------------------------------------------------------
@@ -143,7 +82,7 @@ class ConstrainedLM:
         ids = self.encode(text)
         self.cache, self._last = self.backend.new_cache(), None
         for start in range(0, len(ids), PREFILL_CHUNK):
-            self._last = self._forward(ids[start: start + PREFILL_CHUNK], start, None)[-1]
+            self._last = self._forward(ids[start: start + PREFILL_CHUNK], start)[-1]
         self.ids, self.base, self.text = ids, len(ids), ""
 
     def begin(self, text: str) -> None:
@@ -213,16 +152,14 @@ class ConstrainedLM:
             self.ids += wanted[keep:]
             self._last = None
 
-    def _forward(self, tokens: list[int], start: int, tree: DraftTree | None, rows: int = 1) -> torch.Tensor:
+    def _forward(self, tokens: list[int], start: int, rows: int = 1) -> torch.Tensor:
         device = self.backend.device
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        depths = tree.depths if tree is not None else range(len(tokens))
-        positions = (torch.tensor(list(depths), device=device) + start)[None]
-        visible = None if tree is None or tree.is_chain else tree.visible().to(device)
+        positions = torch.arange(start, start + len(tokens), device=device)[None]
         self.passes += 1
         self.fed += len(tokens)
         with torch.no_grad():
-            return self.backend.forward(ids, self.cache, positions, visible, rows=rows).float()
+            return self.backend.forward(ids, self.cache, positions, None, rows=rows).float()
 
     def _logits(self) -> torch.Tensor:
         """The model's logits after the last token of ``ids`` (one pass over the pending tokens)."""
@@ -232,183 +169,93 @@ class ConstrainedLM:
         if cached >= len(self.ids):  # nothing pending: run the last token again
             cached = len(self.ids) - 1
             self.backend.crop(self.cache, cached)
-        self._last = self._forward(self.ids[cached:], cached, None)[-1]
+        self._last = self._forward(self.ids[cached:], cached)[-1]
         return self._last
 
-    # ---- the operations ------------------------------------------------------------------------------
+    # ---- decoding under a grammar --------------------------------------------------------------------
 
-    def choose(self, options: Sequence[str]) -> int:
-        """Append the option the model prefers and return its index: masked greedy decoding at the
-        level of text. At each decision the committed text is tokenized and its last token taken back
-        (token healing), so a token that runs across the boundary (``",`` after a string, ``}}``
-        closing two objects) is allowed: every token whose text continues a remaining option, or
-        runs past its end, competes by its logit. Text all remaining options share costs no pass; so
-        one pass per real decision. The chosen option's text is committed."""
-        done, heal = self.text, True
-        left = dict(enumerate(options))
-        while len(left) > 1:
-            common = os.path.commonprefix(list(left.values()))
-            done, left = done + common, {i: o[len(common):] for i, o in left.items()}
-            anchor = self._heal(done, list(left.values())) if heal else self._align_text(done)
-            tail = done[len(anchor):]
-            token, piece, ended = self._best_token(self._logits(), {i: tail + o for i, o in left.items()}, len(tail))
-            if ended is not None or token < 0:
-                left = {ended if ended is not None else next(iter(left)): ""}
+    def matcher(self, schema: dict):
+        """llguidance's matcher of ``schema`` (JSON written as json.dumps writes it), over this vocabulary."""
+        from llguidance import LLMatcher, LLTokenizer
+
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = LLTokenizer(self.tokenizer.backend_tokenizer.to_str(),
+                                                  n_vocab=self.backend.vocab_size, slices=[])
+        matcher = LLMatcher(self._grammar_tokenizer, LLMatcher.grammar_from_json_schema(schema, overrides=SEPARATORS),
+                            log_level=0)
+        if matcher.is_error():
+            raise ValueError(f"the grammar of {json.dumps(schema)[:200]} does not compile: {matcher.get_error()}")
+        return matcher
+
+    def decode_json(self, schema: dict, max_tokens: int, draft: bool = True):
+        """The model's greedy JSON value under ``schema`` after the committed text, appended to it; None when
+        it did not close within ``max_tokens`` (then nothing is appended). Tokens the grammar forces are fed
+        with the next pass; a prompt-lookup draft (``draft``) is cut where the grammar stops allowing it and
+        verified in the same pass."""
+        matcher = self.matcher(schema)
+        self._align(self.segment_ids())
+        start = len(self.ids)
+        while len(self.ids) - start < max_tokens and not matcher.is_accepting():
+            forced = matcher.compute_ff_tokens()
+            if forced:
+                matcher.consume_tokens(forced)
+                self.ids += forced
+                self._last = None
+                continue
+            new = self._verified(matcher, max_tokens - (len(self.ids) - start), draft)
+            if not new:
                 break
-            self.ids.append(token)
-            self._last = None
-            heal = piece != tail  # the healed token itself won: decide the next one after it, as it is
-            step = piece[len(tail):]
-            done, left = done + step, {i: o[len(step):] for i, o in left.items() if (tail + o).startswith(piece)}
-        index = next(iter(left))
-        self.text += options[index]
-        return index
-
-    def _align_text(self, text: str) -> str:
-        self._align(self.ids[: self.base] + self.encode(text))
-        return text
-
-    def _heal(self, text: str, following: Sequence[str] | None = None) -> str:
-        """Align the context with ``text`` less its last token (which the next token may replace by
-        one running further into one of the ``following`` texts; when no token does, nothing is taken
-        back); return the text of what is aligned."""
-        ids = self.encode(text)
-        anchor = ids[:-1] if ids else ids
-        anchor_text = self.decode(anchor)
-        tail, texts = text[len(anchor_text):], self.token_texts()
-        merges = following is None or any(texts.prefixes_of(tail + f, longer_than=len(tail)) or
-                                          texts.extending(tail + f) for f in following)
-        if not text.startswith(anchor_text) or not merges:
-            anchor, anchor_text = ids, text
-        self._align(self.ids[: self.base] + anchor)
-        return anchor_text
-
-    def _best_token(self, row: torch.Tensor, rest: dict[int, str], healed: int) -> tuple[int, str, int | None]:
-        """The best token consistent with the texts still to come (option -> text, whose first
-        ``healed`` characters were taken back): (token, its text, the option it completes or runs past,
-        None while options remain open). A token reaches past the healed text, or is the token taken
-        back itself."""
-        texts = self.token_texts()
-        best: tuple[float, int, str, int | None] = (float("-inf"), -1, "", None)
-        if healed:  # the token taken back, as it was
-            piece = next(iter(rest.values()))[:healed]
-            for token in texts.by_text.get(piece, ()):
-                if float(row[token]) > best[0]:
-                    best = (float(row[token]), token, piece, None)
-        for option, text in rest.items():
-            for token, piece in texts.prefixes_of(text, longer_than=healed):
-                if float(row[token]) > best[0]:
-                    others = any(t.startswith(piece) for o, t in rest.items() if o != option and t != piece)
-                    best = (float(row[token]), token, piece, option if piece == text and not others else None)
-            longer = [t for t in texts.extending(text) if not any(r.startswith(texts.pieces[t]) for r in rest.values())]
-            if longer:
-                scores = row[torch.tensor(longer)]
-                k = int(scores.argmax())
-                if float(scores[k]) > best[0]:
-                    best = (float(scores[k]), longer[k], texts.pieces[longer[k]], option)
-        return best[1], best[2], best[3]
-
-    def token_texts(self) -> TokenTexts:
-        if self._texts is None:
-            self._texts = TokenTexts(self.tokenizer, min(self.backend.vocab_size, len(self.tokenizer)))
-        return self._texts
-
-    def generate(self, max_tokens: int, stop: Callable[[str], int | None] | None = None) -> str:
-        """Greedy free text appended to the segment, with prompt-lookup drafts verified in the same
-        pass; ends at a stop token, after ``max_tokens``, or where ``stop(text)`` returns a cut
-        position. The first token may run across the boundary with the committed text (token
-        healing). Returns the text (the committed text grows by it)."""
-        out, skip = self._heal_first()
-        text = self.decode(out)[skip:]
-        while len(out) < max_tokens:
-            new = self._step(max_tokens - len(out))
-            cut = next((i for i, t in enumerate(new) if t in self.stop_ids), len(new))
-            out += new[:cut]
-            text = self.decode(out)[skip:]
-            at = stop(text) if stop is not None else None
-            if at is not None:
-                text = text[:at]
-                break
-            if cut < len(new):
-                break
-        self.text += text
-        return text
-
-    def _heal_first(self) -> tuple[list[int], int]:
-        """Take back the committed text's last token and choose the best token that starts with its
-        text (one pass). Returns ([that token], characters of it already committed), or ([], 0) when
-        the context is aligned as it is."""
-        anchor = self._heal(self.text)
-        tail = self.text[len(anchor):]
-        texts = self.token_texts()
-        allowed = texts.by_text.get(tail, []) + texts.extending(tail) if tail else []
-        if not allowed:
+        out = self.ids[start:]
+        text = self.decode(out)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            log.info("no JSON value within %d tokens: %r", max_tokens, text[:200])
             self._align(self.segment_ids())
-            return [], 0
-        scores = self._logits()[torch.tensor(allowed)]
-        token = allowed[int(scores.argmax())]
-        self.ids.append(token)
-        self._last = None
-        return [token], len(tail)
+            return None
+        self.text += text
+        return value
 
-    def _step(self, budget: int) -> list[int]:
-        """One greedy step: the pending tokens and a prompt-lookup draft in one pass; returns the new
-        tokens (accepted draft tokens and the model's next token), appended to ``ids``."""
-        if self._last is not None:  # the logits after the last token are known already
-            token = int(self._last.argmax())
-            self.ids.append(token)
-            self._last = None
-            return [token]
+    def _verified(self, matcher, budget: int, draft: bool) -> list[int]:
+        """One pass: the pending tokens and a prompt-lookup draft; the model's allowed greedy tokens while they
+        follow the draft are appended to ``ids`` (and returned)."""
         cached = min(self._cached(), len(self.ids) - 1)
         self.backend.crop(self.cache, cached)
         pending = self.ids[cached:]
-        drafts = find_candidate_set(torch.tensor(self.ids, dtype=torch.long), self.lookup, limit=budget - 1)
-        tree = build_draft_tree(pending[0], [pending[1:] + d for d in drafts] or [pending[1:]])
-        logits = self._forward(tree.tokens, cached, tree, rows=tree.size - len(pending) + 1)
-        node = _walk_to(tree, pending[1:])
-        offset = node  # the chain's nodes come first: node i's logits are row i - offset
-        while True:
-            choice = int(logits[node - offset].argmax())
-            child = next((c for c in tree.children[node] if tree.tokens[c] == choice), None)
-            if child is None:
+        drafts = find_candidate_set(torch.tensor(self.ids, dtype=torch.long), self.lookup, limit=budget - 1) \
+            if draft and budget > 1 else []
+        guess = drafts[0][: matcher.validate_tokens(drafts[0])] if drafts else []
+        logits = self._forward(pending + guess, cached, rows=len(guess) + 1)
+        new: list[int] = []
+        for i in range(len(guess) + 1):
+            token = _pick(matcher, logits[i][: self.backend.vocab_size])
+            if token < 0 or token in self.stop_ids:
                 break
-            node = child
-        path = tree.path_to(node)
-        self.backend.keep_positions(self.cache, cached, torch.tensor(path, device=self.backend.device))
-        new = [tree.tokens[i] for i in path[len(pending):]] + [choice]
-        self.ids = self.ids[:cached] + [tree.tokens[i] for i in path] + [choice]
+            new.append(token)
+            if i == len(guess) or token != guess[i] or matcher.is_accepting():
+                break
+        # the cache holds the pending tokens and the draft tokens kept; the newest token is fed next pass
+        self.backend.crop(self.cache, cached + len(pending) + max(0, len(new) - 1))
+        self.ids += new
         self._last = None
         return new
 
-    def generate_number(self, max_tokens: int = 8) -> str:
-        """Digits (and a point or minus) until the model prefers to end the number; appended to the
-        committed text and returned ("" when the model cannot start one)."""
-        self._align(self.segment_ids())
-        digits, enders = self._number_vocab()
-        out: list[int] = []
-        while len(out) < max_tokens:
-            row = self._logits()[: digits.numel()]
-            best_digit = row.masked_fill(~digits, float("-inf"))
-            best_end = float(row.masked_fill(~enders, float("-inf")).max())
-            if not torch.isfinite(best_digit.max()) or (out and best_end >= float(best_digit.max())):
-                break
-            token = int(best_digit.argmax())
-            self.ids.append(token)
-            self._last = None
-            out.append(token)
-        text = self.decode(out)
-        self.text += text
-        return text
 
-    def _number_vocab(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """bool masks over the vocabulary: tokens made of number characters, tokens that end one."""
-        if self._number_masks is None:
-            pieces = self.token_texts().pieces
-            digits = torch.tensor([NUMBER_TOKEN.fullmatch(p) is not None for p in pieces])
-            enders = torch.tensor([NUMBER_END.match(p) is not None for p in pieces])
-            self._number_masks = digits, enders
-        return self._number_masks
-
+def _pick(matcher, row: torch.Tensor) -> int:
+    """The best token the grammar allows next, consumed by the matcher; -1 when none is. The model's best few
+    are tried first (the usual case), the whole mask only when none of them fits."""
+    for token in torch.topk(row, TRIED_FIRST).indices.tolist():
+        if matcher.validate_tokens([token]) == 1:
+            matcher.consume_token(token)
+            return token
+    mask = np.zeros((len(row) + 31) // 32, dtype=np.int32)
+    matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    allowed = torch.from_numpy(np.unpackbits(mask.view(np.uint8), bitorder="little")[: len(row)].astype(bool))
+    if not allowed.any():
+        return -1
+    token = int(row.masked_fill(~allowed, float("-inf")).argmax())
+    matcher.consume_token(token)
+    return token
 
 def is_llamacpp(backend) -> bool:
     return isinstance(backend, LlamaCppBackend)
@@ -437,13 +284,4 @@ def llamacpp_load(backend, path: Path, capacity: int):
         return None, None
     cache.length = int(count.value)
     return cache, list(tokens[: cache.length])
-
-
-def _walk_to(tree: DraftTree, tokens: Sequence[int]) -> int:
-    """The node reached from the root by ``tokens``."""
-    node = 0
-    for token in tokens:
-        node = next(c for c in tree.children[node] if tree.tokens[c] == token)
-    return node
-
 

@@ -58,7 +58,8 @@ THREADS_ENV = "SPECPILOT_BRAIN_THREADS"
 N_CTX = 8192  # llama.cpp context: prefix (~1.3k tokens) + history + a pasted prompt
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
-MAX_TEXT_TOKENS = 40  # a text answer is a sentence or two
+MAX_TEXT_CHARS = 240  # a text answer is a sentence or two
+MAX_CALL_TOKENS = 400  # a call with a pasted prompt copied into it
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 SURE = 0.8  # the classifier's pick is taken as it is from this probability on
 MORE_LIKELY = 0.5  # an argument head sets an optional choice from this probability of its value on
@@ -187,7 +188,7 @@ def prepare(ref: str | None = None) -> None:
 
 
 def load_engine(ref: str, prefix: str | None = None) -> ConstrainedLM:
-    """The model ``ref`` behind a ConstrainedLM with ``prefix`` (default: the hand-written decoder's
+    """The model ``ref`` behind a ConstrainedLM with ``prefix`` (default: the brain's own
     prompt) in its cache (loaded once per process and prefix)."""
     prefix = prefix or local_prompt.prefix_text(registry.load_tools())
     key = f"{ref}\0{hashlib.sha256(prefix.encode()).hexdigest()[:12]}"
@@ -223,12 +224,12 @@ class LocalBrain:
 
     name = "local"
 
-    def __init__(self, model: str | None = None, max_text_tokens: int = MAX_TEXT_TOKENS, examples: int = 0,
+    def __init__(self, model: str | None = None, max_tokens: int = MAX_CALL_TOKENS, examples: int = 0,
                  classifier: ToolClassifier | None = None):
         self.model = model or local_model_ref()
         self.classifier = classifier  # picks the tool (agent.brains.classifier); the model then writes its arguments
         self.examples = examples  # retrieved worked examples shown before each turn (agent.brains.examples)
-        self.max_text_tokens = max_text_tokens
+        self.max_tokens = max_tokens  # a call that does not close within these tokens is no call
         self.history: list[str] = []  # past exchanges, as chat markup
         self.user_texts: list[str] = []  # what the user wrote (arguments are grounded in it)
         self.pending: tuple[Decision, str] | None = None  # a call waiting for the argument we asked for
@@ -441,28 +442,38 @@ class LocalBrain:
         return out, unsure
 
     def _decode(self, context: str, tools: dict, said: str, names: list[str], text: str = "") -> Decision:
-        """One call decoded after ``context``, its name one of ``names`` (fixed when there is one), its choice
-        arguments read from ``text`` by the classifier's argument heads."""
+        """One call decoded after ``context`` under the schema of a call of one of ``names``, each tool's
+        choice arguments read from ``text`` by the classifier's argument heads (tool_grammar.call_schema)."""
         lm = self.engine()
         lm.begin(context)
-        lm.text += local_prompt.CALL_OPEN
-        if len(names) == 1:
-            name = names[0]
-            lm.text += name
-        else:
-            name = names[lm.choose(names)]
-        lm.text += local_prompt.ARGS_OPEN
-        if name == local_prompt.REPLY:
-            lm.text += '{"text": "'
-            return Decision(text=_clean(tool_grammar.decode_string(lm, self.max_text_tokens)))
-        tool = tools[name]
-        given, withheld, narrowed = self.choices(text, tool)
-        per_method = given.pop("params", None) if _params_kind(tool) == "method_params" else None
-        arguments = tool_grammar.decode_arguments(lm, tool, said, given, withheld, narrowed)
-        if per_method:  # added after the model wrote the call, which it then writes with its methods listed
+        schemas, per_method = {}, {}
+        for name in names:
+            if name == local_prompt.REPLY:
+                schemas[name] = {"type": "object", "required": ["text"], "additionalProperties": False,
+                                 "properties": {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}}}
+                continue
+            given, withheld, narrowed = self.choices(text, tools[name])
+            if _params_kind(tools[name]) == "method_params":  # added after the model wrote the call (below)
+                per_method[name] = given.pop("params", None)
+            schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed)
+        call = lm.decode_json(tool_grammar.call_schema(schemas), self.max_tokens)
+        if call is None:
+            return Decision()
+        if call["name"] == local_prompt.REPLY:
+            return Decision(text=_clean(call["arguments"]["text"]))
+        tool, arguments = tools[call["name"]], call["arguments"]
+        for key, value in arguments.items():  # a list's items once each (the schema cannot say so to the grammar)
+            if isinstance(value, list):
+                arguments[key] = list(dict.fromkeys(value))
+        if _params_kind(tool) == "method_params" and isinstance(arguments.get("params"), dict):
+            compared = set(arguments.get("methods") or ())  # the model writes only the compared methods' parameters
+            arguments["params"] = {m: own for m, own in arguments["params"].items() if m in compared and own}
+        if per_method.get(tool.name):  # the heads' numbers join what the model wrote
             merged = arguments.setdefault("params", {})
-            for method, own in per_method.items():
+            for method, own in per_method[tool.name].items():
                 merged[method] = {**merged.get(method, {}), **own}
+        if arguments.get("params") == {}:
+            del arguments["params"]
         ground_params(arguments, said)
         params = arguments.get("params")
         if isinstance(params, dict) and arguments.get("method") in tool_grammar.PARAM_MODELS:

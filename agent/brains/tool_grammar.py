@@ -1,18 +1,18 @@
 """The registry's tools as the local model sees them, and the grammar of a tool call's arguments.
 
 Each tool's pydantic input schema becomes a list of :class:`Arg` (name, kind, allowed values): every field
-but the approval id. :func:`signature` renders a tool in one line for the prompt; :func:`decode_arguments`
-decodes the JSON arguments with a ConstrainedLM: keys, enum values and booleans are chosen among the
-allowed ones, numbers are digits (offered only when the user wrote a digit), strings are free text (usually
-copied from the user's words; a model field takes a built-in name or a path), and a method's ``params`` take
-that method's own parameter names; the object closes only once its required keys are in. Nothing here
-reads the user's words for meaning: the model chooses, and the brain's grounding checks drop a text or
-number the user never wrote. The result is a dict that the caller validates with the tool's input model.
+but the approval id. :func:`signature` renders a tool in one line for the prompt; :func:`call_schema` is the
+JSON schema one turn's call is decoded under (agent.brains.constrained, llguidance): the candidate tools'
+names, each with its arguments: keys, enum values and booleans among the allowed ones, numbers (offered only
+when the user wrote a digit), free strings (usually copied from the user's words; a model field takes a
+built-in name or a path), a method's ``params`` with that method's own parameter names, the arguments the
+classifier's heads gave fixed, the ones they withheld absent. Nothing here reads the user's words for
+meaning: the model chooses, and the brain's grounding checks drop a text or number the user never wrote.
+The caller validates the decoded call with the tool's input model.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +26,6 @@ from tools.models import BUILTIN_MODELS, DTYPES
 HIDDEN = frozenset({"approval_id"})
 MODEL_FIELDS = ("target", "draft")  # a built-in model's name or a path the user wrote
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
-MAX_KEYS = 6  # arguments per object at most, besides required ones still missing
-MAX_STRING_TOKENS = 64
 MAX_LIST_ITEMS = 6
 DIGIT = re.compile(r"\d")
 
@@ -125,196 +123,62 @@ def signature(tool: Tool, description: str) -> str:
     return f"{tool.name}({', '.join(parts)}) - {description}"
 
 
-# ---- decoding ------------------------------------------------------------------------------------
+# ---- the schema of one call --------------------------------------------------------------------
 
 
-def _string_end(text: str) -> int | None:
-    """Where a JSON string being written ends: its unescaped closing quote, or a raw newline or chat
-    markup (which a JSON string cannot hold); None while it goes on."""
-    escaped, end = False, None
-    for i, ch in enumerate(text):
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == '"':
-            end = i
-            break
-    cuts = [i for i in (end, text.find("\n"), text.find("<|")) if i is not None and i >= 0]
-    return min(cuts) if cuts else None
-
-
-def decode_string(lm, max_tokens: int = MAX_STRING_TOKENS) -> str:
-    """A JSON string's content after its opening quote; the committed text gets the string, escaped
-    as JSON, and its closing quote."""
-    opened = lm.text
-    raw = lm.generate(max_tokens, stop=_string_end)
-    try:
-        value = json.loads(f'"{raw}"')
-    except ValueError:
-        value = "".join(ch for ch in raw.replace('\\"', '"') if ch.isprintable())
-    lm.text = opened + json.dumps(value, ensure_ascii=False)[1:]
-    return value
-
-
-def decode_number(lm) -> int | float | None:
-    """A JSON number: the model's digits, written back in JSON's own form ("016" as 16)."""
-    opened = lm.text
-    raw = lm.generate_number()
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    value = int(value) if value.is_integer() and "." not in raw else value
-    lm.text = opened + json.dumps(value)
-    return value
-
-
-def _key_options(args: list[Arg], first: bool) -> tuple[list[str], list[tuple[Arg, Any]]]:
-    """The texts that start each allowed argument (enum and boolean values spelled out)."""
-    sep = "" if first else ", "
-    options, meaning = [], []
-    openers = {"string": '"', "number": "", "enum_list": "[", "string_list": '["', "number_list": "[", "params": "{",
-               "method_params": "{"}
-    for arg in args:
-        key = f'{sep}"{arg.name}": '
-        if arg.kind in ("enum", "bool"):
-            for value in arg.values:
-                options.append(key + (value if arg.kind == "bool" else json.dumps(value)))
-                meaning.append((arg, value == "true" if arg.kind == "bool" else value))
-        else:
-            options.append(key + openers[arg.kind])
-            meaning.append((arg, None))
-    return options, meaning
-
-
-def decode_object(lm, args: list[Arg], said: str, context: dict | None = None, given: dict | None = None,
-                  withheld: frozenset[str] = frozenset()) -> dict:
-    """The members of a JSON object whose ``{`` is committed (the arguments ``said`` could have set); ``given``
-    members are written first as they are, ``withheld`` ones not offered; the closing ``}`` is committed too."""
-    out: dict = {}
-    kinds = {a.name: a.kind for a in args}
-    for name, value in (given or {}).items():
-        lm.text += f'{", " if out else ""}"{name}": '
-        if isinstance(value, dict) and kinds.get(name) == "params":  # the model may add to given parameters
-            lm.text += "{"
-            method = (given or {}).get("method") or (context or {}).get("method")
-            out[name] = decode_object(lm, param_args(method), said, given=value, withheld=withheld)
-        else:
-            lm.text += json.dumps(value, ensure_ascii=False)
-            out[name] = value
-    args = [a for a in args if mentioned(a, said)]
-    left = [a for a in args if a.name not in out and a.name not in withheld]
-    while left:
-        # past MAX_KEYS only a required argument still missing is offered
-        offered = left if len(out) < MAX_KEYS else [a for a in left if a.required]
-        if not offered:
-            break
-        options, meaning = _key_options(offered, first=not out)
-        if all(a.name in out for a in args if a.required):
-            options.append("}")
-            meaning.append((None, None))
-        before = lm.text
-        arg, value = meaning[lm.choose(options)]
-        if arg is None:
-            return out
-        left.remove(arg)
-        value = value if arg.kind in ("enum", "bool") else _decode_value(lm, arg, said, {**(context or {}), **out},
-                                                                          withheld)
-        if value is None:  # no valid value: forget this key
-            lm.text = before
-            continue
-        out[arg.name] = value
-    lm.text += "}"
-    return out
-
-
-def _decode_value(lm, arg: Arg, said: str, siblings: dict, withheld: frozenset[str] = frozenset()) -> Any:
-    if arg.kind == "string":
-        return decode_string(lm) or None
-    if arg.kind == "number":
-        return decode_number(lm)
+def value_schema(arg: Arg, said: str, context: dict, given: Any = None,
+                 withheld: frozenset[str] = frozenset()) -> dict:
+    """The JSON schema of ``arg``'s value: its allowed values, a nested object's own arguments (a method's
+    ``params`` take that method's parameters, those of every method while the method is not known)."""
+    if arg.kind == "enum":
+        return {"enum": list(arg.values)}
+    if arg.kind in ("bool", "number", "string"):
+        return {"type": {"bool": "boolean"}.get(arg.kind, arg.kind)}
     if arg.kind == "enum_list":
-        return decode_enum_list(lm, arg.values)
-    if arg.kind == "string_list":
-        return decode_string_list(lm)
-    if arg.kind == "number_list":
-        return decode_number_list(lm)
-    if arg.kind == "method_params":
-        return decode_method_params(lm, siblings.get("methods") or [], said, withheld)
-    # params: the method's own parameters and the run settings, those withheld at the top level not offered
-    return decode_object(lm, param_args(siblings.get("method")), said, withheld=withheld) or None
+        return {"type": "array", "items": {"enum": list(arg.values)}, "minItems": 1, "maxItems": len(arg.values)}
+    if arg.kind in ("string_list", "number_list"):
+        return {"type": "array", "items": {"type": arg.kind.split("_")[0]}, "minItems": 1,
+                "maxItems": MAX_LIST_ITEMS}
+    if arg.kind == "params":  # the method's own parameters and the run settings, those withheld above left out
+        return object_schema(param_args(context.get("method")), said, given, withheld)
+    methods = [m for m in context.get("methods") or PARAM_MODELS if m in PARAM_MODELS and param_args(m, False)]
+    return {"type": "object", "additionalProperties": False, "properties": {  # method_params: {method: its own}
+        m: object_schema(param_args(m, settings=False), said, (given or {}).get(m), withheld) for m in methods}}
 
 
-def decode_method_params(lm, methods: list[str], said: str, withheld: frozenset[str] = frozenset()) -> dict | None:
-    """``{"method": {its parameters}, ...}`` for some of the compared ``methods`` (those with parameters);
-    ``{`` is committed."""
-    out: dict = {}
-    left = [m for m in methods if m in PARAM_MODELS and param_args(m, settings=False)]
-    written = False  # a member is in the text (an empty one too)
-    while left:
-        options = [f'{", " if written else ""}{json.dumps(m)}: {{' for m in left] + (["}"] if written else [])
-        index = lm.choose(options)
-        if index == len(left):
-            return out or None
-        method, written = left.pop(index), True
-        own = decode_object(lm, param_args(method, settings=False), said, withheld=withheld)
-        if own:
-            out[method] = own
-    lm.text += "}"
-    return out or None
+def object_schema(args: list[Arg], said: str, given: dict | None = None,
+                  withheld: frozenset[str] = frozenset()) -> dict:
+    """An object of ``args``: the ``given`` members first, as they are (a given method's ``params`` may gain
+    more of its parameters), then the arguments ``said`` could have set (:func:`mentioned`), required ones
+    first, ``withheld`` ones left out. JSON-schema order is the order written."""
+    given = given or {}
+    kinds = {a.name: a for a in args}
+    properties, required = {}, []
+    for name, value in given.items():
+        arg = kinds.get(name)
+        properties[name] = value_schema(arg, said, given, value, withheld) \
+            if arg is not None and arg.kind in ("params", "method_params") and isinstance(value, dict) \
+            else {"const": value}
+        required.append(name)
+    for arg in args:
+        if arg.name not in given and arg.name not in withheld and mentioned(arg, said):
+            properties[arg.name] = value_schema(arg, said, given, None, withheld)
+            required += [arg.name] if arg.required else []
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def decode_enum_list(lm, values: tuple[str, ...]) -> list[str]:
-    """``["a", "b"]`` with distinct allowed values, at least one; ``[`` is committed."""
-    items: list[str] = []
-    while len(items) < len(values):
-        left = [v for v in values if v not in items]
-        sep = ", " if items else ""
-        options = [sep + json.dumps(v) for v in left] + (["]"] if items else [])
-        index = lm.choose(options)
-        if index == len(left):
-            return items
-        items.append(left[index])
-    lm.text += "]"
-    return items
-
-
-def decode_number_list(lm) -> list[int | float] | None:
-    """``[1, 8, 32]``: numbers, at least one; ``[`` is committed."""
-    items, kept = [], lm.text
-    while len(items) < MAX_LIST_ITEMS:
-        value = decode_number(lm)
-        if value is None:  # no number: the list ends after the last one written
-            lm.text = kept
-            break
-        items.append(value)
-        kept = lm.text
-        if lm.choose([", ", "]"]) == 1:
-            return items
-    lm.text += "]"
-    return items or None
-
-
-def decode_string_list(lm) -> list[str] | None:
-    """``["...", "..."]`` of free strings; ``["`` is committed."""
-    items = []
-    while True:
-        items.append(decode_string(lm))
-        if len(items) == MAX_LIST_ITEMS:
-            lm.text += "]"
-            break
-        if lm.choose([', "', "]"]) == 1:
-            break
-    return items if any(items) else None
-
-
-def decode_arguments(lm, tool: Tool, said: str, given: dict | None = None,
-                     withheld: frozenset[str] = frozenset(), narrowed: dict[str, tuple[str, ...]] | None = None) -> dict:
-    """The arguments of a call to ``tool`` for a request in the words ``said`` (``given`` ones as they are,
-    ``withheld`` ones left out, ``narrowed`` choices offered with those values only: a narrowed list is
-    written, since the user wrote some of its values); ``lm.text`` ends with ``"arguments": ``."""
-    lm.text += "{"
+def arguments_schema(tool: Tool, said: str, given: dict | None = None, withheld: frozenset[str] = frozenset(),
+                     narrowed: dict[str, tuple[str, ...]] | None = None) -> dict:
+    """The schema of a call's arguments to ``tool`` for a request in the words ``said``: ``given`` ones as
+    they are, ``withheld`` ones left out, ``narrowed`` choices with those values only (a narrowed list is
+    required: the user wrote some of its values)."""
     args = [Arg(a.name, a.kind, narrowed[a.name], a.required or a.kind == "enum_list")
             if a.name in (narrowed or {}) else a for a in tool_args(tool)]
-    return decode_object(lm, args, said, given=given, withheld=withheld)
+    return object_schema(args, said, given, withheld)
+
+
+def call_schema(arguments: dict[str, dict]) -> dict:
+    """One call, ``{"name": ..., "arguments": {...}}``, of any of the names (tool -> its arguments' schema)."""
+    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": schema},
+              "required": ["name", "arguments"], "additionalProperties": False} for name, schema in arguments.items()]
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}

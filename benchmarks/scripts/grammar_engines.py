@@ -2,20 +2,20 @@
 
 - llama.cpp's grammar compiled from the registry's JSON schemas (``LlamaGrammar.from_json_schema``, llama.cpp's
   grammar sampler, greedy, one token per forward pass);
-- llguidance and xgrammar over the same JSON schema: tokens the grammar forces are fed with the next pass
-  that needs logits, the rest is greedy among the allowed tokens, with prompt-lookup drafts (the user's
-  words copied into an argument) verified in the same pass;
-- the hand-written constrained decoder (agent.brains.constrained + tool_grammar: choices in one pass each,
-  the same prompt-lookup drafts), the model picking the tool as above, and as chat runs it (the fitted heads
-  pick the tool and the arguments they are sure of).
+- llguidance (chat's own decoder, agent.brains.constrained.ConstrainedLM.decode_json) and xgrammar over the
+  same JSON schema: tokens the grammar forces are fed with the next pass that needs logits, the rest is greedy
+  among the allowed tokens, with prompt-lookup drafts (the user's words copied into an argument) verified in
+  the same pass;
+- chat's own path (agent.brains.local), the model picking the tool from retrieved examples, and as chat runs
+  it (the fitted heads pick the tool and the arguments they are sure of).
 
 Each turn shows four retrieved worked examples (agent.brains.examples) and the request, and each engine feeds
 the turn itself. The fixed prefix, cached, differs: the grammar engines get the system text and one line per
-tool, and ask for a JSON object; the hand-written decoder gets its own prompt (the methods, the tools'
-signatures, its built-in examples) in its own call format. Prints seconds, forward passes, tokens fed and the decoded call per
-request, scored as benchmarks/scripts/conversation.py scores (right tool and key arguments).
+tool, and ask for a JSON object; chat's path gets its own prompt (the methods, the tools' signatures, its
+built-in examples). Prints seconds, forward passes, tokens fed and the decoded call per request, scored as
+benchmarks/scripts/conversation.py scores (right tool and key arguments).
 
-    .venv/bin/pip install llguidance apache-tvm-ffi && .venv/bin/pip install --no-deps xgrammar  # not product deps
+    .venv/bin/pip install apache-tvm-ffi && .venv/bin/pip install --no-deps xgrammar  # not a product dependency
     .venv/bin/python benchmarks/scripts/grammar_engines.py --data benchmarks/data/conversations_fresh_j.jsonl \
         --limit 12 --save-result grammar_engines_amx
 """
@@ -204,48 +204,10 @@ def decode_call(lm, sampler: GrammarSampler, max_tokens: int = MAX_CALL_TOKENS) 
     return _commit_call(lm, out, max_tokens)
 
 
-SEPARATORS = (", ", ": ")  # as the hand-written decoder writes JSON
+SEPARATORS = (", ", ": ")  # as chat's decoder writes JSON
 PROMPT_NOTE = ("each turn: 4 retrieved examples and the request; the cached prefix differs: the grammar engines get "
-               "the system text and one line per tool (a JSON object asked for), hand-written its own prompt (methods, "
-               "tool signatures, built-in examples); hand-written+heads is chat's own path (no retrieved examples)")
-
-
-class GuidanceMatcher:
-    """llguidance's matcher over :func:`call_schema`, with the backend's own vocabulary."""
-
-    name = "llguidance"
-
-    def __init__(self, backend, schema: dict):
-        from llguidance import LLMatcher
-        from llguidance.llamacpp import lltokenizer_from_vocab
-
-        self.vocab_size = backend.vocab_size
-        tokenizer = lltokenizer_from_vocab(backend._vocab)  # noqa: SLF001 - the backend's own vocabulary
-        grammar = LLMatcher.grammar_from_json_schema(schema, overrides={
-            "item_separator": SEPARATORS[0], "key_separator": SEPARATORS[1], "whitespace_flexible": False})
-        self.matcher = LLMatcher(tokenizer, grammar, log_level=0)
-        if self.matcher.is_error():
-            raise ValueError(f"llguidance could not compile the tool-call grammar: {self.matcher.get_error()}")
-        self.mask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
-
-    def reset(self) -> None:
-        self.matcher.reset()
-
-    def forced(self) -> list[int]:
-        return self.matcher.compute_ff_tokens()
-
-    def valid(self, tokens: list[int]) -> int:
-        return self.matcher.validate_tokens(tokens)
-
-    def accept(self, token: int) -> bool:
-        return self.matcher.consume_token(token)
-
-    def allowed(self) -> np.ndarray:
-        self.matcher.unsafe_compute_mask_ptr(self.mask.ctypes.data, self.mask.nbytes)
-        return np.unpackbits(self.mask.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
-
-    def done(self) -> bool:
-        return self.matcher.is_accepting()
+               "the system text and one line per tool (a JSON object asked for), chat its own prompt (methods, "
+               "tool signatures, built-in examples); 'chat, heads' is chat as it runs (no retrieved examples)")
 
 
 class XGrammarMatcher:
@@ -312,7 +274,7 @@ def _pick(matcher, row) -> int:
 def decode_matched(lm, matcher, max_tokens: int = MAX_CALL_TOKENS) -> dict | None:
     """One constrained greedy decode after the engine's committed text under a grammar library's matcher
     (see :func:`decode_call`): tokens the grammar forces are fed with the next pass that needs logits,
-    the rest is the model's greedy choice among the allowed tokens, with the hand-written decoder's
+    the rest is the model's greedy choice among the allowed tokens, with chat's
     prompt-lookup drafts verified in the same pass."""
     import torch
 
@@ -336,7 +298,7 @@ def decode_matched(lm, matcher, max_tokens: int = MAX_CALL_TOKENS) -> dict | Non
         pending = lm.ids[cached:]
         drafts = find_candidate_set(torch.tensor(lm.ids, dtype=torch.long), LOOKUP, limit=max_tokens - len(out))
         draft = drafts[0][: matcher.valid(drafts[0])] if drafts else []
-        logits = lm._forward(pending + draft, cached, None, rows=len(draft) + 1)  # noqa: SLF001
+        logits = lm._forward(pending + draft, cached, rows=len(draft) + 1)  # noqa: SLF001
         new: list[int] = []
         for i in range(len(draft) + 1):
             token = _pick(matcher, logits[i])
@@ -406,16 +368,14 @@ def main(argv: list[str] | None = None) -> int:
     lm = local.load_engine(local.DEFAULT_LOCAL_MODEL, prefix)
     sampler = GrammarSampler(lm.backend, grammar_text(tools))
     matchers = []
-    for make in (lambda: GuidanceMatcher(lm.backend, call_schema(tools)),
-                 lambda: XGrammarMatcher(lm.tokenizer, lm.backend.vocab_size, call_schema(tools))):
-        try:
-            matchers.append(make())
-        except ImportError as exc:
-            print(f"skipped: {exc} (see the install line in this script's docstring)", file=sys.stderr)
-    # the hand-written decoder with the same information (the model picks the tool), and as chat runs it
+    try:
+        matchers.append(XGrammarMatcher(lm.tokenizer, lm.backend.vocab_size, call_schema(tools)))
+    except ImportError as exc:
+        print(f"skipped: {exc} (see the install line in this script's docstring)", file=sys.stderr)
+    # chat's own path with the same information (the model picks the tool), and as chat runs it
     # (the fitted heads pick the tool and the sure arguments, no worked examples)
-    brains = (("hand-written", local.LocalBrain(examples=4)),
-              ("hand-written+heads", local.LocalBrain(classifier=local.default_classifier())))
+    brains = (("chat, examples", local.LocalBrain(examples=4)),
+              ("chat, heads", local.LocalBrain(classifier=local.default_classifier())))
     requests = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows: list[dict] = []
 
@@ -429,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     for request in requests[: args.limit]:
         shown = local_prompt.examples_text(reversed(default_index().nearest(request["text"], 4)))
         print(f"want {request['tool']} {json.dumps(request.get('args'))[:140]}", flush=True)
-        engines = [("llama.cpp grammar", lambda: decode_call(lm, sampler))]
+        engines = [("llama.cpp grammar", lambda: decode_call(lm, sampler)),
+                   ("llguidance", lambda: lm.decode_json(call_schema(tools), MAX_CALL_TOKENS))]  # chat's decoder
         engines += [(m.name, lambda m=m: decode_matched(lm, m)) for m in matchers]
         for engine, decode in engines:
             lm.ids, lm._last = lm.ids[: lm.base], None  # noqa: SLF001 - each engine feeds the turn itself
@@ -454,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                            extra={"data": args.data.name, "model": local.DEFAULT_LOCAL_MODEL,
                                   "engines": "llama.cpp grammar: LlamaGrammar.from_json_schema, one token per pass; "
                                              "llguidance and xgrammar: forced tokens fed without a pass of their own, "
-                                             "prompt-lookup drafts; hand-written: agent.brains.constrained",
+                                             "prompt-lookup drafts; chat: agent.brains.local (llguidance, its own prompt)",
                                   "prompt": PROMPT_NOTE})
         print(f"result: {path}")
     return 0
