@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from agent.brains.tool_grammar import signature
+from agent.brains.tool_grammar import in_order, signature
 from tools.agent_tools.explain import SENTENCE_END, SUMMARY, TOPICS, prompt_text
+from tools.agent_tools import registry
 from tools.agent_tools.registry import Tool
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -107,7 +108,8 @@ def system_text(tools: dict[str, Tool], worked=None) -> str:
     for user, answer in pairs:
         if isinstance(answer, tuple) and answer[0] not in tools:
             continue
-        shown = reply_call(answer) if isinstance(answer, str) else call_text(*answer)
+        shown = reply_call(answer) if isinstance(answer, str) else \
+            call_text(answer[0], in_order(tools[answer[0]], answer[1]))
         examples.append(f"user: {user}\nassistant: {shown}")
     return (f"{SYSTEM}\n\n# Methods\n{methods_text(tools)}\n\n# Tools\n" + "\n".join([*lines, REPLY_LINE]) + "\n\n"
             f"Answer with one JSON object: {CALL_OPEN}NAME{ARGS_OPEN}{{...}}{CALL_CLOSE}\n\n# Examples\n"
@@ -118,7 +120,9 @@ def examples_text(examples) -> str:
     """Retrieved worked examples (agent.brains.examples) as a system message placed before this turn."""
     shown = []
     for e in examples:
-        answer = call_text(e.tool, e.args) if e.tool else reply_call(e.reply or "Could you say more?")
+        tool = registry.load_tools().get(e.tool) if e.tool else None
+        answer = call_text(e.tool, in_order(tool, e.args) if tool else e.args) if e.tool else \
+            reply_call(e.reply or "Could you say more?")
         shown.append(f"user: {e.text}\nassistant: {answer}")
     if not shown:
         return ""

@@ -27,6 +27,9 @@ HIDDEN = frozenset({"approval_id"})
 MODEL_FIELDS = ("target", "draft")  # a built-in model's name or a path the user wrote
 RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dtype")  # allowed inside params
 MAX_LIST_ITEMS = 6
+# the order of a call's arguments by kind: the grammar fixes the order of an object's keys (as the schema lists
+# them), so choices come first, then numbers and nested parameters, then text copied from the request
+ORDER = ("enum", "bool", "enum_list", "number", "number_list", "params", "method_params", "string_list", "string")
 DIGIT = re.compile(r"\d")
 
 
@@ -79,10 +82,19 @@ def arg_of(name: str, prop: dict, required: bool = False) -> Arg | None:
 
 
 def schema_args(schema: dict) -> list[Arg]:
-    """The Args of an object schema, required ones first."""
+    """The Args of an object schema in the order a call writes them: required ones first, each group by kind
+    (:data:`ORDER`; the schema's order within a kind), the prompt last (a choice is made before the text it
+    applies to is copied)."""
     required = set(schema.get("required", ()))
     args = [arg_of(name, prop, name in required) for name, prop in schema.get("properties", {}).items()]
-    return sorted((a for a in args if a is not None), key=lambda a: not a.required)
+    return sorted((a for a in args if a is not None), key=lambda a: (a.name == "prompt", not a.required,
+                                                                      ORDER.index(a.kind)))
+
+
+def in_order(tool: Tool, arguments: dict) -> dict:
+    """``arguments`` with their keys in the order a call to ``tool`` writes them (others after)."""
+    rank = {a.name: i for i, a in enumerate(tool_args(tool))}
+    return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
 def tool_args(tool: Tool) -> list[Arg]:
@@ -148,22 +160,23 @@ def value_schema(arg: Arg, said: str, context: dict, given: Any = None,
 
 def object_schema(args: list[Arg], said: str, given: dict | None = None,
                   withheld: frozenset[str] = frozenset()) -> dict:
-    """An object of ``args``: the ``given`` members first, as they are (a given method's ``params`` may gain
-    more of its parameters), then the arguments ``said`` could have set (:func:`mentioned`), required ones
-    first, ``withheld`` ones left out. JSON-schema order is the order written."""
+    """An object of ``args`` in their order: the ``given`` members as they are (a given method's ``params``
+    may gain more of its parameters), and the arguments ``said`` could have set (:func:`mentioned`), but the
+    ``withheld`` ones. The grammar writes an object's keys in the schema's order."""
     given = given or {}
-    kinds = {a.name: a for a in args}
     properties, required = {}, []
-    for name, value in given.items():
-        arg = kinds.get(name)
-        properties[name] = value_schema(arg, said, given, value, withheld) \
-            if arg is not None and arg.kind in ("params", "method_params") and isinstance(value, dict) \
-            else {"const": value}
-        required.append(name)
     for arg in args:
-        if arg.name not in given and arg.name not in withheld and mentioned(arg, said):
+        if arg.name in given:
+            value = given[arg.name]
+            nested = arg.kind in ("params", "method_params") and isinstance(value, dict)
+            properties[arg.name] = value_schema(arg, said, given, value, withheld) if nested else {"const": value}
+            required.append(arg.name)
+        elif arg.name not in withheld and mentioned(arg, said):
             properties[arg.name] = value_schema(arg, said, given, None, withheld)
             required += [arg.name] if arg.required else []
+    for name in [k for k in given if k not in properties]:  # a field the model is never offered (an approval id)
+        properties[name] = {"const": given[name]}
+        required.append(name)
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
