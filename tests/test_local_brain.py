@@ -490,9 +490,10 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     assert "format" not in given and "format" not in withheld and narrowed["format"] == ("json",)
     _, withheld, narrowed = brain.choices("a report of the last runs", tools["write_report"])
     assert "format" in withheld and "format" not in narrowed
-    # the default written out, or a value inside the prompt (quoted or after a colon), is no evidence
+    # the default written out is offered too (setting it changes nothing but says what the user said)
     _, withheld, narrowed = brain.choices("a markdown report of the last runs", tools["write_report"])
-    assert "format" in withheld and "format" not in narrowed
+    assert "format" not in withheld and narrowed["format"] == ("markdown",)
+    # a value inside the prompt (quoted or after a colon) is no evidence
     brain.classifier = FixedClassifier("compare_methods")
     _, _, narrowed = brain.choices("compare all methods on: write a draft of an email", tools["compare_methods"])
     assert "methods" not in narrowed

@@ -326,18 +326,16 @@ class LocalBrain:
         rest. A choice argument (an enum, a boolean) takes its head's pick, or is left out, where the head is
         SURE, as the tool's pick is taken; else the model chooses among its values of at least PLAUSIBLE
         probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
-        the model's to choose. A schema value other than the default that the user wrote out, before any
+        the model's to choose. A schema value (its default too) that the user wrote out, before any
         prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional choice whose head
         would leave it out is offered with the values written (the model sets one or leaves it out), and a
         list of choices with a written value is narrowed to all its values, which makes the model write it
-        (tool_grammar.decode_arguments)."""
+        (tool_grammar.arguments_schema)."""
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
         settings = written_words(text.split(":", 1)[0])  # without a prompt given after a colon, or quoted
-        defaults = {k: p.get("default") for k, p in tool.input_schema().get("properties", {}).items()}
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
-            written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in settings
-                       and v != defaults.get(arg.name)]
+            written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in settings]
             if arg.kind == "enum_list" and written and not arg.required:
                 narrowed[arg.name] = arg.values
             if arg.kind not in ("enum", "bool"):
@@ -538,8 +536,8 @@ class LocalBrain:
         return Reply(answer)
 
     def _whole(self, value: str) -> str:
-        """The user's whole quoted prompt that ``value`` begins (the model copies at most
-        MAX_STRING_TOKENS tokens of it), else ``value``."""
+        """The user's whole quoted prompt that ``value`` begins (the model may stop copying early, or run out of
+        its call's tokens), else ``value``."""
         start = _squash(value)
         for text in reversed(self.user_texts):
             for part in quoted_parts(text):
