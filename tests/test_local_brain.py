@@ -133,11 +133,12 @@ def test_a_decode_is_the_models_greedy_choice_among_what_the_grammar_allows(chat
         text = "run draft on 'fib fib fib fib fib fib' and 'fib fib fib fib fib fib'"
         schema = _bounded(tool_grammar.call_schema({
             "run_method": tool_grammar.arguments_schema(registry.load_tools()["run_method"], text),
-            local_prompt.REPLY: {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}))
+            local_prompt.REPLY: {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+                                 "additionalProperties": False}}))
         lm.begin(local_prompt.user_turn(text))
         ids = lm.segment_ids()
         passes = lm.passes
-        value = lm.decode_json(schema, 200)
+        value = lm.decode_json(schema, 400)
         out = lm.ids[len(ids):]
         assert value is not None and lm.passes - passes < len(out)  # forced tokens and drafts saved passes
         matcher = lm.matcher(schema)

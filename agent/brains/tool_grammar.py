@@ -29,7 +29,7 @@ RUN_SETTINGS = ("target", "draft", "max_new_tokens", "temperature", "top_p", "dt
 MAX_LIST_ITEMS = 6
 # the order of a call's arguments by kind: the grammar fixes the order of an object's keys (as the schema lists
 # them), so choices come first, then numbers and nested parameters, then text copied from the request
-ORDER = ("enum", "bool", "enum_list", "number", "number_list", "params", "method_params", "string_list", "string")
+ORDER = ("enum_list", "enum", "bool", "number", "number_list", "params", "method_params", "string_list", "string")
 DIGIT = re.compile(r"\d")
 
 
@@ -91,12 +91,6 @@ def schema_args(schema: dict) -> list[Arg]:
                                                                       ORDER.index(a.kind)))
 
 
-def in_order(tool: Tool, arguments: dict) -> dict:
-    """``arguments`` with their keys in the order a call to ``tool`` writes them (others after)."""
-    rank = {a.name: i for i, a in enumerate(tool_args(tool))}
-    return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
-
-
 def tool_args(tool: Tool) -> list[Arg]:
     return schema_args(tool.input_schema())
 
@@ -119,6 +113,23 @@ def param_args(method: str | None, settings: bool = True) -> list[Arg]:
     run = RunInput.model_json_schema()["properties"]
     saved = [arg_of(name, run[name]) for name in RUN_SETTINGS if name not in own] if settings else []
     return list(own.values()) + [a for a in saved if a is not None]
+
+
+def in_order(tool: Tool, arguments: dict) -> dict:
+    """``arguments`` with their keys in the order a call to ``tool`` writes them (others after), a method's
+    ``params`` too."""
+    def ordered(values: dict, args: list[Arg]) -> dict:
+        rank = {a.name: i for i, a in enumerate(args)}
+        return dict(sorted(values.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+    kind = {a.name: a.kind for a in tool_args(tool)}.get("params")
+    out = ordered(arguments, tool_args(tool))
+    if isinstance(out.get("params"), dict) and kind == "params":
+        out["params"] = ordered(out["params"], param_args(out.get("method")))
+    elif isinstance(out.get("params"), dict) and kind == "method_params":
+        out["params"] = {m: ordered(own, param_args(m, settings=False)) if isinstance(own, dict) else own
+                         for m, own in out["params"].items()}
+    return out
 
 
 def signature(tool: Tool, description: str) -> str:
