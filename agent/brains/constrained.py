@@ -187,11 +187,11 @@ class ConstrainedLM:
             raise ValueError(f"the grammar of {json.dumps(schema)[:200]} does not compile: {matcher.get_error()}")
         return matcher
 
-    def decode_json(self, schema: dict, max_tokens: int, draft: bool = True):
+    def decode_json(self, schema: dict, max_tokens: int):
         """The model's greedy JSON value under ``schema`` after the committed text, appended to it; None when
         it did not close within ``max_tokens`` (then nothing is appended). Tokens the grammar forces are fed
-        with the next pass; a prompt-lookup draft (``draft``) is cut where the grammar stops allowing it and
-        verified in the same pass."""
+        with the next pass; a prompt-lookup draft is cut where the grammar stops allowing it and verified in
+        the same pass."""
         matcher = self.matcher(schema)
         self._align(self.segment_ids())
         start = len(self.ids)
@@ -202,7 +202,7 @@ class ConstrainedLM:
                 self.ids += forced
                 self._last = None
                 continue
-            new = self._verified(matcher, max_tokens - (len(self.ids) - start), draft)
+            new = self._verified(matcher, max_tokens - (len(self.ids) - start))
             if not new:
                 break
         out = self.ids[start:]
@@ -216,14 +216,14 @@ class ConstrainedLM:
         self.text += text
         return value
 
-    def _verified(self, matcher, budget: int, draft: bool) -> list[int]:
+    def _verified(self, matcher, budget: int) -> list[int]:
         """One pass: the pending tokens and a prompt-lookup draft; the model's allowed greedy tokens while they
         follow the draft are appended to ``ids`` (and returned)."""
         cached = min(self._cached(), len(self.ids) - 1)
         self.backend.crop(self.cache, cached)
         pending = self.ids[cached:]
         drafts = find_candidate_set(torch.tensor(self.ids, dtype=torch.long), self.lookup, limit=budget - 1) \
-            if draft and budget > 1 else []
+            if budget > 1 else []
         guess = drafts[0][: matcher.validate_tokens(drafts[0])] if drafts else []
         logits = self._forward(pending + guess, cached, rows=len(guess) + 1)
         new: list[int] = []
@@ -256,6 +256,7 @@ def _pick(matcher, row: torch.Tensor) -> int:
     token = int(row.masked_fill(~allowed, float("-inf")).argmax())
     matcher.consume_token(token)
     return token
+
 
 def is_llamacpp(backend) -> bool:
     return isinstance(backend, LlamaCppBackend)

@@ -118,9 +118,9 @@ def system_text(tools: dict[str, Tool], worked=None) -> str:
 
 def examples_text(examples) -> str:
     """Retrieved worked examples (agent.brains.examples) as a system message placed before this turn."""
-    shown = []
+    shown, tools = [], registry.load_tools()
     for e in examples:
-        tool = registry.load_tools().get(e.tool) if e.tool else None
+        tool = tools.get(e.tool) if e.tool else None
         answer = call_text(e.tool, in_order(tool, e.args) if tool else e.args) if e.tool else \
             reply_call(e.reply or "Could you say more?")
         shown.append(f"user: {e.text}\nassistant: {answer}")

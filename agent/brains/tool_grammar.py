@@ -122,8 +122,9 @@ def in_order(tool: Tool, arguments: dict) -> dict:
         rank = {a.name: i for i, a in enumerate(args)}
         return dict(sorted(values.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
-    kind = {a.name: a.kind for a in tool_args(tool)}.get("params")
-    out = ordered(arguments, tool_args(tool))
+    args = tool_args(tool)
+    kind = {a.name: a.kind for a in args}.get("params")
+    out = ordered(arguments, args)
     if isinstance(out.get("params"), dict) and kind == "params":
         out["params"] = ordered(out["params"], param_args(out.get("method")))
     elif isinstance(out.get("params"), dict) and kind == "method_params":
