@@ -538,6 +538,11 @@ def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(mon
     # a copy of the start of a longer quoted prompt is the whole of it, not the part the model copied
     brain.respond(session, "ngram on 'what is a mutex in rust'")
     assert session.calls[-1][1]["prompt"] == "what is a mutex in rust"
+    # a prompt copied with its lines joined by spaces is the user's text with its lines and indents
+    code = "Return the function:\n\ndef pack(items):\n    tmp = []\n    return tmp"
+    decision.arguments = {"method": "ngram", "prompt": " ".join(code.split())}
+    brain.respond(session, f"run the copy trick on this\n\n{code}")
+    assert session.calls[-1][1]["prompt"] == code
 
 
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):

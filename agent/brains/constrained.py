@@ -172,6 +172,25 @@ class ConstrainedLM:
         self._last = self._forward(self.ids[cached:], cached)[-1]
         return self._last
 
+    def score(self, continuations: Sequence[str]) -> list[float]:
+        """The model's log-probability of each continuation of the committed text, from the tokens where
+        the continuations part (each one pass over its own tokens; the cache is left at the common part)."""
+        ids = [self.segment_ids(c) for c in continuations]
+        common = min(common_prefix(ids[0], other) for other in ids)
+        self._align(ids[0][:common])
+        first = torch.log_softmax(self._logits()[: self.backend.vocab_size], -1)
+        out = []
+        for own in ids:
+            rest = own[common:]
+            total = float(first[rest[0]]) if rest else 0.0
+            if len(rest) > 1:
+                rows = torch.log_softmax(self._forward(rest[:-1], common, rows=len(rest) - 1)
+                                         [:, : self.backend.vocab_size], -1)
+                total += float(rows[torch.arange(len(rest) - 1), torch.tensor(rest[1:])].sum())
+                self.backend.crop(self.cache, common)
+            out.append(total)
+        return out
+
     # ---- decoding under a grammar --------------------------------------------------------------------
 
     def matcher(self, schema: dict):

@@ -25,6 +25,7 @@ import ctypes
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -64,6 +65,7 @@ HISTORY_CHARS = 3000  # conversation kept in the context (older turns are droppe
 SURE = 0.8  # the classifier's pick is taken as it is from this probability on
 MORE_LIKELY = 0.5  # an argument head sets an optional choice from this probability of its value on
 PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
+OFFERED = 0.01  # an optional choice its head would leave out is offered with its likeliest value from this on
 MAX_CANDIDATES = 4
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
@@ -320,14 +322,26 @@ class LocalBrain:
             return [ranked[0][0]]
         return [name for name, p in ranked[:MAX_CANDIDATES] if p >= PLAUSIBLE] or [ranked[0][0]]
 
+    def pick(self, lm: ConstrainedLM, text: str, names: list[str]) -> str:
+        """The candidate most probable to the classifier and the model together (the product of the classifier's
+        probability and the model's probability of writing the name after the conversation)."""
+        probs = self.classifier.probabilities(text)
+        prior = [math.log(max(probs.get(NO_TOOL if n == local_prompt.REPLY else n, 0.0), 1e-9)) for n in names]
+        model = lm.score([f'{local_prompt.CALL_OPEN}{n}"' for n in names])
+        scores = [a + b for a, b in zip(prior, model)]
+        return names[scores.index(max(scores))]
+
     def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str], dict[str, tuple[str, ...]]]:
         """``tool``'s arguments as the classifier's heads read ``text``: (the values they give, the arguments
         they leave out, the choice arguments whose values the model chooses among a few); the model writes the
         rest. A choice argument (an enum, a boolean) takes its head's pick, or is left out, where the head is
         SURE, as the tool's pick is taken; else the model chooses among its values of at least PLAUSIBLE
         probability (at most MAX_CANDIDATES), or leaves an optional one out. An argument without a head is
-        the model's to choose. A schema value (its default too) that the user wrote out, before any
-        prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional choice whose head
+        the model's to choose. An optional choice its head would leave out is offered with the head's likeliest
+        value where the head gives that at least OFFERED: the model reads whether the user asked for it ("bf16"
+        for bfloat16; a head reads one word among many). A schema value (its default too) that the user wrote
+        out, before any prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional
+        choice whose head
         would leave it out is offered with the values written (the model sets one or leaves it out), and a
         list of choices with a written value is narrowed to all its values, which makes the model write it
         (tool_grammar.arguments_schema)."""
@@ -357,6 +371,8 @@ class LocalBrain:
                     continue
             if ranked[0] == ABSENT and written:  # the model may set what the user wrote, or leave it out
                 narrowed[arg.name] = tuple(written)
+            elif ranked[0] == ABSENT and len(ranked) > 1 and allowed[ranked[1]] >= OFFERED * total:  # the model reads whether it is asked
+                narrowed[arg.name] = (ranked[1],)
             elif ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
                 withheld.add(arg.name)
             else:
@@ -444,6 +460,8 @@ class LocalBrain:
         choice arguments read from ``text`` by the classifier's argument heads (tool_grammar.call_schema)."""
         lm = self.engine()
         lm.begin(context)
+        if len(names) > 1 and self.classifier is not None:
+            names = [self.pick(lm, text, names)]
         schemas, per_method = {}, {}
         for name in names:
             if name == local_prompt.REPLY:
@@ -546,10 +564,11 @@ class LocalBrain:
         return value
 
     def _verbatim(self, value: str) -> str:
-        """``value``, or where the user never wrote it, their own text that it copies, as they wrote it: a model
-        copying a prompt may end it with a full stop or question mark the user did not write."""
+        """The user's own text that ``value`` copies, as they wrote it: a model copying a prompt may join its
+        lines with spaces, or end it with a full stop or question mark the user did not write; ``value`` where
+        the user wrote nothing it copies."""
         words = value.rstrip(" .?!").split()
-        if not words or any(_squash(value) in _squash(text) for text in self.user_texts):
+        if not words:
             return value
         pattern = re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, words)) + r"(?!\w)[.?!]*", re.IGNORECASE)
         for text in reversed(self.user_texts):
