@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from agent.brains import local, local_prompt, tool_grammar
-from agent.brains.constrained import ConstrainedLM
+from agent.brains.constrained import ConstrainedLM, common_prefix
 from tools import models
 from tools.agent_tools import registry
 from tools.agent_tools.registry import ToolResult
@@ -430,6 +430,52 @@ def test_list_items_the_user_never_wrote_are_dropped(monkeypatch, chat_model_dir
     assert session.calls[-1] == ("write_report", {"run_ids": ["4f2a91c0"]})
 
 
+def test_scores_are_the_models_log_probabilities_of_each_continuation(chat_model_dirs):
+    """score() after a cached context equals the log-probabilities a fresh full forward gives each continuation's
+    tokens, and leaves the cache usable: the decode after it is unchanged."""
+    lm = local.load_engine(str(chat_model_dirs[1]))
+    names = ["run_method", "recall", "reply"]
+    lm.begin(local_prompt.user_turn("what did we do last time?"))
+    scores = lm.score([f'{local_prompt.CALL_OPEN}{n}"' for n in names])
+    for name, got in zip(names, scores):
+        ids = lm.segment_ids(f'{local_prompt.CALL_OPEN}{name}"')
+        common = min(common_prefix(ids, lm.segment_ids(f'{local_prompt.CALL_OPEN}{n}"')) for n in names)
+        with torch.no_grad():
+            logits = lm.backend.model(input_ids=torch.tensor([ids])).logits[0, :, : lm.backend.vocab_size]
+        rows = torch.log_softmax(logits.float(), -1)
+        want = sum(float(rows[i - 1, ids[i]]) for i in range(common, len(ids)))
+        assert math.isclose(got, want, rel_tol=1e-3, abs_tol=1e-3)
+    schema = _bounded(tool_grammar.call_schema({"recall": tool_grammar.arguments_schema(
+        registry.load_tools()["recall"], "what did we do last time?")}))
+    after = lm.decode_json(schema, 200)
+    assert after is not None and after["name"] == "recall"
+
+
+def test_among_candidates_the_call_takes_the_name_the_classifier_and_model_find_likeliest(chat_model_dirs):
+    class Split:
+        def __init__(self, probs):
+            self.probs = probs
+
+        def probabilities(self, text):
+            return self.probs
+
+        def argument(self, name, text, tool=None):
+            return {}
+
+    lm = local.load_engine(str(chat_model_dirs[0]))
+    text = "what did we do last time?"
+    names = ["recall", "explain", "reply"]
+    lm.begin(local_prompt.user_turn(text))
+    model = lm.score([f'{local_prompt.CALL_OPEN}{n}"' for n in names])
+    probs = {"recall": 0.5, "explain": 0.3, "<none>": 0.2}
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Split(probs))
+    best = max(names, key=lambda n: math.log(probs["<none>" if n == "reply" else n]) + model[names.index(n)])
+    assert brain.pick(lm, text, names) == best
+    # a classifier all but sure of one candidate outweighs the model's preference
+    brain.classifier = Split({"explain": 1 - 2e-9, "recall": 1e-9, "<none>": 1e-9})
+    assert brain.pick(lm, text, names) == "explain"
+
+
 def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_model(chat_model_dirs):
     class Unsure:
         def probabilities(self, text):
@@ -466,24 +512,26 @@ def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat
     brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Heads("run_method"))
     tools = registry.load_tools()
     given, withheld, narrowed = brain.choices("anything", tools["run_method"])
-    assert given == {"chat": False} and {"peers"} <= withheld  # the heads are sure of these
+    assert given == {"chat": False}  # the head is sure of it
     # the model chooses among the plausible values of the others, or leaves an optional one out
     assert narrowed["method"] == ("ngram", "draft") and narrowed["backend"] == ("llamacpp",)
     assert narrowed["dtype"] == ("float32", "bfloat16")
+    # an optional choice the head would leave out is offered with its likeliest value: the model reads the words
+    assert narrowed["peers"] == ("true",) and "peers" not in withheld
     # a plausible value the user wrote out is theirs; one written only inside the quoted prompt is not
     given, _, narrowed = brain.choices("draft on the llama.cpp backend: 'use float32 here'", tools["run_method"])
     assert given["backend"] == "llamacpp" and given["method"] == "draft" and narrowed["dtype"] == ("float32", "bfloat16")
     decision = brain.decide("prompt lookup as a raw prompt on 'def f():'")
     assert decision.name == "run_method"
     assert decision.arguments["method"] in ("ngram", "draft") and decision.arguments["chat"] is False
-    assert decision.arguments.get("backend", "llamacpp") == "llamacpp" and "peers" not in decision.arguments
+    assert decision.arguments.get("backend", "llamacpp") == "llamacpp" and decision.arguments.get("peers", True)
     assert decision.arguments.get("dtype", "float32") in ("float32", "bfloat16")
 
 
 def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(chat_model_dirs):
     class Heads(FixedClassifier):
         def argument(self, name, text, tool=None):
-            return {"format": {"<absent>": 0.95, "markdown": 0.01, "json": 0.04}}.get(name, {})
+            return {"format": {"<absent>": 0.995, "markdown": 0.001, "json": 0.004}}.get(name, {})
 
     brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Heads("write_report"))
     tools = registry.load_tools()
