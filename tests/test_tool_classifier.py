@@ -108,3 +108,11 @@ def test_numbers_written_as_words_are_read_as_digits():
 
     found = [raw for raw, _ in numbers("eagle at depth six, ten repeats, two hundred fifty six new tokens; this one")]
     assert found == ["6", "10", "256"]
+
+
+def test_a_decimal_written_without_its_leading_zero_is_one_number():
+    from agent.brains.classifier import numbers
+
+    assert [raw for raw, _ in numbers("medusa, temp 0.7, top-p .9, seed 42")] == ["0.7", ".9", "42"]
+    # a point inside a word is no decimal point: a version, a model name
+    assert [raw for raw, _ in numbers("qwen2.5-coder v.2")] == ["2.5", "2"]

@@ -41,7 +41,7 @@ def features(text: str) -> Counter:
     return counts
 
 
-NUMBER = re.compile(r"\d+(?:\.\d+)?")
+NUMBER = re.compile(r"\d+(?:\.\d+)?|(?<![\w.])\.\d+")  # ".9" too: a decimal without its leading zero
 NUMBER_CONTEXT = 4  # words each side of a number that its head reads
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
 NAMED = 2  # words each side of a value read for an argument's name (:func:`naming`)
