@@ -173,21 +173,41 @@ class ConstrainedLM:
         return self._last
 
     def score(self, continuations: Sequence[str]) -> list[float]:
-        """The model's log-probability of each continuation of the committed text, from the tokens where
-        the continuations part (each one pass over its own tokens; the cache is left at the common part)."""
+        """The model's log-probability of each continuation of the committed text, from the token where they
+        part: one pass over all of them, each a branch of a token tree beside the cache (left at the common
+        part)."""
         ids = [self.segment_ids(c) for c in continuations]
         common = min(common_prefix(ids[0], other) for other in ids)
         self._align(ids[0][:common])
         first = torch.log_softmax(self._logits()[: self.backend.vocab_size], -1)
-        out = []
+        tokens: list[int] = []
+        parents: list[int] = []
+        for own in ids:  # each continuation's tokens but its last, a chain hanging from the cache
+            for j, token in enumerate(own[common:-1]):
+                parents.append(len(tokens) - 1 if j else -1)
+                tokens.append(token)
+        rows = None
+        if tokens:
+            visible = torch.eye(len(tokens), dtype=torch.bool)
+            for i, parent in enumerate(parents):
+                if parent >= 0:
+                    visible[i] |= visible[parent]
+            depth = (visible.sum(1) - 1).tolist()
+            positions = torch.tensor([[common + d for d in depth]], device=self.backend.device)
+            self.passes += 1
+            self.fed += len(tokens)
+            with torch.no_grad():
+                rows = torch.log_softmax(self.backend.forward(
+                    torch.tensor([tokens], device=self.backend.device), self.cache, positions,
+                    visible.to(self.backend.device))[:, : self.backend.vocab_size].float(), -1)
+            self.backend.crop(self.cache, common)
+        out, row = [], 0
         for own in ids:
             rest = own[common:]
             total = float(first[rest[0]]) if rest else 0.0
-            if len(rest) > 1:
-                rows = torch.log_softmax(self._forward(rest[:-1], common, rows=len(rest) - 1)
-                                         [:, : self.backend.vocab_size], -1)
-                total += float(rows[torch.arange(len(rest) - 1), torch.tensor(rest[1:])].sum())
-                self.backend.crop(self.cache, common)
+            for token in rest[1:]:
+                total += float(rows[row, token])
+                row += 1
             out.append(total)
         return out
 
