@@ -45,7 +45,7 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?|(?<![\w.])\.\d+")  # ".9" too: a decimal wit
 NUMBER_CONTEXT = 4  # words each side of a number that its head reads
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
 NAMED = 2  # words each side of a value read for an argument's name (:func:`naming`)
-TIED = 2 * NAMED  # naming's indicators: the whole name or a word of it, at each distance
+TIED = 4 * NAMED  # naming's indicators: the whole name or a word of it, at each distance, before or after
 
 
 # a written word that may name a model, a file, a folder, a URL or a run: it has a path separator, a file
@@ -103,18 +103,20 @@ def _stem(word: str) -> str:
 
 def naming(beside: tuple[list[str], list[str]], labels: list[str]) -> np.ndarray:
     """Which labels (argument names) the words beside a value name, as TIED indicators per label: a word at
-    distance 1 or 2 that is the argument's whole name ("repeats 5", "k=4", "8 threads") or one of the words of
-    its name ("256 new tokens" for max_new_tokens). The schema's own names, not a word list: the head learns
-    one weight per indicator, shared by every argument."""
+    distance 1 or 2 before the value or after it that is the argument's whole name ("repeats 5", "k=4", "8
+    threads") or one of the words of its name ("256 new tokens" for max_new_tokens). The schema's own names,
+    not a word list: the head learns one weight per indicator, shared by every argument, so it learns on which
+    side a name is more often its value's ("depth 6 and k 4": 6 is depth's)."""
     out = np.zeros((len(labels), TIED), dtype=np.float32)
     names = _label_names(tuple(labels))
-    for distance in range(NAMED):
-        words = {_stem(side[distance]) for side in beside if len(side) > distance}
-        for i, (whole, parts) in enumerate(names):
-            if whole in words:
-                out[i, 2 * distance] = 1.0
-            elif parts & words:
-                out[i, 2 * distance + 1] = 1.0
+    for side, words_beside in enumerate(beside):
+        for distance, word in enumerate(words_beside[:NAMED]):
+            column = 2 * (NAMED * side + distance)
+            for i, (whole, parts) in enumerate(names):
+                if _stem(word) == whole:
+                    out[i, column] = 1.0
+                elif _stem(word) in parts:
+                    out[i, column + 1] = 1.0
     return out
 
 
