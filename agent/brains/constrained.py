@@ -17,7 +17,6 @@ in fewer passes.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -101,8 +100,8 @@ class ConstrainedLM:
         self.backend.crop(self.cache, n)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.partial")
-        if is_llamacpp(self.backend):
-            llamacpp_save(self.backend, tmp, self.ids[:n])
+        if isinstance(self.backend, LlamaCppBackend):  # llama.cpp keeps its KV cache inside its context
+            self.backend.save_state(tmp, self.ids[:n])
         else:
             layers = [(layer.keys[..., :n, :].clone(), layer.values[..., :n, :].clone())
                       for layer in self.cache.layers]
@@ -113,8 +112,8 @@ class ConstrainedLM:
         """Load a prefix saved by :meth:`save_prefix` for exactly ``text``; False when it does not fit."""
         ids = self.encode(text)
         try:
-            if is_llamacpp(self.backend):
-                cache, saved = llamacpp_load(self.backend, path, len(ids))
+            if isinstance(self.backend, LlamaCppBackend):
+                cache, saved = self.backend.load_state(path, len(ids))
             else:
                 cache, saved = self._torch_load(path)
         except (OSError, RuntimeError, EOFError, ValueError, KeyError):
@@ -295,33 +294,3 @@ def _pick(matcher, row: torch.Tensor) -> int:
     token = int(row.masked_fill(~allowed, float("-inf")).argmax())
     matcher.consume_token(token)
     return token
-
-
-def is_llamacpp(backend) -> bool:
-    return isinstance(backend, LlamaCppBackend)
-
-
-# llama.cpp keeps its KV cache inside its context: its sequence state files save and restore it. The
-# backend (tools.engine.llamacpp) holds one context and one cache; these two functions use them.
-
-
-def llamacpp_save(backend, path: Path, ids: list[int]) -> None:
-    lib = backend._lib
-    tokens = (lib.llama_token * max(1, len(ids)))(*ids)
-    if not lib.llama_state_seq_save_file(backend._ctx, str(path).encode(), 0, tokens, len(ids)):
-        raise OSError(f"llama.cpp could not write {path}")
-
-
-def llamacpp_load(backend, path: Path, capacity: int):
-    """(a fresh cache holding the saved state, its token ids), or (None, None)."""
-    lib = backend._lib
-    cache = backend.new_cache()
-    tokens = (lib.llama_token * (capacity + 1))()
-    count = ctypes.c_size_t(0)
-    if not path.is_file() or not lib.llama_state_seq_load_file(backend._ctx, str(path).encode(), 0, tokens,
-                                                                capacity + 1, ctypes.byref(count)):
-        backend.new_cache()
-        return None, None
-    cache.length = int(count.value)
-    return cache, list(tokens[: cache.length])
-

@@ -229,6 +229,25 @@ class LlamaCppBackend(Backend):
         self._generation += 1
         return LlamaCppCache(self._generation)
 
+    def save_state(self, path: Path, ids: list[int]) -> None:
+        """Write the cache (sequence 0, holding ``ids``) to ``path`` as llama.cpp's sequence state file."""
+        tokens = (self._lib.llama_token * max(1, len(ids)))(*ids)
+        if not self._lib.llama_state_seq_save_file(self._ctx, str(path).encode(), 0, tokens, len(ids)):
+            raise OSError(f"llama.cpp could not write {path}")
+
+    def load_state(self, path: Path, capacity: int) -> tuple[LlamaCppCache | None, list[int] | None]:
+        """(a fresh cache holding the state saved at ``path``, its token ids; at most ``capacity``), or
+        (None, None) where there is none that fits."""
+        cache = self.new_cache()
+        tokens = (self._lib.llama_token * (capacity + 1))()
+        count = ctypes.c_size_t(0)
+        if not path.is_file() or not self._lib.llama_state_seq_load_file(self._ctx, str(path).encode(), 0, tokens,
+                                                                         capacity + 1, ctypes.byref(count)):
+            self.new_cache()
+            return None, None
+        cache.length = int(count.value)
+        return cache, list(tokens[: cache.length])
+
     def _check(self, cache) -> None:
         if not isinstance(cache, LlamaCppCache) or cache.generation != self._generation:
             raise ParameterError("this cache is not this llama.cpp backend's current cache (a backend holds one "
