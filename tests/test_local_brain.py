@@ -502,6 +502,12 @@ def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_di
     assert brain.respond(RecordingSession(), "hi").not_done is None
 
 
+def test_a_call_that_does_not_close_in_its_tokens_says_so(chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=3)
+    reply = brain.respond(RecordingSession(), "run draft on 'def fib(n):'")
+    assert reply.text == "Could you say that in other words?" and "within 3 tokens" in reply.not_done
+
+
 def test_argument_heads_set_the_choice_values_and_the_model_writes_the_rest(chat_model_dirs, bounded):
     class Heads(FixedClassifier):
         def argument(self, name, text, tool=None):

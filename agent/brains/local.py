@@ -302,7 +302,7 @@ class LocalBrain:
         context = shown + self._context() + local_prompt.user_turn(text)
         said = " ".join(spelled_out(t) for t in [*self.user_texts, text])  # numbers in words count as written
         decision = self._decode(context, tools, said, names, text)
-        if decision.error is None or REFUSAL in decision.error:  # the tools' content policy: no second try
+        if decision.name is None or decision.error is None or REFUSAL in decision.error:  # content policy: no retry
             return decision
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
@@ -474,7 +474,7 @@ class LocalBrain:
             schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed)
         call = lm.decode_json(tool_grammar.call_schema(schemas), self.max_tokens)
         if call is None:
-            return Decision()
+            return Decision(error=f"no call closed within {self.max_tokens} tokens")
         if call["name"] == local_prompt.REPLY:
             return Decision(text=_clean(call["arguments"]["text"]))
         tool, arguments = tools[call["name"]], call["arguments"]
@@ -525,7 +525,7 @@ class LocalBrain:
         if decision.name is None:
             answer = decision.text or "Could you say that in other words?"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
-            return Reply(answer, not_done=None if decision.text else "the model wrote no answer to the request")
+            return Reply(answer, not_done=None if decision.text else decision.error or "the model wrote no answer")
         missing = self._ground(session, text, decision, registry.load_tools())
         if decision.error is None and isinstance(decision.arguments.get("prompt"), str):
             try:  # grounding may complete a prompt the model copied in part: the content policy reads the whole
