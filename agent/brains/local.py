@@ -341,10 +341,9 @@ class LocalBrain:
         value where the head gives that at least OFFERED: the model reads whether the user asked for it ("bf16"
         for bfloat16; a head reads one word among many). A schema value (its default too) that the user wrote
         out, before any prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional
-        choice whose head
-        would leave it out is offered with the values written (the model sets one or leaves it out), and a
-        list of choices with a written value is narrowed to all its values, which makes the model write it
-        (tool_grammar.arguments_schema)."""
+        choice whose head would leave it out is offered with the values written (the model sets one or leaves it
+        out), and a list of choices with a written value is narrowed to all its values, which makes the model
+        write it (tool_grammar.arguments_schema)."""
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
         settings = written_words(text.split(":", 1)[0])  # without a prompt given after a colon, or quoted
@@ -371,8 +370,8 @@ class LocalBrain:
                     continue
             if ranked[0] == ABSENT and written:  # the model may set what the user wrote, or leave it out
                 narrowed[arg.name] = tuple(written)
-            elif ranked[0] == ABSENT and len(ranked) > 1 and allowed[ranked[1]] >= OFFERED * total:  # the model reads whether it is asked
-                narrowed[arg.name] = (ranked[1],)
+            elif ranked[0] == ABSENT and len(ranked) > 1 and allowed[ranked[1]] >= OFFERED * total:
+                narrowed[arg.name] = (ranked[1],)  # the model reads whether the user asked for it
             elif ranked[0] == ABSENT or allowed[ranked[0]] < SURE * total:
                 withheld.add(arg.name)
             else:
