@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tools.engine.backend import as_backend
+from tools.engine.draft_tree import DraftTree, add_draft
 from tools.engine.llamacpp import LlamaCppBackend
 from tools.engine.params import PromptLookupParams
 from tools.engine.prompt_lookup import find_candidate_set
@@ -173,42 +174,34 @@ class ConstrainedLM:
 
     def score(self, continuations: Sequence[str]) -> list[float]:
         """The model's log-probability of each continuation of the committed text, from the token where they
-        part: one pass over all of them, each a branch of a token tree beside the cache (left at the common
-        part)."""
+        part. One pass: the pending text and the last common token, with the continuations as a draft tree
+        below it (tools.engine.draft_tree: shared tokens are one node); the cache is left at the common part."""
         ids = [self.segment_ids(c) for c in continuations]
         common = min(common_prefix(ids[0], other) for other in ids)
         self._align(ids[0][:common])
-        first = torch.log_softmax(self._logits()[: self.backend.vocab_size], -1)
-        tokens: list[int] = []
-        parents: list[int] = []
-        for own in ids:  # each continuation's tokens but its last, a chain hanging from the cache
-            for j, token in enumerate(own[common:-1]):
-                parents.append(len(tokens) - 1 if j else -1)
-                tokens.append(token)
-        rows = None
-        if tokens:
-            visible = torch.eye(len(tokens), dtype=torch.bool)
-            for i, parent in enumerate(parents):
-                if parent >= 0:
-                    visible[i] |= visible[parent]
-            depth = (visible.sum(1) - 1).tolist()
-            positions = torch.tensor([[common + d for d in depth]], device=self.backend.device)
-            self.passes += 1
-            self.fed += len(tokens)
-            with torch.no_grad():
-                rows = torch.log_softmax(self.backend.forward(
-                    torch.tensor([tokens], device=self.backend.device), self.cache, positions,
-                    visible.to(self.backend.device))[:, : self.backend.vocab_size].float(), -1)
-            self.backend.crop(self.cache, common)
-        out, row = [], 0
-        for own in ids:
-            rest = own[common:]
-            total = float(first[rest[0]]) if rest else 0.0
-            for token in rest[1:]:
-                total += float(rows[row, token])
-                row += 1
-            out.append(total)
-        return out
+        cached = min(self._cached(), common - 1)
+        self.backend.crop(self.cache, cached)
+        tree = DraftTree([self.ids[common - 1]], [-1], [0], [[]])
+        nodes = [add_draft(tree, own[common:-1]) for own in ids]  # a continuation's last token is only scored
+        chain = self.ids[cached: common - 1]
+        if len(chain) + tree.size > PREFILL_CHUNK:  # a long turn goes first, as a chain (a tree is one batch)
+            self._forward(chain, cached)
+            cached, chain = common - 1, []
+        n = len(chain) + tree.size
+        visible = torch.ones(n, n, dtype=torch.bool).tril()
+        visible[len(chain):, len(chain):] = tree.visible()
+        positions = [cached + i for i in range(len(chain))] + [cached + len(chain) + d for d in tree.depths]
+        device = self.backend.device
+        self.passes += 1
+        self.fed += n
+        with torch.no_grad():
+            logits = self.backend.forward(torch.tensor([chain + tree.tokens], device=device), self.cache,
+                                          torch.tensor([positions], device=device), visible.to(device))
+        self.backend.crop(self.cache, common)
+        self._last = logits[len(chain)]
+        rows = torch.log_softmax(logits[len(chain):, : self.backend.vocab_size].float(), -1)
+        return [sum(float(rows[node, token]) for node, token in zip([0, *path], own[common:]))
+                for path, own in zip(nodes, ids)]
 
     # ---- decoding under a grammar --------------------------------------------------------------------
 
