@@ -626,7 +626,7 @@ def test_written_numbers_go_where_the_number_head_says(chat_model_dirs):
         def __init__(self, table):
             self.table = table
 
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [(raw, self.table[raw]) for raw in ("7", "16", "5", "2.5") if raw in text.split()]
 
     tool = registry.load_tools()["run_method"]
@@ -660,7 +660,7 @@ def test_a_number_whose_likeliest_argument_another_number_takes_goes_to_its_next
 
 def test_numbers_for_a_list_argument_are_collected_in_the_order_written(chat_model_dirs):
     class Numbers:
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("1", {"concurrency": 0.9}), ("8", {"concurrency": 0.95}), ("32", {"concurrency": 0.8}),
                     ("4", {"k": 0.9})]
 
@@ -684,7 +684,7 @@ def test_written_references_go_where_the_reference_head_says(chat_model_dirs):
     class References:
         labels = ["<none>", "target", "data_files", "out"]
 
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("smollm2-135m-instruct", {"target": 0.8, "<none>": 0.2}),
                     ("/data/a.txt", {"data_files": 0.9, "<none>": 0.1}), ("/data/b.txt", {"data_files": 0.7}),
                     ("e.g", {"<none>": 0.9, "out": 0.1})]
@@ -705,7 +705,7 @@ def test_reference_words_are_paths_files_urls_model_names_and_run_ids():
 
 def test_a_comparisons_numbers_go_under_the_one_method_that_has_the_parameter(chat_model_dirs):
     class Numbers:
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("5", {"k": 0.9}), ("7", {"window": 0.8}), ("3", {"pass_costs": 0.7}), ("64", {"max_new_tokens": 0.9})]
 
     out, _ = local.LocalBrain.numbers(Numbers(), "k 5 window 7 3 64", registry.load_tools()["compare_methods"], None)
@@ -730,7 +730,7 @@ def test_parameters_of_another_method_are_dropped_once_the_method_is_chosen(chat
 
 def test_a_comparisons_parameters_from_the_heads_join_what_the_model_wrote(chat_model_dirs, bounded):
     class Numbers:
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("5", {"k": 0.9, "<none>": 0.1})]
 
     brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier("compare_methods"))
@@ -763,7 +763,7 @@ def test_a_number_written_after_the_schemas_own_identifier_sets_that_argument():
     assert local.keyed_numbers(text, names) == {"num_candidates": 0, "max_new_tokens": 1, "posterior_threshold": 2}
 
     class Numbers:  # the head alone would put 2 on k and 64 nowhere
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("2", {"k": 0.6, "<none>": 0.4}), ("64", {"<none>": 0.9, "max_new_tokens": 0.1})]
 
     out, unsure = local.LocalBrain.numbers(Numbers(), "num_candidates=2 with max_new_tokens 64",
@@ -773,7 +773,7 @@ def test_a_number_written_after_the_schemas_own_identifier_sets_that_argument():
 
 def test_an_approval_id_is_set_only_from_the_users_words(chat_model_dirs):
     class References:
-        def fields(self, text, tool):
+        def fields(self, text, tool, lists=frozenset()):
             return [("ap-7731", {"approval_id": 0.9, "<none>": 0.1})]
 
     out, _ = local.LocalBrain.references(References(), "I approve (approval id ap-7731).",

@@ -116,3 +116,19 @@ def test_a_decimal_written_without_its_leading_zero_is_one_number():
     assert [raw for raw, _ in numbers("medusa, temp 0.7, top-p .9, seed 42")] == ["0.7", ".9", "42"]
     # a point inside a word is no decimal point: a version, a model name
     assert [raw for raw, _ in numbers("qwen2.5-coder v.2")] == ["2.5", "2"]
+
+
+def test_an_enumeration_of_numbers_is_read_as_one_list():
+    from agent.brains.classifier import _runs
+    from agent.brains.local import LocalBrain
+
+    head = default_classifier().number_head
+    serving = registry.load_tools()["measure_serving"]
+    # every level of "2, 6 and 24 concurrent requests" is read beside "concurrent requests", the first too
+    assert LocalBrain.numbers(head, "how do 2, 6 and 24 concurrent requests change the draft speedup under vllm?",
+                              serving, None)[0] == {"concurrency": [2, 6, 24]}
+    assert LocalBrain.numbers(head, "vllm sweep for ngram: K 3 or 5, with 1, 4, 8 and 12 clients in parallel",
+                              serving, None)[0] == {"k": [3, 5], "concurrency": [1, 4, 8, 12]}
+    # an argument's name between numbers splits them; a digit inside a word ("v1") joins no run
+    assert [run for run, _, _ in _runs("conc 1,8 k 2,4", head.labels)] == [[0, 1], [2, 3]]
+    assert [run for run, _, _ in _runs("at http://host:8000/v1 - 1, 8 and 32", head.labels)] == [[2, 3, 4]]

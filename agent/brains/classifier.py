@@ -91,6 +91,33 @@ def _numbers(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]
     return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span())) for m in NUMBER.finditer(text)]
 
 
+LIST_GAP = re.compile(r"[\s,;/&+-]*|[\s,;/&+-]+([^\W\d_]{1,3})[\s,;/&+-]+")  # "1, 4, 16 and 64": punctuation, a short word
+
+
+def _runs(text: str, labels: list[str]) -> list[tuple[list[int], Counter, tuple[list[str], list[str]]]]:
+    """The enumerations of ``text``: runs of two or more numbers with only punctuation and at most one short
+    word between neighbours (not an argument's name: "conc 1,8 k 2,4" is two runs; a digit inside a word, as in
+    "v1", joins none), each as the indices of its numbers and the features of the whole run read as one value
+    (the words before its first number and after its last): "2, 8, 32 and 128 parallel clients" reads every
+    number beside "parallel clients"."""
+    text = spelled_out(text[:MAX_CHARS])
+    matches = list(NUMBER.finditer(text))
+    names = {word for whole, parts in _label_names(tuple(labels)) for word in (whole, *parts)}
+    runs, run = [], [0] if matches else []
+    alone = [not (text[m.start() - 1:m.start()].isalpha() or text[m.end():m.end() + 1].isalpha()) for m in matches]
+    for i in range(1, len(matches) + 1):
+        gap = LIST_GAP.fullmatch(text, matches[i - 1].end(), matches[i].start()) \
+            if i < len(matches) and alone[i - 1] and alone[i] else None
+        if gap and not (gap.group(1) and _stem(gap.group(1).casefold()) in names):
+            run.append(i)
+            continue
+        if len(run) > 1:
+            start, end = matches[run[0]].start(), matches[run[-1]].end()
+            runs.append((run, _context(text, start, end, matches[run[0]].group()), _beside(text, start, end)))
+        run = [i]
+    return runs
+
+
 def _beside(text: str, start: int, end: int) -> tuple[list[str], list[str]]:
     """The NAMED words either side of text[start:end], nearest first."""
     return (TOKEN.findall(text[:start].casefold())[::-1][:NAMED], TOKEN.findall(text[end:].casefold())[:NAMED])
@@ -175,16 +202,29 @@ class NumberHead:
     def index(self) -> dict[str, int]:
         return {term: i for i, term in enumerate(self.vocab)}
 
-    def fields(self, text: str, tool: str) -> list[tuple[str, dict[str, float]]]:
-        """Each value of ``text`` (as written) with the probability of each argument name it may set."""
-        index = self.index
-        out = []
-        for value, feats, beside in (_numbers if self.kind == "number" else _references)(text):
-            cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
-            values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
-            bias = self.bias if self.tied is None else self.bias + naming(beside, self.labels) @ self.tied
-            out.append((value, _softmax((cols, values), self.weights, bias, self.labels)))
+    def fields(self, text: str, tool: str, lists: frozenset[str] = frozenset()) -> list[tuple[str, dict[str, float]]]:
+        """Each value of ``text`` (as written) with the probability of each argument name it may set. The
+        numbers of an enumeration (:func:`_runs`) set one argument of ``lists`` (those taking a list:
+        concurrency levels) where the run read as one value, or the numbers its reader is sure of, name one;
+        where those are sure of two arguments, each number keeps its own reading."""
+        out = [(value, self._probabilities(feats, beside, tool))
+               for value, feats, beside in (_numbers if self.kind == "number" else _references)(text)]
+        for run, feats, beside in _runs(text, self.labels) if lists and self.kind == "number" else ():
+            probs = self._probabilities(feats, beside, tool)
+            sure = {max(out[i][1], key=out[i][1].get): out[i][1] for i in run if max(out[i][1].values()) >= 0.5}
+            sure.pop(NO_FIELD, None)  # what its numbers alone are read as setting: one list argument, or none
+            if len(sure) == 1 and max(probs, key=probs.get) not in sure:
+                probs = next(iter(sure.values()))
+            if len(sure) <= 1 and max(probs, key=probs.get) in lists:
+                out[run[0]:run[-1] + 1] = [(out[i][0], probs) for i in run]
         return out
+
+    def _probabilities(self, feats: Counter, beside: tuple[list[str], list[str]], tool: str) -> dict[str, float]:
+        index = self.index
+        cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
+        values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
+        bias = self.bias if self.tied is None else self.bias + naming(beside, self.labels) @ self.tied
+        return _softmax((cols, values), self.weights, bias, self.labels)
 
 
 @dataclass(frozen=True)

@@ -436,7 +436,7 @@ class LocalBrain:
             for arg in tool_grammar.param_args(m, settings=False):
                 if arg.kind == "number":
                     owners.setdefault(arg.name, []).append(m)
-        fields = head.fields(text, tool.name)
+        fields = head.fields(text, tool.name, frozenset(lists))
         keyed = keyed_numbers(text, top | own | set(owners))
         placed, unsure = assign([f for i, f in enumerate(fields) if i not in keyed.values()], taken=set(keyed),
                                 lists=lists)
@@ -445,7 +445,7 @@ class LocalBrain:
         for name, _, raw in placed:
             value = float(raw) if "." in raw else int(raw)
             if name in lists:
-                out.setdefault(name, []).append(value)
+                out[name] = out.get(name, []) + [value] * (value not in out.get(name, []))
             elif name in top:
                 out[name] = value
             elif name in own:
