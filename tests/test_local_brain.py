@@ -844,3 +844,18 @@ def test_a_dropped_question_leaves_neither_the_pending_call_nor_its_turn():
     assert brain.pending is None and brain.history == ["an earlier exchange"]
     brain.drop_question()  # nothing waits: nothing changes
     assert brain.history == ["an earlier exchange"]
+
+
+def test_the_tokenizer_read_without_transformers_gives_the_same_ids_and_text(chat_model_dirs):
+    from transformers import AutoTokenizer
+
+    from tools.models import FileTokenizer
+
+    folder = chat_model_dirs[0]
+    ours, theirs = FileTokenizer(folder), AutoTokenizer.from_pretrained(str(folder))
+    assert ours.eos_token_id == theirs.eos_token_id and ours.get_vocab() == theirs.get_vocab()
+    assert local.stop_ids(ours) == local.stop_ids(theirs)
+    for text in [*REQUESTS, local_prompt.user_turn("héllo 🤖\n\tx"), '{"name": "run_method", "arguments": {"k": 4}}']:
+        ids = ours.encode(text, add_special_tokens=False)
+        assert ids == theirs.encode(text, add_special_tokens=False)
+        assert ours.decode(ids[1:]) == theirs.decode(ids[1:], skip_special_tokens=False)

@@ -14,6 +14,7 @@ their sha256, and converted once to a safetensors folder so later loads take sec
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -285,6 +286,34 @@ class ModelStatus:
     gguf: bool
     converted: bool
     path: str
+
+
+class FileTokenizer:
+    """A converted model's ``tokenizer.json`` read by the tokenizers library, the part of transformers' fast
+    tokenizer that encodes and decodes (same ids, same text), without importing transformers: what a model
+    running on llama.cpp needs of it, loaded in a fraction of the time."""
+
+    def __init__(self, folder: Path):
+        from tokenizers import Tokenizer
+
+        self.backend_tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")) \
+            if (folder / "tokenizer_config.json").is_file() else {}
+        eos = config.get("eos_token")
+        eos = eos.get("content") if isinstance(eos, dict) else eos
+        self.eos_token_id = self.backend_tokenizer.token_to_id(eos) if eos else None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return self.backend_tokenizer.token_to_id(token)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.backend_tokenizer.get_vocab(with_added_tokens=True)
 
 
 def list_models() -> list[ModelStatus]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.metadata
 import json
 import logging
 import math
@@ -91,25 +92,30 @@ def local_model_available(ref: str | None = None) -> bool:
 def prefix_cache_path(ref: str, runner: str, prefix: str) -> Path:
     """Where the prefix KV cache of ``ref`` run by ``runner`` for ``prefix`` is saved: beside a built-in
     model (in the models folder), else in the specpilot home; named by a hash of what decides it."""
-    import transformers  # noqa: PLC0415  (third-party, loaded with the model already)
-
     where, gguf = models.resolve_ref(ref)
     files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
     if ref.lower() in models.BUILTIN_MODELS:
         files.append(models.gguf_path(models.builtin(ref.lower())))
     stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
-    key = json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, transformers.__version__, prefix], default=str)
+    versions = [_version(package) for package in ("transformers", "llama-cpp-python")]  # read, not imported
+    key = json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, versions, prefix], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     if ref.lower() in models.BUILTIN_MODELS:
         return models.models_dir() / ref.lower() / "local-brain" / f"prefix-{digest}.pt"
     return home_dir() / "cache" / "local-brain" / f"{Path(ref).name[:40]}-{digest}.pt"
 
 
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def stop_ids(tokenizer) -> list[int]:
-    ids = {tokenizer.eos_token_id}
-    ids |= {tokenizer.convert_tokens_to_ids(t) for t in (local_prompt.IM_END, "<|endoftext|>")
-            if t in tokenizer.get_vocab()}
-    return sorted(i for i in ids if isinstance(i, int))
+    vocab = tokenizer.get_vocab()
+    return sorted(i for i in {tokenizer.eos_token_id, *(vocab.get(t) for t in (local_prompt.IM_END, "<|endoftext|>"))}
+                  if isinstance(i, int))
 
 
 def brain_threads() -> int:
@@ -146,20 +152,18 @@ def idle_share(seconds: float = 0.1) -> float | None:
 
 def open_model(ref: str) -> tuple[Any, Any, str]:
     """(model or backend, tokenizer, how it runs) for ``ref``: a built-in model's GGUF file through
-    llama.cpp (tools.engine.llamacpp) when llama-cpp-python is installed, with the transformers
-    tokenizer of the same model (same ids); otherwise transformers (dtype auto)."""
+    llama.cpp (tools.engine.llamacpp) when llama-cpp-python is installed, with the tokenizer of the same
+    model (same ids; tools.models.FileTokenizer); otherwise transformers (dtype auto)."""
     name = ref.lower()
     kind = os.environ.get(BACKEND_ENV, "auto")
     if kind != "transformers" and name in models.BUILTIN_MODELS:
         model = models.builtin(name)
         hf = models.converted_path(model)
         if models.gguf_path(model).is_file() and (hf / "tokenizer.json").is_file() and _llamacpp_installed():
-            from transformers import AutoTokenizer
-
             _quiet_llamacpp()
             backend = llamacpp.load_gguf(models.gguf_path(model), n_ctx=N_CTX, n_threads=brain_threads())
             log.info("local brain: %s on llama.cpp, %d threads", ref, backend.n_threads)
-            return backend, AutoTokenizer.from_pretrained(str(hf)), "llama.cpp"
+            return backend, models.FileTokenizer(hf), "llama.cpp"
     loaded = models.load(ref, dtype="auto")
     log.info("local brain: %s on transformers, %s (%s)", ref, loaded.dtype, loaded.dtype_reason)
     return loaded.model, loaded.tokenizer, f"transformers {loaded.dtype}"

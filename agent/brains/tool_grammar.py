@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from tools.agent_tools.registry import Tool
+from tools.agent_tools.registry import Tool, model_schema
 from tools.bench.inputs import RunInput
 from tools.engine.params import PARAM_MODELS
 from tools.models import BUILTIN_MODELS, DTYPES
@@ -92,7 +93,12 @@ def schema_args(schema: dict) -> list[Arg]:
 
 
 def tool_args(tool: Tool) -> list[Arg]:
-    return schema_args(tool.input_schema())
+    return list(_tool_args(tool))
+
+
+@lru_cache(maxsize=None)
+def _tool_args(tool: Tool) -> tuple[Arg, ...]:
+    return tuple(schema_args(tool.input_schema()))
 
 
 def mentioned(arg: Arg, said: str) -> bool:
@@ -108,9 +114,9 @@ def param_args(method: str | None, settings: bool = True) -> list[Arg]:
     methods = [method] if method in PARAM_MODELS else list(PARAM_MODELS)
     own: dict[str, Arg] = {}
     for m in methods:
-        for arg in schema_args(PARAM_MODELS[m].model_json_schema()):
+        for arg in schema_args(model_schema(PARAM_MODELS[m])):
             own.setdefault(arg.name, Arg(arg.name, arg.kind, arg.values))
-    run = RunInput.model_json_schema()["properties"]
+    run = model_schema(RunInput)["properties"]
     saved = [arg_of(name, run[name]) for name in RUN_SETTINGS if name not in own] if settings else []
     return list(own.values()) + [a for a in saved if a is not None]
 

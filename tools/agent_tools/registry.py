@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -97,7 +98,7 @@ class Tool:
         """The JSON schema of the tool's input (pydantic's, with titles kept for readability), every
         field described: model names with the built-in ones as examples, ``dtype`` as an enum and a
         method's ``params`` with each method's own fields (see :func:`document_schema`)."""
-        return document_schema(self.input_model.model_json_schema())
+        return copy.deepcopy(_documented_schema(self.input_model))
 
 
 @dataclass
@@ -390,8 +391,19 @@ def _method_description(methods: list) -> str:
     return "the decoding method: " + "; ".join(f"{m} = {METHODS[m].description}" for m in names)
 
 
+@lru_cache(maxsize=None)
+def _documented_schema(input_model: type[BaseModel]) -> dict:  # pydantic builds a schema in milliseconds: once
+    return document_schema(input_model.model_json_schema())
+
+
+@lru_cache(maxsize=None)
+def model_schema(model: type[BaseModel]) -> dict:
+    """``model``'s JSON schema, built once (read it, do not change it)."""
+    return model.model_json_schema()
+
+
 def _param_fields(method: str) -> dict:
-    return PARAM_MODELS[method].model_json_schema().get("properties", {})
+    return copy.deepcopy(model_schema(PARAM_MODELS[method]).get("properties", {}))
 
 
 def _params_by_method() -> str:
@@ -404,7 +416,7 @@ def _document_params(prop: dict, with_settings: bool) -> None:
     each description naming its method; the object stays open, so nothing accepted before is refused)."""
     given = prop.get("description", "the method's own parameters")
     if isinstance(prop.get("additionalProperties"), dict):
-        prop["properties"] = {m: {**PARAM_MODELS[m].model_json_schema(),
+        prop["properties"] = {m: {**copy.deepcopy(model_schema(PARAM_MODELS[m])),
                                   "description": f"{m} ({METHODS[m].description}): its own parameters"}
                               for m in METHODS}
         prop["description"] = (f"{given}. Keys are method names, values that method's own parameters "

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import inspect
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import DynamicCache
+
+if TYPE_CHECKING:  # transformers is imported where a cache is made: the llama.cpp path never loads it
+    from transformers import DynamicCache
 
 
 @lru_cache(maxsize=None)
@@ -22,6 +25,8 @@ def _cache_kwarg_for(forward_cls: type) -> str:
 
 def new_cache(model) -> DynamicCache:
     """Return an empty DynamicCache for ``model``."""
+    from transformers import DynamicCache
+
     return DynamicCache(config=model.config)
 
 
