@@ -28,7 +28,8 @@ DEMO_PROMPT = (
     "and returns them sorted. Include a docstring and a short example."
 )
 
-PEERS_DESCRIPTION = ("also time the engine's own modes: transformers' assisted generation and prompt lookup, or on "
+PEERS_DESCRIPTION = ("also time the reference implementations beside ours; the engine's own modes: transformers' "
+                     "assisted generation and prompt lookup, or on "
                      "llamacpp llama.cpp's plain decoding and its prompt-lookup mode (and its draft-simple and n-gram "
                      "modes once `specpilot peers setup llama.cpp` built llama-server); for medusa and lookahead on a "
                      "Llama target also the upstream medusa-llm and lade packages, in venvs `specpilot peers setup` made")
