@@ -846,16 +846,38 @@ def test_a_dropped_question_leaves_neither_the_pending_call_nor_its_turn():
     assert brain.history == ["an earlier exchange"]
 
 
-def test_the_tokenizer_read_without_transformers_gives_the_same_ids_and_text(chat_model_dirs):
+def test_the_tokenizer_read_without_transformers_gives_the_same_ids_and_text(chat_model_dirs, tmp_path):
+    import unicodedata
+
     from transformers import AutoTokenizer
 
-    from tools.models import FileTokenizer
+    from tools.models import saved_tokenizer
 
     folder = chat_model_dirs[0]
-    ours, theirs = FileTokenizer(folder), AutoTokenizer.from_pretrained(str(folder))
+    (tmp_path / "tokenizer-old.json").write_text("{}")
+    ours, theirs = saved_tokenizer(folder, tmp_path / "tokenizer-new.json"), AutoTokenizer.from_pretrained(str(folder))
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer-new.json"]  # written once, the older one gone
     assert ours.eos_token_id == theirs.eos_token_id and ours.get_vocab() == theirs.get_vocab()
     assert local.stop_ids(ours) == local.stop_ids(theirs)
-    for text in [*REQUESTS, local_prompt.user_turn("héllo 🤖\n\tx"), '{"name": "run_method", "arguments": {"k": 4}}']:
+    decomposed = unicodedata.normalize("NFD", "café naïve")
+    for text in [*REQUESTS, local_prompt.user_turn("héllo 🤖\n\tx"), '{"name": "run_method", "arguments": {"k": 4}}',
+                 decomposed]:
         ids = ours.encode(text, add_special_tokens=False)
         assert ids == theirs.encode(text, add_special_tokens=False)
         assert ours.decode(ids[1:]) == theirs.decode(ids[1:], skip_special_tokens=False)
+
+
+def test_the_built_in_models_tokenizer_is_read_as_transformers_builds_it(tmp_path):
+    import unicodedata
+
+    from transformers import AutoTokenizer
+
+    from tools import models
+
+    hf = models.converted_path(models.builtin(local.DEFAULT_LOCAL_MODEL))
+    if not (hf / "tokenizer.json").is_file():
+        pytest.skip("the built-in chat model is not fetched: run `make demo`")
+    ours, theirs = models.saved_tokenizer(hf, tmp_path / "tokenizer-x.json"), AutoTokenizer.from_pretrained(str(hf))
+    text = unicodedata.normalize("NFD", "résumé of the café's naïve façade")  # Qwen2's tokenizer normalises it
+    assert ours.encode(text, add_special_tokens=False) == theirs.encode(text, add_special_tokens=False)
+    assert ours.eos_token_id == theirs.eos_token_id and local.stop_ids(ours) == local.stop_ids(theirs)

@@ -153,7 +153,8 @@ def idle_share(seconds: float = 0.1) -> float | None:
 def open_model(ref: str) -> tuple[Any, Any, str]:
     """(model or backend, tokenizer, how it runs) for ``ref``: a built-in model's GGUF file through
     llama.cpp (tools.engine.llamacpp) when llama-cpp-python is installed, with the tokenizer of the same
-    model (same ids; tools.models.FileTokenizer); otherwise transformers (dtype auto)."""
+    model as transformers builds it, saved once beside the prefix cache and read without transformers
+    (tools.models.saved_tokenizer); otherwise transformers (dtype auto)."""
     name = ref.lower()
     kind = os.environ.get(BACKEND_ENV, "auto")
     if kind != "transformers" and name in models.BUILTIN_MODELS:
@@ -163,7 +164,8 @@ def open_model(ref: str) -> tuple[Any, Any, str]:
             _quiet_llamacpp()
             backend = llamacpp.load_gguf(models.gguf_path(model), n_ctx=N_CTX, n_threads=brain_threads())
             log.info("local brain: %s on llama.cpp, %d threads", ref, backend.n_threads)
-            return backend, models.FileTokenizer(hf), "llama.cpp"
+            saved = models.models_dir() / name / "local-brain" / f"tokenizer-{_version('transformers')}.json"
+            return backend, models.saved_tokenizer(hf, saved), "llama.cpp"
     loaded = models.load(ref, dtype="auto")
     log.info("local brain: %s on transformers, %s (%s)", ref, loaded.dtype, loaded.dtype_reason)
     return loaded.model, loaded.tokenizer, f"transformers {loaded.dtype}"
