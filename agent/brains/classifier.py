@@ -44,6 +44,7 @@ def features(text: str) -> Counter:
 NUMBER = re.compile(r"\d+(?:\.\d+)?|(?<![\w.])\.\d+")  # ".9" too: a decimal without its leading zero
 NUMBER_CONTEXT = 4  # words each side of a number that its head reads
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
+MORE_LIKELY = 0.5  # a head's value is taken from this probability on (more likely than not)
 NAMED = 2  # words each side of a value read for an argument's name (:func:`naming`)
 TIED = 4 * NAMED  # naming's indicators: the whole name or a word of it, at each distance, before or after
 
@@ -91,7 +92,8 @@ def _numbers(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]
     return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span())) for m in NUMBER.finditer(text)]
 
 
-LIST_GAP = re.compile(r"[\s,;/&+-]*|[\s,;/&+-]+([^\W\d_]{1,3})[\s,;/&+-]+")  # "1, 4, 16 and 64": punctuation, a short word
+# between two numbers of an enumeration ("1, 4, 16 and 64"): punctuation, or one short word
+LIST_GAP = re.compile(r"[\s,;/&+-]*|[\s,;/&+-]+([^\W\d_]{1,3})[\s,;/&+-]+")
 
 
 def _runs(text: str, labels: list[str]) -> list[tuple[list[int], Counter, tuple[list[str], list[str]]]]:
@@ -211,7 +213,8 @@ class NumberHead:
                for value, feats, beside in (_numbers if self.kind == "number" else _references)(text)]
         for run, feats, beside in _runs(text, self.labels) if lists and self.kind == "number" else ():
             probs = self._probabilities(feats, beside, tool)
-            sure = {max(out[i][1], key=out[i][1].get): out[i][1] for i in run if max(out[i][1].values()) >= 0.5}
+            sure = {max(out[i][1], key=out[i][1].get): out[i][1] for i in run
+                    if max(out[i][1].values()) >= MORE_LIKELY}
             sure.pop(NO_FIELD, None)  # what its numbers alone are read as setting: one list argument, or none
             if len(sure) == 1 and max(probs, key=probs.get) not in sure:
                 probs = next(iter(sure.values()))

@@ -38,8 +38,8 @@ from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import QUOTED, Reply
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
 from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
-from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier, default_classifier,
-                                     spelled_out)
+from agent.brains.classifier import (ABSENT, MORE_LIKELY, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier,
+                                     default_classifier, spelled_out)
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index
 from agent.replies import format_result
@@ -64,7 +64,6 @@ MAX_TEXT_CHARS = 240  # a text answer is a sentence or two
 MAX_CALL_TOKENS = 400  # a call with a pasted prompt copied into it
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
 SURE = 0.8  # the classifier's pick is taken as it is from this probability on
-MORE_LIKELY = 0.5  # an argument head sets an optional choice from this probability of its value on
 PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
 OFFERED = 0.01  # an optional choice its head would leave out is offered with its likeliest value from this on
 MAX_CANDIDATES = 4
