@@ -357,6 +357,22 @@ def test_the_models_params_keep_only_what_the_user_wrote():
     assert spelled["params"] == {"k": 4, "draft_quant": "int8"}  # a spelled number stays; so does a written value
 
 
+def test_a_switch_the_user_named_is_one_the_model_must_write():
+    """A method's switch named in the settings (not inside a quoted prompt or one after a colon) is required in
+    ``params``, so the fixed key order cannot let the model pass it by; true or false is the model's reading."""
+    tools = registry.load_tools()
+    assert local.named_switches("draft", "save k=3 with adaptive K off as my draft default") == {"adaptive_k"}
+    assert local.named_switches("lookahead", "lookahead should seed the pool from the prompt") == {"pool_from_prompt"}
+    assert local.named_switches("eagle", "eagle on: Trim the whitespace of this string") == set()
+    assert local.named_switches("eagle", "eagle on 'trim it'") == set()
+    assert local.named_switches(None, "adaptive k off") == set()
+    schema = tool_grammar.arguments_schema(tools["run_method"], "draft, adaptive k off: hi", {"method": "draft"},
+                                           asked=frozenset({"adaptive_k"}))
+    assert "params" in schema["required"] and schema["properties"]["params"]["required"] == ["adaptive_k"]
+    plain = tool_grammar.arguments_schema(tools["run_method"], "draft: hi", {"method": "draft"})
+    assert "params" not in plain["required"]
+
+
 def test_a_comparison_takes_each_compared_methods_own_parameters(chat_model_dirs):
     """compare_methods' params are {method: its parameters}: keys among the compared methods that have
     parameters, each with only that method's own parameter names (no run settings inside)."""

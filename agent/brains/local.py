@@ -475,7 +475,9 @@ class LocalBrain:
             given, withheld, narrowed = self.choices(text, tools[name])
             if _params_kind(tools[name]) == "method_params":  # added after the model wrote the call (below)
                 per_method[name] = given.pop("params", None)
-            schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed)
+            asked = named_switches(given.get("method"), text) if _params_kind(tools[name]) == "params" else set()
+            schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed,
+                                                          frozenset(asked))
         call = lm.decode_json(tool_grammar.call_schema(schemas), self.max_tokens)
         if call is None:
             return Decision(error=f"no call closed within {self.max_tokens} tokens")
@@ -744,8 +746,7 @@ def ground_params(arguments: dict, said: str) -> None:
         kinds = {a.name: a.kind for a in tool_grammar.param_args(method)}
         for key, value in list(own.items()):
             if isinstance(value, bool) or kinds.get(key) in ("enum", "bool"):
-                named = all(part[:5] in text for part in key.lower().split("_") if len(part) >= 3)
-                keep = named or (isinstance(value, str) and _squash(value) in text)
+                keep = names(key, text) or (isinstance(value, str) and _squash(value) in text)
             elif isinstance(value, str):
                 keep = _squash(value) in text or value.lower() in models.BUILTIN_MODELS
             else:
@@ -756,6 +757,23 @@ def ground_params(arguments: dict, said: str) -> None:
             del params[method]
     if not params:
         del arguments["params"]
+
+
+def names(key: str, text: str) -> bool:
+    """Whether ``text`` (squashed) names the parameter ``key``: the first five letters of each part of its name
+    of three letters or more are in it ("adapt" for adaptive_k)."""
+    return all(part[:5] in text for part in key.lower().split("_") if len(part) >= 3)
+
+
+def named_switches(method: str | None, text: str) -> set[str]:
+    """The switches (booleans) among ``method``'s own parameters that ``text`` names outside its quoted
+    spans and a prompt after a colon: the model is made to write them ("adaptive K off" sets adaptive_k,
+    true or false as the model reads it), which the fixed key order would otherwise let it pass by."""
+    if method not in tool_grammar.PARAM_MODELS:
+        return set()
+    settings = _squash(QUOTED.sub(" ", text).split(":", 1)[0])
+    return {a.name for a in tool_grammar.param_args(method, settings=False)
+            if a.kind == "bool" and max(map(len, a.name.split("_"))) >= 3 and names(a.name, settings)}
 
 
 def _bare(word: str) -> str:

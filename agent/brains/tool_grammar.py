@@ -157,7 +157,7 @@ def signature(tool: Tool, description: str) -> str:
 
 
 def value_schema(arg: Arg, said: str, context: dict, given: Any = None,
-                 withheld: frozenset[str] = frozenset()) -> dict:
+                 withheld: frozenset[str] = frozenset(), asked: frozenset[str] = frozenset()) -> dict:
     """The JSON schema of ``arg``'s value: its allowed values, a nested object's own arguments (a method's
     ``params`` take that method's parameters, those of every method while the method is not known)."""
     if arg.kind == "enum":
@@ -170,28 +170,30 @@ def value_schema(arg: Arg, said: str, context: dict, given: Any = None,
         return {"type": "array", "items": {"type": arg.kind.split("_")[0]}, "minItems": 1,
                 "maxItems": MAX_LIST_ITEMS}
     if arg.kind == "params":  # the method's own parameters and the run settings, those withheld above left out
-        return object_schema(param_args(context.get("method")), said, given, withheld)
+        return object_schema(param_args(context.get("method")), said, given, withheld, asked)
     methods = [m for m in context.get("methods") or PARAM_MODELS if m in PARAM_MODELS and param_args(m, False)]
     return {"type": "object", "additionalProperties": False, "properties": {  # method_params: {method: its own}
         m: object_schema(param_args(m, settings=False), said, (given or {}).get(m), withheld) for m in methods}}
 
 
 def object_schema(args: list[Arg], said: str, given: dict | None = None,
-                  withheld: frozenset[str] = frozenset()) -> dict:
+                  withheld: frozenset[str] = frozenset(), asked: frozenset[str] = frozenset()) -> dict:
     """An object of ``args`` in their order: the ``given`` members as they are (a given method's ``params``
     may gain more of its parameters), and the arguments ``said`` could have set (:func:`mentioned`), but the
-    ``withheld`` ones. The grammar writes an object's keys in the schema's order."""
+    ``withheld`` ones; the ``asked`` ones required (the model writes their value). The grammar writes an
+    object's keys in the schema's order."""
     given = given or {}
     properties, required = {}, []
     for arg in args:
         if arg.name in given:
             value = given[arg.name]
             nested = arg.kind in ("params", "method_params") and isinstance(value, dict)
-            properties[arg.name] = value_schema(arg, said, given, value, withheld) if nested else {"const": value}
+            properties[arg.name] = value_schema(arg, said, given, value, withheld, asked) if nested \
+                else {"const": value}
             required.append(arg.name)
         elif arg.name not in withheld and mentioned(arg, said):
-            properties[arg.name] = value_schema(arg, said, given, None, withheld)
-            required += [arg.name] if arg.required else []
+            properties[arg.name] = value_schema(arg, said, given, None, withheld, asked)
+            required += [arg.name] if arg.required or arg.name in asked else []
     for name in [k for k in given if k not in properties]:  # a field the model is never offered (an approval id)
         properties[name] = {"const": given[name]}
         required.append(name)
@@ -199,13 +201,15 @@ def object_schema(args: list[Arg], said: str, given: dict | None = None,
 
 
 def arguments_schema(tool: Tool, said: str, given: dict | None = None, withheld: frozenset[str] = frozenset(),
-                     narrowed: dict[str, tuple[str, ...]] | None = None) -> dict:
+                     narrowed: dict[str, tuple[str, ...]] | None = None, asked: frozenset[str] = frozenset()) -> dict:
     """The schema of a call's arguments to ``tool`` for a request in the words ``said``: ``given`` ones as
     they are, ``withheld`` ones left out, ``narrowed`` choices with those values only (a narrowed list is
-    required: the user wrote some of its values)."""
+    required: the user wrote some of its values), the method's parameters ``asked`` required in its
+    ``params`` (and so ``params`` too)."""
     args = [Arg(a.name, a.kind, narrowed[a.name], a.required or a.kind == "enum_list")
             if a.name in (narrowed or {}) else a for a in tool_args(tool)]
-    return object_schema(args, said, given, withheld)
+    args = [Arg(a.name, a.kind, a.values, True) if a.kind == "params" and asked else a for a in args]
+    return object_schema(args, said, given, withheld, asked)
 
 
 def call_schema(arguments: dict[str, dict]) -> dict:
