@@ -897,3 +897,10 @@ def test_the_built_in_models_tokenizer_is_read_as_transformers_builds_it(tmp_pat
     text = unicodedata.normalize("NFD", "résumé of the café's naïve façade")  # Qwen2's tokenizer normalises it
     assert ours.encode(text, add_special_tokens=False) == theirs.encode(text, add_special_tokens=False)
     assert ours.eos_token_id == theirs.eos_token_id and local.stop_ids(ours) == local.stop_ids(theirs)
+    # read back from the saved file, and used as built where the file cannot be written
+    again = models.saved_tokenizer(hf, tmp_path / "tokenizer-x.json")
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    unsaved = models.saved_tokenizer(hf, blocked / "tokenizer-x.json")
+    for tok in (again, unsaved):
+        assert tok.encode(text, add_special_tokens=False) == theirs.encode(text, add_special_tokens=False)

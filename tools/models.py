@@ -291,14 +291,15 @@ class ModelStatus:
 class FileTokenizer:
     """A model folder's tokenizer read by the tokenizers library, the part of transformers' fast tokenizer
     that encodes and decodes, without importing transformers: what a model running on llama.cpp needs of it,
-    loaded in a fraction of the time. ``saved``: the tokenizer as transformers builds it for the folder
+    loaded in a fraction of the time. ``text``: the tokenizer's JSON as transformers builds it for the folder
     (:func:`saved_tokenizer`; transformers may add to the file, such as Qwen2's NFC normalizer), else the
-    folder's ``tokenizer.json`` as it is."""
+    folder's ``tokenizer.json`` is read as it is."""
 
-    def __init__(self, folder: Path, saved: Path | None = None):
+    def __init__(self, folder: Path, text: str | None = None):
         from tokenizers import Tokenizer
 
-        self.backend_tokenizer = Tokenizer.from_file(str(saved or folder / "tokenizer.json"))
+        self.backend_tokenizer = (Tokenizer.from_str(text) if text
+                                  else Tokenizer.from_file(str(folder / "tokenizer.json")))
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")) \
             if (folder / "tokenizer_config.json").is_file() else {}
         eos = config.get("eos_token")
@@ -311,27 +312,30 @@ class FileTokenizer:
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def convert_tokens_to_ids(self, token: str) -> int | None:
-        return self.backend_tokenizer.token_to_id(token)
-
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
 
 
 def saved_tokenizer(folder: Path, saved: Path) -> FileTokenizer:
     """The tokenizer transformers builds for ``folder`` (same ids and text as AutoTokenizer), written to
-    ``saved`` the first time (other ``tokenizer-*.json`` beside it removed) and read from there after."""
-    if not saved.is_file():
-        from transformers import AutoTokenizer
+    ``saved`` the first time (other ``tokenizer-*.json`` beside it removed) and read from there after; where
+    it cannot be written (a read-only models folder), used as built."""
+    if saved.is_file():
+        return FileTokenizer(folder, saved.read_text(encoding="utf-8"))
+    from transformers import AutoTokenizer
 
+    text = AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer.to_str()
+    try:
         saved.parent.mkdir(parents=True, exist_ok=True)
         tmp = saved.with_suffix(".tmp")
-        tmp.write_text(AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer.to_str(), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(saved)
         for stale in saved.parent.glob("tokenizer-*.json"):
             if stale != saved:
                 stale.unlink(missing_ok=True)
-    return FileTokenizer(folder, saved)
+    except OSError as exc:
+        log.warning("could not save the tokenizer to %s: %s", saved, exc)
+    return FileTokenizer(folder, text)
 
 
 def list_models() -> list[ModelStatus]:
