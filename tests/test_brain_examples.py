@@ -60,3 +60,16 @@ def test_typical_examples_stand_for_every_class_and_differ_from_each_other():
         assert 1 <= len(members) <= 3 and len({e.text for e in members}) == len(members)
     assert picked == index.typical(3)  # chosen by the data, the same every time
     assert not {e.text for e in picked} & held_out_texts()
+
+
+def test_the_typical_examples_are_chosen_once_and_read_back(tmp_path, monkeypatch):
+    from agent.brains import examples
+
+    chosen = examples.typical_examples(2, tmp_path)
+    assert chosen == examples.default_index().typical(2) and len(list(tmp_path.glob("typical-*.json"))) == 1
+    monkeypatch.setattr(examples, "default_index", lambda: (_ for _ in ()).throw(AssertionError("chosen again")))
+    assert examples.typical_examples(2, tmp_path) == chosen  # read back, not chosen again
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.undo()
+    assert examples.typical_examples(2, blocked) == chosen  # a folder that cannot be written: chosen, not kept

@@ -291,15 +291,15 @@ class ModelStatus:
 class FileTokenizer:
     """A model folder's tokenizer read by the tokenizers library, the part of transformers' fast tokenizer
     that encodes and decodes, without importing transformers: what a model running on llama.cpp needs of it,
-    loaded in a fraction of the time. ``text``: the tokenizer's JSON as transformers builds it for the folder
-    (:func:`saved_tokenizer`; transformers may add to the file, such as Qwen2's NFC normalizer), else the
-    folder's ``tokenizer.json`` is read as it is."""
+    loaded in a fraction of the time. ``text``: the tokenizer's JSON (or the file holding it) as transformers
+    builds it for the folder (:func:`saved_tokenizer`; transformers may add to the file, such as Qwen2's NFC
+    normalizer), else the folder's ``tokenizer.json`` is read as it is."""
 
-    def __init__(self, folder: Path, text: str | None = None):
+    def __init__(self, folder: Path, text: str | Path | None = None):
         from tokenizers import Tokenizer
 
-        self.backend_tokenizer = (Tokenizer.from_str(text) if text
-                                  else Tokenizer.from_file(str(folder / "tokenizer.json")))
+        self.backend_tokenizer = (Tokenizer.from_str(text) if isinstance(text, str)
+                                  else Tokenizer.from_file(str(text or folder / "tokenizer.json")))
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")) \
             if (folder / "tokenizer_config.json").is_file() else {}
         eos = config.get("eos_token")
@@ -321,7 +321,7 @@ def saved_tokenizer(folder: Path, saved: Path) -> FileTokenizer:
     ``saved`` the first time (other ``tokenizer-*.json`` beside it removed) and read from there after; where
     it cannot be written (a read-only models folder), used as built."""
     if saved.is_file():
-        return FileTokenizer(folder, saved.read_text(encoding="utf-8"))
+        return FileTokenizer(folder, saved)
     from transformers import AutoTokenizer
 
     text = AutoTokenizer.from_pretrained(str(folder)).backend_tokenizer.to_str()

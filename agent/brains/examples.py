@@ -7,14 +7,19 @@ grammar and the tools' validation still hold the rules.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 POOL = "tool_examples.jsonl"
+TYPICAL_FORMAT = 1  # bump when ExampleIndex.typical chooses differently
+log = logging.getLogger(__name__)
 NEAREST = 4  # examples per turn: each costs its tokens on every turn (they are after the cached prefix)
 
 
@@ -102,6 +107,30 @@ def load_examples(text: str) -> list[Example]:
 
 
 @lru_cache(maxsize=1)
+def pool_text() -> str:
+    return resources.files("prompts").joinpath(POOL).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
 def default_index() -> ExampleIndex:
     """The index over the shipped pool (built once per process; about 2,000 requests)."""
-    return ExampleIndex(load_examples(resources.files("prompts").joinpath(POOL).read_text(encoding="utf-8")))
+    return ExampleIndex(load_examples(pool_text()))
+
+
+def typical_examples(per_class: int, cache: Path) -> list[Example]:
+    """``default_index().typical(per_class)``, kept in the folder ``cache`` under a hash of the pool: a new
+    process reads the choice back rather than building the index to make it again (about half a second)."""
+    digest = hashlib.sha256(f"{TYPICAL_FORMAT}\0{per_class}\0{pool_text()}".encode()).hexdigest()[:16]
+    path = cache / f"typical-{digest}.json"
+    try:
+        return [Example(**row) for row in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError):
+        chosen = default_index().typical(per_class)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(e) for e in chosen]), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not keep the worked examples in %s: %s", path, exc)
+    return chosen

@@ -41,7 +41,7 @@ from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
 from agent.brains.classifier import (ABSENT, MORE_LIKELY, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier,
                                      default_classifier, spelled_out)
 from agent.brains.constrained import ConstrainedLM
-from agent.brains.examples import NEAREST, default_index
+from agent.brains.examples import NEAREST, default_index, typical_examples
 from agent.replies import format_result
 
 from memory.helpers import home_dir
@@ -250,7 +250,7 @@ class LocalBrain:
         # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix); the
         # text is the same every turn, so it is built once
         if self._prefix is None:
-            worked = default_index().typical(TYPICAL_PER_TOOL)
+            worked = typical_examples(TYPICAL_PER_TOOL, home_dir() / "cache" / "local-brain")
             self._prefix = local_prompt.prefix_text(registry.load_tools(), worked)
         return load_engine(self.model, self._prefix)
 
