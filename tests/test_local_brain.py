@@ -904,3 +904,19 @@ def test_the_built_in_models_tokenizer_is_read_as_transformers_builds_it(tmp_pat
     unsaved = models.saved_tokenizer(hf, blocked / "tokenizer-x.json")
     for tok in (again, unsaved):
         assert tok.encode(text, add_special_tokens=False) == theirs.encode(text, add_special_tokens=False)
+
+
+def test_saved_prefixes_of_other_prompts_stay_and_those_of_another_model_state_go(tmp_path):
+    import os
+
+    def saved(name, age):
+        path = tmp_path / f"{name}.pt"
+        path.write_bytes(b"")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+        return path
+
+    now = saved("prefix-aaaa-p1", 0)
+    plain, older, oldest = saved("prefix-aaaa-p2", 1), saved("prefix-aaaa-p3", 2), saved("prefix-aaaa-p4", 3)
+    other_state, old_layout = saved("prefix-bbbb-p1", 0), saved("prefix-0123456789abcdef", 0)
+    assert sorted(local.stale_prefixes(now)) == sorted([other_state, old_layout, oldest])
+    assert plain not in local.stale_prefixes(now) and older not in local.stale_prefixes(now)

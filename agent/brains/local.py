@@ -60,6 +60,7 @@ THREADS_ENV = "SPECPILOT_BRAIN_THREADS"
 N_CTX = 8192  # llama.cpp context: prefix (~1.3k tokens) + history + a pasted prompt
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct"
 CACHE_FORMAT = 1  # bump when the saved prefix layout changes
+KEPT_PREFIXES = 3  # saved prompts kept per model state (about 120 MB each for the built-in model)
 MAX_TEXT_CHARS = 240  # a text answer is a sentence or two
 MAX_CALL_TOKENS = 400  # a call with a pasted prompt copied into it
 HISTORY_CHARS = 3000  # conversation kept in the context (older turns are dropped)
@@ -90,18 +91,31 @@ def local_model_available(ref: str | None = None) -> bool:
 
 def prefix_cache_path(ref: str, runner: str, prefix: str) -> Path:
     """Where the prefix KV cache of ``ref`` run by ``runner`` for ``prefix`` is saved: beside a built-in
-    model (in the models folder), else in the specpilot home; named by a hash of what decides it."""
+    model (in the models folder), else in the specpilot home; named by a hash of the model's files, the
+    runner and the libraries (its state) and one of the prompt: ``NAME-STATE-PROMPT.pt``."""
     where, gguf = models.resolve_ref(ref)
     files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
     if ref.lower() in models.BUILTIN_MODELS:
         files.append(models.gguf_path(models.builtin(ref.lower())))
     stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
     versions = [_version(package) for package in ("transformers", "llama-cpp-python")]  # read, not imported
-    key = json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, versions, prefix], default=str)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    state = hashlib.sha256(json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, versions],
+                                      default=str).encode()).hexdigest()[:10]
+    digest = f"{state}-{hashlib.sha256(prefix.encode()).hexdigest()[:10]}"
     if ref.lower() in models.BUILTIN_MODELS:
         return models.models_dir() / ref.lower() / "local-brain" / f"prefix-{digest}.pt"
-    return home_dir() / "cache" / "local-brain" / f"{Path(ref).name[:40]}-{digest}.pt"
+    return home_dir() / "cache" / "local-brain" / f"{Path(ref).name[:40].replace('-', '_')}-{digest}.pt"
+
+
+def stale_prefixes(path: Path, keep: int = KEPT_PREFIXES) -> list[Path]:
+    """The saved prefixes beside ``path`` to remove once it is saved: those of another state of the model
+    (its files, runner or libraries changed), and beyond the ``keep`` newest of other prompts of the same
+    state (the brain's prompt and the plain one of the slow tests and the grammar benchmark live side by side)."""
+    name, state, _ = path.stem.split("-")
+    others = sorted((p for p in path.parent.glob(f"{name}-*.pt") if p != path),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    same = [p for p in others if p.stem.count("-") == 2 and p.stem.split("-")[1] == state]
+    return [p for p in others if p not in same] + same[keep - 1:]  # an older layout's name is another state
 
 
 def _version(package: str) -> str | None:
@@ -207,9 +221,8 @@ def load_engine(ref: str, prefix: str | None = None) -> ConstrainedLM:
             lm.set_prefix(prefix)
             try:
                 lm.save_prefix(path)
-                for stale in path.parent.glob(path.name.rsplit("-", 1)[0] + "-*.pt"):
-                    if stale != path:  # a prefix of an older prompt or model
-                        stale.unlink(missing_ok=True)
+                for stale in stale_prefixes(path):
+                    stale.unlink(missing_ok=True)
             except OSError as exc:
                 log.warning("could not save the prefix cache to %s: %s", path, exc)
         _ENGINES[key] = lm
