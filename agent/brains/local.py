@@ -103,8 +103,16 @@ def prefix_cache_path(ref: str, runner: str, prefix: str) -> Path:
                                       default=str).encode()).hexdigest()[:10]
     digest = f"{state}-{hashlib.sha256(prefix.encode()).hexdigest()[:10]}"
     if ref.lower() in models.BUILTIN_MODELS:
-        return models.models_dir() / ref.lower() / "local-brain" / f"prefix-{digest}.pt"
-    return home_dir() / "cache" / "local-brain" / f"{Path(ref).name[:40].replace('-', '_')}-{digest}.pt"
+        return brain_folder(ref) / f"prefix-{digest}.pt"
+    return brain_folder(ref) / f"{Path(ref).name[:40].replace('-', '_')}-{digest}.pt"
+
+
+def brain_folder(ref: str | None = None) -> Path:
+    """Where the local brain keeps what it computes once: beside a built-in model ``ref`` (in the models
+    folder), else in the specpilot home."""
+    if ref is not None and ref.lower() in models.BUILTIN_MODELS:
+        return models.models_dir() / ref.lower() / "local-brain"
+    return home_dir() / "cache" / "local-brain"
 
 
 def stale_prefixes(path: Path, keep: int = KEPT_PREFIXES) -> list[Path]:
@@ -177,7 +185,7 @@ def open_model(ref: str) -> tuple[Any, Any, str]:
             _quiet_llamacpp()
             backend = llamacpp.load_gguf(models.gguf_path(model), n_ctx=N_CTX, n_threads=brain_threads())
             log.info("local brain: %s on llama.cpp, %d threads", ref, backend.n_threads)
-            saved = models.models_dir() / name / "local-brain" / f"tokenizer-{_version('transformers')}.json"
+            saved = brain_folder(name) / f"tokenizer-{_version('transformers')}.json"
             return backend, models.saved_tokenizer(hf, saved), "llama.cpp"
     loaded = models.load(ref, dtype="auto")
     log.info("local brain: %s on transformers, %s (%s)", ref, loaded.dtype, loaded.dtype_reason)
@@ -263,7 +271,7 @@ class LocalBrain:
         # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix); the
         # text is the same every turn, so it is built once
         if self._prefix is None:
-            worked = typical_examples(TYPICAL_PER_TOOL, home_dir() / "cache" / "local-brain")
+            worked = typical_examples(TYPICAL_PER_TOOL, brain_folder())
             self._prefix = local_prompt.prefix_text(registry.load_tools(), worked)
         return load_engine(self.model, self._prefix)
 
@@ -463,7 +471,9 @@ class LocalBrain:
         for name, _, raw in placed:
             value = float(raw) if "." in raw else int(raw)
             if name in lists:
-                out[name] = out.get(name, []) + [value] * (value not in out.get(name, []))
+                values = out.setdefault(name, [])
+                if value not in values:  # a level swept once
+                    values.append(value)
             elif name in top:
                 out[name] = value
             elif name in own:
