@@ -233,19 +233,46 @@ class NumberHead:
 @dataclass(frozen=True)
 class Head:
     """One argument's head: ``weights`` (terms x values), ``bias``, ``labels`` (the values and ABSENT), and
-    a bias per tool that takes the argument (``tools``, ``tool_weights``: tools x values)."""
+    a bias per tool that takes the argument (``tools``, ``tool_weights``: tools x values); a head of the
+    model's reading (:class:`Reading`) also has ``hidden`` weights (hidden size x values)."""
 
     weights: np.ndarray
     bias: np.ndarray
     labels: list[str]
     tools: list[str] = ()
     tool_weights: np.ndarray | None = None
+    hidden: np.ndarray | None = None
+
+
+TOOL_HEAD = "<tool>"  # the tool head's name among a Reading's heads
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Heads over the TF-IDF features and the local model's own reading of the request: the mean of its last
+    hidden states over the request's user turn, read after its cached prompt (LocalBrain reads them in the
+    pass that feeds the turn). They hold only for the model and prompt they were fitted under (``state``,
+    :func:`agent.brains.local.reading_state`); the TF-IDF heads serve any other. ``mean`` and ``scale``
+    standardise a hidden vector (the pool's), ``heads`` are the tool head (:data:`TOOL_HEAD`) and the
+    argument heads."""
+
+    state: str
+    mean: np.ndarray
+    scale: np.ndarray
+    heads: dict[str, Head]
+
+    def features(self, hidden: np.ndarray) -> np.ndarray:
+        return ((hidden - self.mean) / self.scale).astype(np.float32)
 
 
 def _softmax(vector: tuple[np.ndarray, np.ndarray], weights: np.ndarray, bias: np.ndarray,
-             labels: list[str]) -> dict[str, float]:
+             labels: list[str], hidden: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
+    """The labels' probabilities from a sparse ``vector`` (columns, values) and, where given, (the standardised
+    hidden vector, its weights)."""
     cols, values = vector
     logits = bias + (values @ weights[cols].astype(np.float32) if len(cols) else 0.0)
+    if hidden is not None:
+        logits = logits + hidden[0] @ hidden[1].astype(np.float32)
     exp = np.exp(logits - logits.max())
     return {label: float(p) for label, p in zip(labels, exp / exp.sum())}
 
@@ -274,7 +301,19 @@ class ToolClassifier:
         self.heads = heads or {}  # argument name -> its head
         self.number_head = number_head  # which argument each written number sets
         self.reference_head: NumberHead | None = None  # ... and each written model, file, folder, URL or run
+        self.reading: Reading | None = None  # heads that also weigh the local model's reading of the request
         self._vector: tuple[str, tuple[np.ndarray, np.ndarray]] | None = None  # the last message's, for all heads
+        self._read: tuple[str, np.ndarray] | None = None  # a message and the model's reading of it (standardised)
+
+    def read(self, text: str, hidden: np.ndarray | None) -> None:
+        """The local model's reading of ``text`` (its mean hidden state over the turn, under the prompt of
+        ``reading.state``): the heads of :attr:`reading` answer for ``text`` from now on; None: the TF-IDF heads."""
+        self._read = (text, self.reading.features(hidden)) if hidden is not None and self.reading else None
+
+    def _reading(self, text: str, name: str) -> tuple[Head, np.ndarray] | None:
+        if self._read is None or self._read[0] != text or name not in self.reading.heads:
+            return None
+        return self.reading.heads[name], self._read[1]
 
     def vector(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of the message's L2-normalised TF-IDF vector (sublinear term frequency); the tool
@@ -295,16 +334,22 @@ class ToolClassifier:
         return np.asarray(cols, dtype=np.int64), values / norm
 
     def probabilities(self, text: str) -> dict[str, float]:
+        read = self._reading(text, TOOL_HEAD)
+        if read is not None:
+            head, hidden = read
+            return _softmax(self.vector(text), head.weights, head.bias, head.labels, (hidden, head.hidden))
         return _softmax(self.vector(text), self.weights, self.bias, self.labels)
 
     def argument(self, name: str, text: str, tool: str | None = None) -> dict[str, float]:
         """The probability of each value a request to ``tool`` gives argument ``name`` (booleans as
         ``true``/``false``, :data:`ABSENT` for none); empty where no head was fitted for it."""
-        head = self.heads.get(name)
+        read = self._reading(text, name)
+        head = read[0] if read is not None else self.heads.get(name)
         if head is None:
             return {}
         bias = head.bias + (head.tool_weights[head.tools.index(tool)] if tool in head.tools else 0.0)
-        return _softmax(self.vector(text), head.weights, bias, head.labels)
+        return _softmax(self.vector(text), head.weights, bias, head.labels,
+                        (read[1], head.hidden) if read is not None else None)
 
     def choose(self, text: str, allowed: set[str] | None = None) -> Choice:
         """The most probable class among ``allowed`` tools (default: all) and no tool."""
@@ -315,22 +360,41 @@ class ToolClassifier:
         return Choice(name(first), p1, name(second), p2)
 
 
+def _head_arrays(prefix: str, head: Head) -> dict[str, np.ndarray]:
+    arrays = {f"{prefix}.weights": head.weights.astype(np.float16), f"{prefix}.bias": head.bias.astype(np.float32),
+              f"{prefix}.labels": np.array(head.labels)}
+    if head.tools:
+        arrays |= {f"{prefix}.tools": np.array(head.tools),
+                   f"{prefix}.tool_weights": np.asarray(head.tool_weights, dtype=np.float32)}
+    if head.hidden is not None:
+        arrays[f"{prefix}.hidden"] = head.hidden.astype(np.float16)
+    return arrays
+
+
+def _head(z, prefix: str) -> Head:
+    tools = f"{prefix}.tools" in z.files
+    return Head(z[f"{prefix}.weights"], z[f"{prefix}.bias"].astype(np.float32), [str(v) for v in z[f"{prefix}.labels"]],
+                [str(v) for v in z[f"{prefix}.tools"]] if tools else [], z[f"{prefix}.tool_weights"] if tools else None,
+                z[f"{prefix}.hidden"] if f"{prefix}.hidden" in z.files else None)
+
+
 def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
-         heads: dict[str, Head] | None = None, *value_heads: NumberHead) -> None:
-    """Write the fitted classifier, its argument heads and its value heads (number, reference) (float16
-    weights: the file ships with the package)."""
+         heads: dict[str, Head] | None = None, *value_heads: NumberHead, reading: Reading | None = None) -> None:
+    """Write the fitted classifier, its argument heads, its value heads (number, reference) and the heads of the
+    model's reading (float16 weights: the file ships with the package)."""
     arrays = {}
+    if reading is not None:
+        arrays |= {"reading.state": np.array(reading.state), "reading.mean": reading.mean.astype(np.float32),
+                   "reading.scale": reading.scale.astype(np.float32)}
+        for name, head in reading.heads.items():
+            arrays |= _head_arrays(f"reading.{name}", head)
     for head in value_heads:
         arrays |= {f"{head.kind}.vocab": np.array(head.vocab), f"{head.kind}.weights": head.weights.astype(np.float16),
                    f"{head.kind}.bias": head.bias.astype(np.float32), f"{head.kind}.labels": np.array(head.labels)}
         if head.tied is not None:
             arrays[f"{head.kind}.tied"] = np.asarray(head.tied, dtype=np.float32)
     for name, head in (heads or {}).items():
-        arrays |= {f"head.{name}.weights": head.weights.astype(np.float16),
-                   f"head.{name}.bias": head.bias.astype(np.float32), f"head.{name}.labels": np.array(head.labels)}
-        if head.tools:
-            arrays |= {f"head.{name}.tools": np.array(head.tools),
-                       f"head.{name}.tool_weights": np.asarray(head.tool_weights, dtype=np.float32)}
+        arrays |= _head_arrays(f"head.{name}", head)
     np.savez_compressed(path, vocab=np.array(vocab), idf=idf.astype(np.float32), weights=weights.astype(np.float16),
                         bias=bias.astype(np.float32), labels=np.array(labels), **arrays)
 
@@ -338,11 +402,7 @@ def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.
 def load_bytes(data: bytes) -> ToolClassifier:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         names = sorted({key.split(".")[1] for key in z.files if key.startswith("head.")})
-        heads = {name: Head(z[f"head.{name}.weights"], z[f"head.{name}.bias"].astype(np.float32),
-                            [str(v) for v in z[f"head.{name}.labels"]],
-                            [str(v) for v in z[f"head.{name}.tools"]] if f"head.{name}.tools" in z.files else [],
-                            z[f"head.{name}.tool_weights"] if f"head.{name}.tools" in z.files else None)
-                 for name in names}
+        heads = {name: _head(z, f"head.{name}") for name in names}
         value_heads = {kind: NumberHead([str(v) for v in z[f"{kind}.vocab"]], z[f"{kind}.weights"],
                                         z[f"{kind}.bias"].astype(np.float32), [str(v) for v in z[f"{kind}.labels"]],
                                         kind, z[f"{kind}.tied"] if f"{kind}.tied" in z.files else None)
@@ -350,6 +410,10 @@ def load_bytes(data: bytes) -> ToolClassifier:
         model = ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
                                [str(v) for v in z["labels"]], heads, value_heads.get("number"))
         model.reference_head = value_heads.get("reference")
+        if "reading.state" in z.files:
+            names = sorted({key.split(".")[1] for key in z.files if key.startswith("reading.") and key.count(".") == 2})
+            model.reading = Reading(str(z["reading.state"]), z["reading.mean"], z["reading.scale"],
+                                    {name: _head(z, f"reading.{name}") for name in names})
         return model
 
 

@@ -89,6 +89,23 @@ class ConstrainedLM:
         """Start a new segment (history + this turn) after the prefix; it is fed by the next pass."""
         self.text = text
 
+    def read(self, text: str) -> np.ndarray | None:
+        """The model's reading of ``text`` as the segment after the prefix: the mean of its last hidden states
+        over the text's tokens, from the pass that feeds them (the cache keeps them: a segment that begins with
+        ``text`` goes on from there). None where the backend gives no hidden states, or the text exceeds a batch."""
+        ids = self.ids[: self.base] + self.encode(text)
+        new = ids[self.base:]
+        if not hasattr(self.backend, "forward_hidden") or not new or len(new) > self.backend.n_batch:
+            return None
+        self._align(ids[: self.base])
+        self.passes += 1
+        self.fed += len(new)
+        with torch.no_grad():
+            self._last, hidden = self.backend.forward_hidden(
+                torch.tensor([new]), self.cache, torch.arange(self.base, len(ids))[None])
+        self.ids = ids
+        return hidden.mean(0)
+
     def segment_ids(self, extra: str = "") -> list[int]:
         return self.ids[: self.base] + self.encode(self.text + extra)
 

@@ -320,6 +320,7 @@ class LocalBrain:
         validation error shown to the model. With a classifier, its pick is the call's name when it is sure;
         otherwise the model chooses among the classifier's likely candidates."""
         tools = registry.load_tools()
+        self.read(text)
         names = self.candidates(text, tools)
         shown = ""
         if self.examples:
@@ -333,6 +334,17 @@ class LocalBrain:
         retry = (context + local_prompt.call_text(decision.name, decision.arguments) + local_prompt.IM_END + "\n"
                  + local_prompt.user_turn(f"<tool_response>\nerror: {decision.error}\n</tool_response>"))
         return self._decode(retry, tools, said, [decision.name], text)
+
+    def read(self, text: str) -> None:
+        """Give the classifier the model's reading of ``text`` (its hidden states over the turn, in the pass that
+        feeds the turn) where its heads of the model's reading were fitted under this model and prompt; else
+        its TF-IDF heads answer."""
+        reading = getattr(self.classifier, "reading", None)
+        if reading is None:
+            return
+        lm = self.engine()
+        same = reading.state == reading_state(self.model, self._prefix)
+        self.classifier.read(text, lm.read(local_prompt.user_turn(text[:CLASSIFIER_MAX_CHARS])) if same else None)
 
     def candidates(self, text: str, tools: dict) -> list[str]:
         """The names the call may take: every tool and reply without a classifier; the classifier's pick when
@@ -681,6 +693,11 @@ class LocalBrain:
                 elif key not in required:
                     del decision.arguments[key]
         return None
+
+
+def reading_state(model: str, prefix: str | None) -> str:
+    """What the model's reading of a request depends on: the model and the prompt it reads the request after."""
+    return hashlib.sha256(f"{Path(model).name}\n{prefix}".encode()).hexdigest()[:16]
 
 
 def trim_prompt(prompt: str, text: str, arguments: dict) -> str:

@@ -3,7 +3,14 @@ chat sets and write prompts/tool_classifier.npz.
 
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py            # fit, write, report
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --check    # report only, write nothing
-    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --numbers-only   # refit the number and reference heads alone
+    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --values-only    # refit the number and reference heads alone
+    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --reading DIR    # also the heads of the model's reading
+
+With ``--reading DIR`` the tool head and the argument heads are also fitted over the local model's reading of each
+request (agent.brains.classifier.Reading: its mean last hidden state over the request's turn, after the local
+brain's cached prompt), beside the TF-IDF heads that serve any other model or prompt. The readings are computed
+with the built-in model (about a second per request on two cores) and kept in DIR (``pool.npz``, one file per
+held-out set) under the model and prompt they were read with; a file read under another prompt is read again.
 
 The training pool is prompts/tool_examples.jsonl (benchmarks/scripts/tool_examples.py: the fitted sets, without
 the held-out ones). The L2 penalty is chosen by leave-sets-out cross-validation inside the pool (five folds of
@@ -28,8 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.brains.classifier import (ABSENT, NO_FIELD, NO_TOOL, WEIGHTS, Head, NumberHead, _numbers,  # noqa: E402
-                                     _references, features, load_bytes, naming, save)
+from agent.brains.classifier import (ABSENT, MAX_CHARS, NO_FIELD, NO_TOOL, TOOL_HEAD, WEIGHTS, Head,  # noqa: E402
+                                     NumberHead, Reading, _numbers, _references, features, load_bytes, naming, save)
 from agent.brains.tool_grammar import tool_args  # noqa: E402
 from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
@@ -212,6 +219,66 @@ def fit_value_head(rows: list[dict], kind: str = "number") -> NumberHead:
     return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind, tied.numpy() if use_names else None)
 
 
+READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
+
+
+def read_requests(rows: list[dict], path: Path) -> tuple[str, np.ndarray]:
+    """(state, one reading per row): the local brain's model reading each request after its cached prompt,
+    kept in ``path`` and read again only when the model, the prompt or the requests changed."""
+    from agent.brains import local, local_prompt
+
+    brain = local.LocalBrain(classifier=local.default_classifier())
+    lm = brain.engine()
+    state = local.reading_state(brain.model, brain._prefix)
+    texts = json.dumps([r["text"] for r in rows])
+    if path.exists():
+        with np.load(path) as z:
+            if str(z["state"]) == state and str(z["texts"]) == texts:
+                return state, z["mean"]
+    out = []
+    for i, row in enumerate(rows):
+        out.append(lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS])))
+        if i % 200 == 0:
+            print(f"  read {i}/{len(rows)} requests of {path.stem}", flush=True)
+    hidden = np.stack(out).astype(np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, mean=hidden, state=np.array(state), texts=np.array(texts))
+    return state, hidden
+
+
+def fit_reading(rows: list[dict], x: torch.Tensor, hidden: np.ndarray, state: str) -> Reading:
+    """The tool head and the argument heads over the TF-IDF features ``x`` and the standardised readings, the
+    penalty chosen for the tool head with whole sets left out (and used for the argument heads)."""
+    mean = hidden.mean(0)
+    scale = (hidden.std(0) + 1e-6) * math.sqrt(hidden.shape[1])  # a reading weighs about as much as the TF-IDF row
+    reading = Reading(state, mean, scale, {})
+    both = torch.cat([x, torch.from_numpy(reading.features(hidden))], dim=1)
+    labels = sorted({label(r) for r in rows})
+    y = torch.tensor([labels.index(label(r)) for r in rows])
+    sets = sorted({r["set"] for r in rows})
+    right = {}
+    for penalty in READING_PENALTIES:
+        right[penalty] = 0
+        for fold in range(FOLDS):
+            out = set(sets[fold::FOLDS])
+            train = [i for i, r in enumerate(rows) if r["set"] not in out]
+            test = [i for i, r in enumerate(rows) if r["set"] in out]
+            w, b = fit(both[train], y[train], len(labels), penalty)
+            right[penalty] += int(((both[test] @ w + b).argmax(1) == y[test]).sum())
+        print(f"  reading: penalty {penalty:g}: {100 * right[penalty] / len(rows):.1f}% tools with sets left out",
+              flush=True)
+    penalty = max(READING_PENALTIES, key=lambda p: (right[p], -p))
+    terms = x.shape[1]
+    w, b = fit(both, y, len(labels), penalty)
+    reading.heads[TOOL_HEAD] = Head(w[:terms].numpy(), b.numpy(), labels, hidden=w[terms:].numpy())
+    for argument, (picked, classes, tools) in head_tasks(rows).items():
+        ya = torch.tensor([classes.index(value_label(rows[i], argument)) for i in picked])
+        w, b = fit(with_tools(both, rows, picked, tools), ya, len(classes), penalty)
+        reading.heads[argument] = Head(w[:terms].numpy(), b.numpy(), classes, tools, w[both.shape[1]:].numpy(),
+                                       w[terms:both.shape[1]].numpy())
+    return reading
+
+
 def vocabulary(rows: list[dict]) -> tuple[list[str], np.ndarray]:
     """Terms in at least MIN_DF requests, and their inverse document frequencies."""
     df = Counter(t for r in rows for t in features(r["text"]))
@@ -277,8 +344,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="report only; write nothing")
     parser.add_argument("--values-only", action="store_true",
                         help="refit the number and reference heads alone, keeping the shipped tool and argument heads")
+    parser.add_argument("--reading", type=Path, metavar="DIR",
+                        help="also fit heads over the local model's reading of each request, kept in DIR")
+    parser.add_argument("--reading-only", action="store_true",
+                        help="with --reading: fit the heads of the model's reading alone, keeping the shipped heads")
     args = parser.parse_args(argv)
     rows = load_pool()
+    if args.reading_only:
+        if not args.reading:
+            parser.error("--reading-only needs --reading DIR")
+        shipped = load_bytes(OUT.read_bytes())
+        vocab = sorted(shipped.index, key=shipped.index.get)
+        state, hidden = read_requests(rows, args.reading / "pool.npz")
+        shipped.reading = fit_reading(rows, matrix(rows, vocab, shipped.idf), hidden, state)
+        if not args.check:
+            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads,
+                 shipped.number_head, shipped.reference_head, reading=shipped.reading)
+            print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
+        report_reading(shipped, args.reading)
+        return 0
     if args.values_only:
         shipped = load_bytes(OUT.read_bytes())
         value_heads = [fit_value_head(rows, kind) for kind in ("number", "reference")]
@@ -299,8 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     w, b = fit(x, torch.tensor([labels.index(label(r)) for r in rows]), len(labels), penalty)
     heads = fit_heads(rows, x, head_penalties)
     value_heads = [fit_value_head(rows, kind) for kind in ("number", "reference")]
+    reading = None
+    if args.reading:
+        state, hidden = read_requests(rows, args.reading / "pool.npz")
+        reading = fit_reading(rows, x, hidden, state)
     if not args.check:
-        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, *value_heads)
+        save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, *value_heads, reading=reading)
         print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g}, "
               f"{len(heads)} argument heads)")
         model = load_bytes(OUT.read_bytes())
@@ -308,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         from agent.brains.classifier import ToolClassifier
         model = ToolClassifier(vocab, idf, w.numpy(), b.numpy(), labels, heads, value_heads[0])
         model.reference_head = value_heads[1]
+        model.reading = reading
     tools_of = choice_arguments()
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -317,9 +406,32 @@ def main(argv: list[str] | None = None) -> int:
                      for r, a in given)
         print(f"  held out {path.name}: {right}/{len(held)} = {100 * right / len(held):.1f}% right tool; "
               f"{values}/{len(given)} = {100 * values / max(1, len(given)):.1f}% right choice arguments")
+
     report_values(model.number_head)
     report_values(model.reference_head)
+    if reading is not None:
+        report_reading(model, args.reading)
     return 0
+
+
+def report_reading(model, folder: Path) -> None:
+    """The tool head and the argument heads with the model's reading, per held-out set (readings kept in
+    ``folder``)."""
+    tools_of = choice_arguments()
+    for path in held_out_sets():
+        held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        _, hidden = read_requests(held, folder / f"{path.stem}.npz")
+        right = values = given = 0
+        for row, h in zip(held, hidden):
+            model.read(row["text"], h)
+            right += (model.choose(row["text"]).tool or NO_TOOL) == label(row)
+            for a in [a for a in model.heads if row.get("tool") in tools_of[a]]:
+                given += 1
+                values += max(p := model.argument(a, row["text"], row["tool"]), key=p.get) == value_label(row, a)
+        model.read("", None)
+        print(f"  held out {path.name}, with the model's reading: {right}/{len(held)} = "
+              f"{100 * right / len(held):.1f}% right tool; {values}/{given} = {100 * values / max(1, given):.1f}% "
+              "right choice arguments", flush=True)
 
 
 def report_values(head: NumberHead) -> None:

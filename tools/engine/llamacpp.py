@@ -367,6 +367,22 @@ class LlamaCppBackend(Backend):
         cache.length = tree.start + n
         return out
 
+    def forward_hidden(self, ids, cache, positions) -> tuple[torch.Tensor, np.ndarray]:
+        """A causal forward that also reads each token's last hidden state (llama.cpp's embeddings mode, on for
+        this pass only): (the last token's logits, hidden states as tokens x hidden size). One batch at most."""
+        n = int(ids.shape[-1])
+        if n > self.n_batch:
+            raise ParameterError(f"{n} tokens exceed this backend's batch of {self.n_batch} for hidden states")
+        lib = self._lib
+        lib.llama_set_embeddings(self._ctx, True)
+        try:
+            logits = self.forward(ids, cache, positions)  # every token an output: its hidden state is kept
+            hidden = np.stack([np.ctypeslib.as_array(lib.llama_get_embeddings_ith(self._ctx, i),
+                                                     shape=(self.hidden_size,)).copy() for i in range(n)])
+        finally:
+            lib.llama_set_embeddings(self._ctx, False)
+        return logits[-1], hidden
+
     def _fill(self, tokens: np.ndarray, pos: np.ndarray, seqs: list[list[int]] | None) -> None:
         n = len(tokens)
         self._batch.n_tokens = n
