@@ -264,3 +264,21 @@ def test_real_default_pair_on_llamacpp():
                        lambda b: draft_generate(b, draft, ids, settings, DraftParams(k=4)).output_ids):
             diagnosis = diagnose_divergence(target, ids, base, method(target), rerun=method)
             assert diagnosis is None or diagnosis["kind"] == "near_tie", diagnosis
+
+
+def test_hidden_states_are_what_the_lm_head_reads_and_leave_the_cache_as_a_forward(tmp_path):
+    weights = write_tiny_llama(tmp_path / "own.gguf", seed=2)
+    backend = load_gguf(tmp_path / "own.gguf", n_ctx=256, n_threads=1)
+    tokens = [5, 6, 7, 40, 41, 42]
+    plain = _chain_logits(backend, tokens)[-1]
+    then = _chain_logits(backend, tokens, [43])[-1]
+    cache = backend.new_cache()  # (a backend holds one cache: the references above come first)
+    last, hidden = backend.forward_hidden(torch.tensor([tokens]), cache, torch.arange(6)[None])
+    assert hidden.shape == (6, EMBD) and backend.cache_length(cache) == 6
+    head = torch.from_numpy(weights["output.weight"]).float()
+    torch.testing.assert_close(torch.from_numpy(hidden[-1]) @ head.T, last, atol=2e-3, rtol=1e-4)
+    torch.testing.assert_close(last, plain, atol=1e-4, rtol=1e-4)
+    after = backend.forward(torch.tensor([[43]]), cache, torch.tensor([[6]]))[-1]  # embeddings mode is off again
+    torch.testing.assert_close(after, then, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ParameterError, match="batch"):
+        backend.forward_hidden(torch.tensor([list(range(300))]), backend.new_cache(), torch.arange(300)[None])

@@ -286,6 +286,19 @@ def real_engine():
 
 
 @pytest.mark.slow
+def test_the_real_model_reads_the_request_for_the_heads_in_the_pass_that_feeds_it():
+    """The shipped heads of the model's reading hold for the built-in model and its prompt: a turn reads the
+    request once (the decode goes on from that pass) and the heads answer from the reading."""
+    if not local.local_model_available():
+        pytest.skip(f"the local brain's model is not fetched: run `specpilot models fetch {local.local_model_ref()}`")
+    brain = local.LocalBrain(classifier=local.default_classifier())
+    text = "compare draft and lookahead on 'Write a haiku about rain'"
+    decision = brain.decide(text)
+    assert brain.classifier._read is not None and brain.classifier._read[0] == text
+    assert decision.name == "compare_methods" and decision.arguments["methods"] == ["draft", "lookahead"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("text, tool, arguments", [
     ("what did we do last time?", "recall", {}),
     ("install lade", "install_packages", {"packages": ["lade"]}),

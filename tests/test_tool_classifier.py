@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.brains.classifier import NO_TOOL, default_classifier, features
+import numpy as np
+
+from agent.brains.classifier import NO_TOOL, TOOL_HEAD, default_classifier, features, load_bytes, save
 from tools.agent_tools import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,3 +134,38 @@ def test_an_enumeration_of_numbers_is_read_as_one_list():
     # an argument's name between numbers splits them; a digit inside a word ("v1") joins no run
     assert [run for run, _, _ in _runs("conc 1,8 k 2,4", head.labels)] == [[0, 1], [2, 3]]
     assert [run for run, _, _ in _runs("at http://host:8000/v1 - 1, 8 and 32", head.labels)] == [[2, 3, 4]]
+
+
+def test_its_reading_heads_were_fitted_under_the_built_in_model_and_the_prompt_it_now_has():
+    """The heads over the model's reading hold for one model and prompt: a prompt change needs a refit
+    (benchmarks/scripts/train_tool_classifier.py --reading DIR --reading-only), or they are never used."""
+    from agent.brains.local import DEFAULT_LOCAL_MODEL, chat_prefix, reading_state
+
+    reading = default_classifier().reading
+    assert reading is not None
+    assert reading.state == reading_state(DEFAULT_LOCAL_MODEL, chat_prefix()), \
+        "the local brain's prompt changed since the reading heads were fitted: refit them"
+    assert set(reading.heads) == {TOOL_HEAD, *default_classifier().heads}
+
+
+def test_the_reading_heads_answer_only_for_the_text_read_and_survive_a_round_trip(tmp_path):
+    import io
+
+    clf = default_classifier()
+    reading = clf.reading
+    buffer = io.BytesIO()
+    save(buffer, sorted(clf.index, key=clf.index.get), clf.idf, clf.weights, clf.bias, clf.labels, clf.heads,
+         clf.number_head, clf.reference_head, reading=reading)
+    again = load_bytes(buffer.getvalue())
+    assert again.reading.state == reading.state and set(again.reading.heads) == set(reading.heads)
+    text = "compare every method on 'Write a haiku about rain'"
+    plain = again.probabilities(text)
+    hidden = reading.mean + reading.scale * np.linspace(-0.02, 0.02, len(reading.mean), dtype=np.float32)
+    again.read(text, hidden)
+    read = again.probabilities(text)
+    assert read != plain and abs(sum(read.values()) - 1) < 1e-4
+    assert again.probabilities("another request") == load_bytes(buffer.getvalue()).probabilities("another request")
+    assert again.argument("peers", text, "compare_methods") != load_bytes(buffer.getvalue()).argument(
+        "peers", text, "compare_methods")
+    again.read(text, None)
+    assert again.probabilities(text) == plain

@@ -271,8 +271,7 @@ class LocalBrain:
         # requests of every tool (chosen from the pool by agent.brains.examples, cached with the prefix); the
         # text is the same every turn, so it is built once
         if self._prefix is None:
-            worked = typical_examples(TYPICAL_PER_TOOL, brain_folder())
-            self._prefix = local_prompt.prefix_text(registry.load_tools(), worked)
+            self._prefix = chat_prefix()
         return load_engine(self.model, self._prefix)
 
     def respond(self, session: Any, text: str) -> Reply:
@@ -693,6 +692,12 @@ class LocalBrain:
                 elif key not in required:
                     del decision.arguments[key]
         return None
+
+
+def chat_prefix() -> str:
+    """The cached prompt the model writes calls after: the system text, the tools and typical labelled requests
+    of every tool (chosen from the pool once, kept in the brain's folder)."""
+    return local_prompt.prefix_text(registry.load_tools(), typical_examples(TYPICAL_PER_TOOL, brain_folder()))
 
 
 def reading_state(model: str, prefix: str | None) -> str:

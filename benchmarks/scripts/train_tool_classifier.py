@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="refit the number and reference heads alone, keeping the shipped tool and argument heads")
     parser.add_argument("--reading", type=Path, metavar="DIR",
                         help="also fit heads over the local model's reading of each request, kept in DIR")
+    parser.add_argument("--save-result", metavar="NAME",
+                        help="with --reading: write the held-out accuracy of the heads to benchmarks/results/NAME.json")
     parser.add_argument("--reading-only", action="store_true",
                         help="with --reading: fit the heads of the model's reading alone, keeping the shipped heads")
     args = parser.parse_args(argv)
@@ -355,13 +357,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--reading-only needs --reading DIR")
         shipped = load_bytes(OUT.read_bytes())
         vocab = sorted(shipped.index, key=shipped.index.get)
-        state, hidden = read_requests(rows, args.reading / "pool.npz")
-        shipped.reading = fit_reading(rows, matrix(rows, vocab, shipped.idf), hidden, state)
+        if not (args.check and shipped.reading):  # --check: report the shipped heads
+            state, hidden = read_requests(rows, args.reading / "pool.npz")
+            shipped.reading = fit_reading(rows, matrix(rows, vocab, shipped.idf), hidden, state)
         if not args.check:
             save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads,
                  shipped.number_head, shipped.reference_head, reading=shipped.reading)
             print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
-        report_reading(shipped, args.reading)
+        report_reading(shipped, args.reading, args.save_result)
         return 0
     if args.values_only:
         shipped = load_bytes(OUT.read_bytes())
@@ -410,42 +413,50 @@ def main(argv: list[str] | None = None) -> int:
     report_values(model.number_head)
     report_values(model.reference_head)
     if reading is not None:
-        report_reading(model, args.reading)
+        report_reading(model, args.reading, args.save_result)
     return 0
 
 
-def report_reading(model, folder: Path) -> None:
-    """The tool head and the argument heads with the model's reading, per held-out set (readings kept in
-    ``folder``)."""
+def report_reading(model, folder: Path, save_as: str | None = None) -> None:
+    """Per held-out set, the tool head and the argument heads without and with the model's reading (readings
+    kept in ``folder``); ``save_as``: also a result file of that name in benchmarks/results/."""
+    from tools.report.results import save_result
+
     tools_of = choice_arguments()
+    rows = []
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         _, hidden = read_requests(held, folder / f"{path.stem}.npz")
-        right = values = given = 0
+        right = {"tfidf": [0, 0], "reading": [0, 0]}  # (tools, choice arguments) right
+        given = 0
         for row, h in zip(held, hidden):
-            model.read(row["text"], h)
-            right += (model.choose(row["text"]).tool or NO_TOOL) == label(row)
-            for a in [a for a in model.heads if row.get("tool") in tools_of[a]]:
-                given += 1
-                values += max(p := model.argument(a, row["text"], row["tool"]), key=p.get) == value_label(row, a)
+            asked = [a for a in model.heads if row.get("tool") in tools_of[a]]
+            given += len(asked)
+            for heads, reading in (("tfidf", None), ("reading", h)):
+                model.read(row["text"], reading)
+                right[heads][0] += (model.choose(row["text"]).tool or NO_TOOL) == label(row)
+                right[heads][1] += sum(max(p := model.argument(a, row["text"], row["tool"]), key=p.get)
+                                       == value_label(row, a) for a in asked)
         model.read("", None)
-        print(f"  held out {path.name}, with the model's reading: {right}/{len(held)} = "
-              f"{100 * right / len(held):.1f}% right tool; {values}/{given} = {100 * values / max(1, given):.1f}% "
-              "right choice arguments", flush=True)
+        rows.append({"set": path.stem.removeprefix("conversations_fresh_"), "requests": len(held),
+                     "choice_arguments": given, "tool_right_tfidf": right["tfidf"][0],
+                     "tool_right_reading": right["reading"][0], "arguments_right_tfidf": right["tfidf"][1],
+                     "arguments_right_reading": right["reading"][1]})
+        r = rows[-1]
+        print(f"  held out {path.name}: tool {r['tool_right_tfidf']} -> {r['tool_right_reading']} of {len(held)} "
+              f"with the model's reading; choice arguments {r['arguments_right_tfidf']} -> "
+              f"{r['arguments_right_reading']} of {given}", flush=True)
+    summary = {key: sum(r[key] for r in rows) for key in rows[0] if key != "set"}
+    if save_as:
+        from agent.brains.local import DEFAULT_LOCAL_MODEL
 
-
-def report_values(head: NumberHead) -> None:
-    """A value head's share of written values given the right argument (or none), per held-out set."""
-    for path in held_out_sets():
-        held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        examples = value_examples(held, head.kind)
-        right = 0
-        for row in [r for r in held if r.get("tool")]:
-            labels = [e[1] for e in value_examples([row], head.kind)]
-            picks = [max(p, key=p.get) for _, p in head.fields(row["text"], row["tool"])]
-            right += sum(a == b for a, b in zip(picks, labels))
-        print(f"  held out {path.name}: {right}/{len(examples)} = {100 * right / max(1, len(examples)):.1f}% "
-              f"{head.kind}s given their argument")
+        path = save_result(save_as, "classifier_heads", rows, summary, hardware={}, dtype="Q4_K_M GGUF",
+                           threads=None, command=[".venv/bin/python", *sys.argv],
+                           extra={"model": DEFAULT_LOCAL_MODEL, "state": model.reading.state,
+                                  "what": "the shipped heads on the held-out sets' labelled requests (the tool "
+                                          "head's pick, each choice argument head's value), without and with the "
+                                          "built-in model's reading of the request; fitted on the pool only"})
+        print(f"result: {path}")
 
 
 if __name__ == "__main__":

@@ -373,15 +373,26 @@ class LlamaCppBackend(Backend):
         n = int(ids.shape[-1])
         if n > self.n_batch:
             raise ParameterError(f"{n} tokens exceed this backend's batch of {self.n_batch} for hidden states")
+        self._check(cache)
+        pos0 = int(positions.reshape(-1)[0])
+        if cache.tree is not None or cache.branches or pos0 != cache.length:
+            raise ParameterError(f"hidden states are read by a causal forward at the cache length {cache.length}")
         lib = self._lib
+        self._fill(ids.reshape(-1).cpu().numpy(), np.arange(pos0, pos0 + n), None)
+        self._flags[:n] = 1  # every token an output: its hidden state is kept (only the last one's logits are read)
         lib.llama_set_embeddings(self._ctx, True)
         try:
-            logits = self.forward(ids, cache, positions)  # every token an output: its hidden state is kept
+            code = lib.llama_decode(self._ctx, self._batch)
+            if code != 0:
+                raise ParameterError(f"llama_decode failed with code {code} ({n} tokens, context {self.n_ctx})")
+            cache.length = pos0 + n
             hidden = np.stack([np.ctypeslib.as_array(lib.llama_get_embeddings_ith(self._ctx, i),
                                                      shape=(self.hidden_size,)).copy() for i in range(n)])
+            last = torch.from_numpy(np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, n - 1),
+                                                          shape=(self.vocab_size,)).copy())
         finally:
             lib.llama_set_embeddings(self._ctx, False)
-        return logits[-1], hidden
+        return last, hidden
 
     def _fill(self, tokens: np.ndarray, pos: np.ndarray, seqs: list[list[int]] | None) -> None:
         n = len(tokens)
