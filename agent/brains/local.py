@@ -384,6 +384,7 @@ class LocalBrain:
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
         settings = written_words(text.split(":", 1)[0])  # without a prompt given after a colon, or quoted
+        named = named_fields(tool, text)
         for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
             written = [v for v in arg.values if arg.kind in ("enum", "enum_list") and _bare(v) in settings]
             if arg.kind == "enum_list" and written and not arg.required:
@@ -402,6 +403,7 @@ class LocalBrain:
                 if len(theirs) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
                     given[arg.name] = theirs[0]
                     continue
+                plausible += [v for v in written if v not in plausible]  # a value the user wrote is a candidate
                 if plausible:
                     narrowed[arg.name] = tuple(plausible)
                     continue
@@ -413,6 +415,10 @@ class LocalBrain:
                 withheld.add(arg.name)
             else:
                 given[arg.name] = ranked[0] == "true" if arg.kind == "bool" else ranked[0]
+        for name in named & withheld:  # a switch the user named is the model's to write (required: true or false)
+            withheld.discard(name)
+        for name in named & set(narrowed):
+            narrowed[name] = ("true", "false")
         head = getattr(self.classifier, "number_head", None)
         if head is not None:  # a written number goes where its head says; the model writes only those it is unsure of
             numbers, unsure = self.numbers(head, text, tool, given.get("method"))
@@ -510,6 +516,7 @@ class LocalBrain:
             if _params_kind(tools[name]) == "method_params":  # added after the model wrote the call (below)
                 per_method[name] = given.pop("params", None)
             asked = named_switches(given.get("method"), text) if _params_kind(tools[name]) == "params" else set()
+            asked |= named_fields(tools[name], text) if self.classifier is not None else set()
             schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed,
                                                           frozenset(asked))
         call = lm.decode_json(tool_grammar.call_schema(schemas), self.max_tokens)
@@ -819,6 +826,15 @@ def named_switches(method: str | None, text: str) -> set[str]:
     settings = _squash(QUOTED.sub(" ", text).split(":", 1)[0])
     return {a.name for a in tool_grammar.param_args(method, settings=False)
             if a.kind == "bool" and max(map(len, a.name.split("_"))) >= 3 and names(a.name, settings)}
+
+
+def named_fields(tool: Any, text: str) -> set[str]:
+    """The optional switches (booleans) of ``tool`` itself that ``text`` names outside its quoted spans and a
+    prompt after a colon ("w/ peers", "no chat template", "don't measure"): the model writes them, true or
+    false as it reads the request, where a head would leave them out."""
+    settings = _squash(QUOTED.sub(" ", text).split(":", 1)[0])
+    return {a.name for a in tool_grammar.tool_args(tool) if a.kind == "bool" and not a.required
+            and names(a.name, settings)}
 
 
 def _bare(word: str) -> str:
