@@ -272,7 +272,7 @@ def _softmax(vector: tuple[np.ndarray, np.ndarray], weights: np.ndarray, bias: n
     cols, values = vector
     logits = bias + (values @ weights[cols].astype(np.float32) if len(cols) else 0.0)
     if hidden is not None:
-        logits = logits + hidden[0] @ hidden[1].astype(np.float32)
+        logits = logits + hidden[0] @ np.asarray(hidden[1], dtype=np.float32)
     exp = np.exp(logits - logits.max())
     return {label: float(p) for label, p in zip(labels, exp / exp.sum())}
 
@@ -375,7 +375,7 @@ def _head(z, prefix: str) -> Head:
     tools = f"{prefix}.tools" in z.files
     return Head(z[f"{prefix}.weights"], z[f"{prefix}.bias"].astype(np.float32), [str(v) for v in z[f"{prefix}.labels"]],
                 [str(v) for v in z[f"{prefix}.tools"]] if tools else [], z[f"{prefix}.tool_weights"] if tools else None,
-                z[f"{prefix}.hidden"] if f"{prefix}.hidden" in z.files else None)
+                z[f"{prefix}.hidden"].astype(np.float32) if f"{prefix}.hidden" in z.files else None)
 
 
 def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],

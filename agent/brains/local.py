@@ -823,16 +823,21 @@ def named_switches(method: str | None, text: str) -> set[str]:
     true or false as the model reads it), which the fixed key order would otherwise let it pass by."""
     if method not in tool_grammar.PARAM_MODELS:
         return set()
-    settings = _squash(QUOTED.sub(" ", text).split(":", 1)[0])
+    settings = _settings(text)
     return {a.name for a in tool_grammar.param_args(method, settings=False)
             if a.kind == "bool" and max(map(len, a.name.split("_"))) >= 3 and names(a.name, settings)}
+
+
+def _settings(text: str) -> str:
+    """A message's words outside its quoted spans and a prompt after a colon, squashed: where settings are named."""
+    return _squash(QUOTED.sub(" ", text).split(":", 1)[0])
 
 
 def named_fields(tool: Any, text: str) -> set[str]:
     """The optional switches (booleans) of ``tool`` itself that ``text`` names outside its quoted spans and a
     prompt after a colon ("w/ peers", "no chat template", "don't measure"): the model writes them, true or
     false as it reads the request, where a head would leave them out."""
-    settings = _squash(QUOTED.sub(" ", text).split(":", 1)[0])
+    settings = _settings(text)
     return {a.name for a in tool_grammar.tool_args(tool) if a.kind == "bool" and not a.required
             and names(a.name, settings)}
 

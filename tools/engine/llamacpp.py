@@ -386,8 +386,8 @@ class LlamaCppBackend(Backend):
             if code != 0:
                 raise ParameterError(f"llama_decode failed with code {code} ({n} tokens, context {self.n_ctx})")
             cache.length = pos0 + n
-            hidden = np.stack([np.ctypeslib.as_array(lib.llama_get_embeddings_ith(self._ctx, i),
-                                                     shape=(self.hidden_size,)).copy() for i in range(n)])
+            hidden = np.ctypeslib.as_array(lib.llama_get_embeddings(self._ctx),  # every row an output, in order
+                                           shape=(n, self.hidden_size)).copy()
             last = torch.from_numpy(np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, n - 1),
                                                           shape=(self.vocab_size,)).copy())
         finally:
