@@ -296,6 +296,11 @@ def test_the_real_model_reads_the_request_for_the_heads_in_the_pass_that_feeds_i
     decision = brain.decide(text)
     assert brain.classifier._read is not None and brain.classifier._read[0] == text
     assert decision.name == "compare_methods" and decision.arguments["methods"] == ["draft", "lookahead"]
+    # each token of the request is read with the characters it spans, for the heads of written values
+    _, states, offsets = brain.classifier._tokens
+    assert len(states) == len(offsets) and "".join(text[a:b] for a, b in offsets) == text
+    assert brain.classifier.value_head("number", text).read[0] == text
+    assert brain.decide("run the baseline with 3 repeats on 'hi there'").arguments.get("repeats") == 3
 
 
 @pytest.mark.slow

@@ -112,6 +112,26 @@ def test_numbers_written_as_words_are_read_as_digits():
     assert found == ["6", "10", "256"]
 
 
+def test_a_number_written_in_words_spans_its_words_as_written():
+    from agent.brains.classifier import _numbers
+
+    text = "the baseline, repeated five times, then 64 tokens; two hundred fifty six more"
+    spans = [(raw, text[start:end]) for raw, _, _, (start, end) in _numbers(text)]
+    assert spans == [("5", "five"), ("64", "64"), ("256", "two hundred fifty six")]
+
+
+def test_a_values_reading_is_its_last_tokens_state_and_the_next_tokens_mean():
+    from agent.brains.classifier import READ_AFTER, value_reading
+
+    # tokens: "run" "5" "0" " times" " now" (the number 50 is two tokens)
+    offsets = np.array([[0, 3], [4, 5], [5, 6], [6, 12], [12, 16]])
+    states = np.arange(5 * 2, dtype=np.float32).reshape(5, 2)
+    got = value_reading(states, offsets, 4, 6)
+    assert READ_AFTER == 2 and got.tolist() == [*states[2], *states[3:5].mean(0)]
+    # at the end of the request, the value's own state stands for what follows
+    assert value_reading(states, offsets, 13, 16).tolist() == [*states[4], *states[4]]
+
+
 def test_a_decimal_written_without_its_leading_zero_is_one_number():
     from agent.brains.classifier import numbers
 
@@ -169,3 +189,37 @@ def test_the_reading_heads_answer_only_for_the_text_read_and_survive_a_round_tri
         "peers", text, "compare_methods")
     again.read(text, None)
     assert again.probabilities(text) == plain
+
+
+def test_the_value_heads_of_the_reading_answer_only_for_the_text_read_and_survive_a_round_trip():
+    """A value head of the model's reading is used, bound to the reading, only for the request the model read;
+    any other request gets the TF-IDF head."""
+    import io
+    from dataclasses import replace
+
+    from agent.brains.classifier import READ_AFTER
+
+    clf = default_classifier()
+    plain = clf.number_head
+    size = 2 * len(clf.reading.mean) if clf.reading is not None else 8
+    rng = np.random.default_rng(0)
+    head = replace(plain, hidden=rng.normal(size=(size, len(plain.labels))).astype(np.float32),
+                   hidden_mean=np.zeros(size, np.float32), hidden_scale=np.ones(size, np.float32))
+    reading = clf.reading or __import__("agent.brains.classifier", fromlist=["Reading"]).Reading(
+        "state", np.zeros(size // 2, np.float32), np.ones(size // 2, np.float32), {})
+    reading = replace(reading, values={"number": head})
+    buffer = io.BytesIO()
+    save(buffer, sorted(clf.index, key=clf.index.get), clf.idf, clf.weights, clf.bias, clf.labels, clf.heads,
+         clf.number_head, clf.reference_head, reading=reading)
+    again = load_bytes(buffer.getvalue())
+    assert np.allclose(again.reading.values["number"].hidden, head.hidden, atol=1e-2)
+    text = "run draft with k 5 on 'hello'"
+    tokens = (rng.normal(size=(12, size // 2)).astype(np.float32), np.array([[i, i + 1] for i in range(12)]))
+    assert again.value_head("number", text) is again.number_head  # nothing read yet
+    again.read(text, reading.mean, tokens)
+    bound = again.value_head("number", text)
+    assert bound is not again.number_head and bound.read[0] == text and READ_AFTER
+    assert bound.fields(text, "run_method") != again.number_head.fields(text, "run_method")
+    assert again.value_head("number", "another request") is again.number_head
+    again.read(text, None)
+    assert again.value_head("number", text) is again.number_head

@@ -12,11 +12,12 @@ spelling, language and phrasing are what the weights absorb, and the model and t
 
 from __future__ import annotations
 
+import difflib
 import io
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 
@@ -43,6 +44,7 @@ def features(text: str) -> Counter:
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?|(?<![\w.])\.\d+")  # ".9" too: a decimal without its leading zero
 NUMBER_CONTEXT = 4  # words each side of a number that its head reads
+VALUE_KINDS = ("number", "reference")  # the value heads: which argument a written number, or a name, sets
 NO_FIELD = "<none>"  # the number head's class for a number that sets no argument (part of a prompt, a name)
 MORE_LIKELY = 0.5  # a head's value is taken from this probability on (more likely than not)
 NAMED = 2  # words each side of a value read for an argument's name (:func:`naming`)
@@ -84,12 +86,35 @@ def spelled_out(text: str) -> str:
 
 def numbers(text: str) -> list[tuple[str, Counter]]:
     """Each number written in ``text``, with the features its head reads (:func:`_context`)."""
-    return [(raw, feats) for raw, feats, _ in _numbers(text)]
+    return [(raw, feats) for raw, feats, *_ in _numbers(text)]
 
 
-def _numbers(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
-    text = spelled_out(text[:MAX_CHARS])
-    return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span())) for m in NUMBER.finditer(text)]
+Value = tuple[str, Counter, tuple[list[str], list[str]], tuple[int, int]]  # as written, features, beside, span
+
+
+def _numbers(text: str) -> list[Value]:
+    """Each number of ``text`` (numbers in words read as digits), its features, the words beside it and the
+    characters it spans in ``text`` as written (a number in words spans its words)."""
+    written = text[:MAX_CHARS]
+    text = spelled_out(written)
+    where = _written_span(written, text)
+    return [(m.group(), _context(text, *m.span(), m.group()), _beside(text, *m.span()), where(*m.span()))
+            for m in NUMBER.finditer(text)]
+
+
+def _written_span(written: str, text: str):
+    """A function from a span of ``text`` (``written`` with its numbers in words as digits) to the span of
+    ``written`` it was read from."""
+    if written == text:
+        return lambda start, end: (start, end)
+    blocks = difflib.SequenceMatcher(None, written, text, autojunk=False).get_opcodes()
+
+    def where(start: int, end: int) -> tuple[int, int]:
+        first = next(b for b in blocks if b[3] <= start < b[4])
+        last = next(b for b in reversed(blocks) if b[3] < end <= b[4])
+        return (first[1] + start - first[3] if first[0] == "equal" else first[1],
+                last[1] + end - last[3] if last[0] == "equal" else last[2])
+    return where
 
 
 # between two numbers of an enumeration ("1, 4, 16 and 64"): punctuation, or one short word
@@ -159,7 +184,7 @@ def _label_names(labels: tuple[str, ...]) -> list[tuple[str, set[str]]]:
 def references(text: str) -> list[tuple[str, Counter]]:
     """Each word of ``text`` that may name a model, file, folder, URL or run (without quotes, brackets and
     closing punctuation), with the features its head reads (:func:`_context`, and its own shape)."""
-    return [(raw, feats) for raw, feats, _ in _references(text)]
+    return [(raw, feats) for raw, feats, *_ in _references(text)]
 
 
 def _bare_word(word: str) -> str:
@@ -171,7 +196,7 @@ def _bare_word(word: str) -> str:
         word = bare
 
 
-def _references(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str]]]]:
+def _references(text: str) -> list[Value]:
     text = text[:MAX_CHARS]
     out = []
     for match in re.finditer(r"\S+", text):
@@ -183,8 +208,22 @@ def _references(text: str) -> list[tuple[str, Counter, tuple[list[str], list[str
         feats.update({f"ext={word.rsplit('.', 1)[-1].casefold()[:6]}": 1} if "." in word else {"ext=": 1})
         feats.update({f"slash={'/' in word or chr(92) in word}": 1, f"scheme={'://' in word}": 1,
                       f"home={word.startswith(('~', '/', '.'))}": 1})
-        out.append((word, feats, _beside(text, start, start + len(word))))
+        out.append((word, feats, _beside(text, start, start + len(word)), (start, start + len(word))))
     return out
+
+
+READ_AFTER = 2  # a value's reading: its last token's hidden state and the mean of the next READ_AFTER tokens'
+
+
+def value_reading(states: np.ndarray, offsets: np.ndarray, start: int, end: int) -> np.ndarray:
+    """The model's reading of the value written at ``start:end`` of a request: the last hidden state of its last
+    token (the words before it read) and the mean over the READ_AFTER tokens after it (the words after it:
+    "five times", "64 tokens"), from ``states`` (tokens x hidden size) and ``offsets`` (tokens x 2, the
+    characters of the request each token spans)."""
+    inside = np.nonzero((offsets[:, 0] < end) & (offsets[:, 1] > start))[0]
+    last = int(inside[-1]) if len(inside) else max(int(np.searchsorted(offsets[:, 1], start, "right")) - 1, 0)
+    after = states[last + 1: last + 1 + READ_AFTER]
+    return np.concatenate([states[last], (after if len(after) else states[last:last + 1]).mean(0)]).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -199,6 +238,10 @@ class NumberHead:
     labels: list[str]
     kind: str = "number"
     tied: np.ndarray | None = None
+    hidden: np.ndarray | None = None  # a head of the model's reading: weights over a value's (value_reading) ...
+    hidden_mean: np.ndarray | None = None  # ... standardised by the pool's mean
+    hidden_scale: np.ndarray | None = None  # ... and scale
+    read: tuple[str, np.ndarray, np.ndarray] | None = None  # the request read: (text, states, offsets)
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -209,10 +252,12 @@ class NumberHead:
         numbers of an enumeration (:func:`_runs`) set one argument of ``lists`` (those taking a list:
         concurrency levels) where the run read as one value, or the numbers its reader is sure of, name one;
         where those are sure of two arguments, each number keeps its own reading."""
-        out = [(value, self._probabilities(feats, beside, tool))
-               for value, feats, beside in (_numbers if self.kind == "number" else _references)(text)]
+        values = (_numbers if self.kind == "number" else _references)(text)
+        readings = [self._reading(text, span) for *_, span in values]
+        out = [(value, self._probabilities(feats, beside, tool, reading))
+               for (value, feats, beside, _), reading in zip(values, readings)]
         for run, feats, beside in _runs(text, self.labels) if lists and self.kind == "number" else ():
-            probs = self._probabilities(feats, beside, tool)
+            probs = self._probabilities(feats, beside, tool, readings[run[-1]])
             sure = {max(out[i][1], key=out[i][1].get): out[i][1] for i in run
                     if max(out[i][1].values()) >= MORE_LIKELY}
             sure.pop(NO_FIELD, None)  # what its numbers alone are read as setting: one list argument, or none
@@ -222,12 +267,21 @@ class NumberHead:
                 out[run[0]:run[-1] + 1] = [(out[i][0], probs) for i in run]
         return out
 
-    def _probabilities(self, feats: Counter, beside: tuple[list[str], list[str]], tool: str) -> dict[str, float]:
+    def _reading(self, text: str, span: tuple[int, int]) -> np.ndarray | None:
+        """The standardised reading of the value at ``span``, where this head weighs the model's reading and
+        ``text`` is the request read."""
+        if self.hidden is None or self.read is None or self.read[0] != text:
+            return None
+        return ((value_reading(self.read[1], self.read[2], *span) - self.hidden_mean) / self.hidden_scale)
+
+    def _probabilities(self, feats: Counter, beside: tuple[list[str], list[str]], tool: str,
+                       reading: np.ndarray | None = None) -> dict[str, float]:
         index = self.index
         cols = np.array([index[t] for t in [*feats, f"tool={tool}"] if t in index], dtype=np.int64)
         values = np.full(len(cols), 1.0 / math.sqrt(max(1, len(cols))), dtype=np.float32)
         bias = self.bias if self.tied is None else self.bias + naming(beside, self.labels) @ self.tied
-        return _softmax((cols, values), self.weights, bias, self.labels)
+        return _softmax((cols, values), self.weights, bias, self.labels,
+                        None if reading is None else (reading, self.hidden))
 
 
 @dataclass(frozen=True)
@@ -260,6 +314,7 @@ class Reading:
     mean: np.ndarray
     scale: np.ndarray
     heads: dict[str, Head]
+    values: dict[str, NumberHead] = field(default_factory=dict)  # the value heads of the reading ("number", ...)
 
     def features(self, hidden: np.ndarray) -> np.ndarray:
         return ((hidden - self.mean) / self.scale).astype(np.float32)
@@ -304,11 +359,22 @@ class ToolClassifier:
         self.reading: Reading | None = None  # heads that also weigh the local model's reading of the request
         self._vector: tuple[str, tuple[np.ndarray, np.ndarray]] | None = None  # the last message's, for all heads
         self._read: tuple[str, np.ndarray] | None = None  # a message and the model's reading of it (standardised)
+        self._tokens: tuple[str, np.ndarray, np.ndarray] | None = None  # ... and its hidden state at each token
 
-    def read(self, text: str, hidden: np.ndarray | None) -> None:
+    def read(self, text: str, hidden: np.ndarray | None, tokens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """The local model's reading of ``text`` (its mean hidden state over the turn, under the prompt of
-        ``reading.state``): the heads of :attr:`reading` answer for ``text`` from now on; None: the TF-IDF heads."""
+        ``reading.state``; ``tokens``: its hidden state at each token of ``text`` and the characters the token
+        spans): the heads of :attr:`reading` answer for ``text`` from now on; None: the TF-IDF heads."""
         self._read = (text, self.reading.features(hidden)) if hidden is not None and self.reading else None
+        self._tokens = (text, *tokens) if self._read is not None and tokens is not None else None
+
+    def value_head(self, kind: str, text: str) -> NumberHead | None:
+        """The head of the values of ``kind`` (number, reference) written in ``text``: the head of the model's
+        reading, bound to its reading of ``text``, where the model read ``text``; else the TF-IDF head."""
+        head = self.reading.values.get(kind) if self.reading is not None else None
+        if head is not None and self._tokens is not None and self._tokens[0] == text:
+            return replace(head, read=self._tokens)
+        return getattr(self, f"{kind}_head", None)
 
     def _reading(self, text: str, name: str) -> tuple[Head, np.ndarray] | None:
         if self._read is None or self._read[0] != text or name not in self.reading.heads:
@@ -378,6 +444,25 @@ def _head(z, prefix: str) -> Head:
                 z[f"{prefix}.hidden"].astype(np.float32) if f"{prefix}.hidden" in z.files else None)
 
 
+def _value_arrays(prefix: str, head: NumberHead) -> dict[str, np.ndarray]:
+    arrays = {f"{prefix}.vocab": np.array(head.vocab), f"{prefix}.weights": head.weights.astype(np.float16),
+              f"{prefix}.bias": head.bias.astype(np.float32), f"{prefix}.labels": np.array(head.labels)}
+    if head.tied is not None:
+        arrays[f"{prefix}.tied"] = np.asarray(head.tied, dtype=np.float32)
+    if head.hidden is not None:
+        arrays |= {f"{prefix}.hidden": head.hidden.astype(np.float16),
+                   f"{prefix}.hidden_mean": head.hidden_mean.astype(np.float32),
+                   f"{prefix}.hidden_scale": head.hidden_scale.astype(np.float32)}
+    return arrays
+
+
+def _value_head(z, prefix: str, kind: str) -> NumberHead:
+    optional = {name: z[f"{prefix}.{name}"].astype(np.float32) if f"{prefix}.{name}" in z.files else None
+                for name in ("tied", "hidden", "hidden_mean", "hidden_scale")}
+    return NumberHead([str(v) for v in z[f"{prefix}.vocab"]], z[f"{prefix}.weights"].astype(np.float32),
+                      z[f"{prefix}.bias"].astype(np.float32), [str(v) for v in z[f"{prefix}.labels"]], kind, **optional)
+
+
 def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.ndarray, labels: list[str],
          heads: dict[str, Head] | None = None, *value_heads: NumberHead, reading: Reading | None = None) -> None:
     """Write the fitted classifier, its argument heads, its value heads (number, reference) and the heads of the
@@ -389,10 +474,9 @@ def save(path, vocab: list[str], idf: np.ndarray, weights: np.ndarray, bias: np.
         for name, head in reading.heads.items():
             arrays |= _head_arrays(f"reading.{name}", head)
     for head in value_heads:
-        arrays |= {f"{head.kind}.vocab": np.array(head.vocab), f"{head.kind}.weights": head.weights.astype(np.float16),
-                   f"{head.kind}.bias": head.bias.astype(np.float32), f"{head.kind}.labels": np.array(head.labels)}
-        if head.tied is not None:
-            arrays[f"{head.kind}.tied"] = np.asarray(head.tied, dtype=np.float32)
+        arrays |= _value_arrays(head.kind, head)
+    for head in (reading.values.values() if reading is not None else ()):
+        arrays |= _value_arrays(f"reading-value.{head.kind}", head)
     for name, head in (heads or {}).items():
         arrays |= _head_arrays(f"head.{name}", head)
     np.savez_compressed(path, vocab=np.array(vocab), idf=idf.astype(np.float32), weights=weights.astype(np.float16),
@@ -403,17 +487,16 @@ def load_bytes(data: bytes) -> ToolClassifier:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         names = sorted({key.split(".")[1] for key in z.files if key.startswith("head.")})
         heads = {name: _head(z, f"head.{name}") for name in names}
-        value_heads = {kind: NumberHead([str(v) for v in z[f"{kind}.vocab"]], z[f"{kind}.weights"],
-                                        z[f"{kind}.bias"].astype(np.float32), [str(v) for v in z[f"{kind}.labels"]],
-                                        kind, z[f"{kind}.tied"] if f"{kind}.tied" in z.files else None)
-                       for kind in ("number", "reference") if f"{kind}.vocab" in z.files}
+        value_heads = {kind: _value_head(z, kind, kind) for kind in VALUE_KINDS if f"{kind}.vocab" in z.files}
         model = ToolClassifier([str(v) for v in z["vocab"]], z["idf"], z["weights"], z["bias"],
                                [str(v) for v in z["labels"]], heads, value_heads.get("number"))
         model.reference_head = value_heads.get("reference")
         if "reading.state" in z.files:
             names = sorted({key.split(".")[1] for key in z.files if key.startswith("reading.") and key.count(".") == 2})
             model.reading = Reading(str(z["reading.state"]), z["reading.mean"], z["reading.scale"],
-                                    {name: _head(z, f"reading.{name}") for name in names})
+                                    {name: _head(z, f"reading.{name}") for name in names},
+                                    {kind: _value_head(z, f"reading-value.{kind}", kind) for kind in VALUE_KINDS
+                                     if f"reading-value.{kind}.vocab" in z.files})
         return model
 
 

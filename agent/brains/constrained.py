@@ -90,9 +90,10 @@ class ConstrainedLM:
         self.text = text
 
     def read(self, text: str) -> np.ndarray | None:
-        """The model's reading of ``text`` as the segment after the prefix: the mean of its last hidden states
-        over the text's tokens, from the pass that feeds them (the cache keeps them: a segment that begins with
-        ``text`` goes on from there). None where the backend gives no hidden states, or the text exceeds a batch."""
+        """The model's reading of ``text`` as the segment after the prefix: its last hidden state at each of the
+        text's tokens (tokens x hidden size), from the pass that feeds them (the cache keeps them: a segment that
+        begins with ``text`` goes on from there). None where the backend gives no hidden states, or the text
+        exceeds a batch."""
         ids = self.ids[: self.base] + self.encode(text)
         new = ids[self.base:]
         if not hasattr(self.backend, "forward_hidden") or not new or len(new) > self.backend.n_batch:
@@ -104,7 +105,11 @@ class ConstrainedLM:
             self._last, hidden = self.backend.forward_hidden(
                 torch.tensor([new]), self.cache, torch.arange(self.base, len(ids))[None])
         self.ids = ids
-        return hidden.mean(0)
+        return hidden
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Each token of ``text`` as the characters it spans (the tokens :meth:`encode` gives)."""
+        return [tuple(span) for span in self.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).offsets]
 
     def segment_ids(self, extra: str = "") -> list[int]:
         return self.ids[: self.base] + self.encode(self.text + extra)

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import QUOTED, Reply
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
@@ -342,8 +344,12 @@ class LocalBrain:
         if reading is None:
             return
         lm = self.engine()
-        same = reading.state == reading_state(self.model, self._prefix)
-        self.classifier.read(text, lm.read(local_prompt.user_turn(text[:CLASSIFIER_MAX_CHARS])) if same else None)
+        if reading.state != reading_state(self.model, self._prefix):
+            self.classifier.read(text, None)
+            return
+        tokens = read_tokens(lm, text, every=True)
+        self.classifier.read(text, None if tokens is None else tokens[0].mean(0),
+                             None if tokens is None else tokens[1:])
 
     def candidates(self, text: str, tools: dict) -> list[str]:
         """The names the call may take: every tool and reply without a classifier; the classifier's pick when
@@ -399,8 +405,8 @@ class LocalBrain:
             ranked = sorted(allowed, key=allowed.get, reverse=True)
             if allowed[ranked[0]] < SURE * total:
                 plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
-                theirs = [v for v in plausible if arg.kind == "enum" and _bare(v) in said]
-                if len(theirs) == 1:  # the one plausible value the user wrote out (outside quotes) is theirs
+                theirs = [v for v in dict.fromkeys(plausible + written) if arg.kind == "enum" and _bare(v) in said]
+                if len(theirs) == 1:  # the one plausible or written value the user wrote out (outside quotes) is theirs
                     given[arg.name] = theirs[0]
                     continue
                 plausible += [v for v in written if v not in plausible]  # a value the user wrote is a candidate
@@ -419,7 +425,7 @@ class LocalBrain:
             withheld.discard(name)
         for name in named & set(narrowed):
             narrowed[name] = ("true", "false")
-        head = getattr(self.classifier, "number_head", None)
+        head = self._value_head("number", text)
         if head is not None:  # a written number goes where its head says; the model writes only those it is unsure of
             numbers, unsure = self.numbers(head, text, tool, given.get("method"))
             given |= {k: v for k, v in numbers.items() if k != "params"}
@@ -429,7 +435,7 @@ class LocalBrain:
                 withheld |= {a.name for a in [*tool_grammar.tool_args(tool),
                                               *tool_grammar.param_args(given.get("method"))]
                               if a.kind in ("number", "number_list")}
-        head = getattr(self.classifier, "reference_head", None)
+        head = self._value_head("reference", text)
         if head is not None:  # so does a written model, file, folder, URL or run
             references, unsure = self.references(head, text, tool)
             given |= references
@@ -437,6 +443,12 @@ class LocalBrain:
                 withheld |= {a.name for a in tool_grammar.tool_args(tool)
                              if a.name in head.labels and a.name not in given and not a.required}
         return given, frozenset(withheld), narrowed
+
+    def _value_head(self, kind: str, text: str) -> Any:
+        """The classifier's head of written values of ``kind`` (number, reference) for ``text``: the head of the
+        model's reading where the model read ``text`` (ToolClassifier.value_head)."""
+        value_head = getattr(self.classifier, "value_head", None)
+        return value_head(kind, text) if value_head else getattr(self.classifier, f"{kind}_head", None)
 
     @staticmethod
     def references(head: Any, text: str, tool: Any) -> tuple[dict, bool]:
@@ -699,6 +711,22 @@ class LocalBrain:
                 elif key not in required:
                     del decision.arguments[key]
         return None
+
+
+def read_tokens(lm: ConstrainedLM, text: str, every: bool = False) -> tuple[np.ndarray, ...] | None:
+    """The model's reading of ``text`` as a user turn after the cached prompt: its hidden state at each token of
+    the request (tokens x hidden size) and the characters of ``text`` each spans (tokens x 2); ``every``: the
+    states of the whole turn first (their mean is the turn's reading). None where the model gives no hidden
+    states (agent.brains.constrained.ConstrainedLM.read)."""
+    text = text[:CLASSIFIER_MAX_CHARS]
+    turn = local_prompt.user_turn(text)
+    hidden = lm.read(turn)
+    if hidden is None:
+        return None
+    start = local_prompt.user_turn("").index(local_prompt.IM_END)  # where the request begins in its turn
+    offsets = np.asarray(lm.offsets(turn), dtype=np.int64).reshape(-1, 2) - start
+    inside = (offsets[:, 0] >= 0) & (offsets[:, 1] <= len(text)) & (offsets[:, 1] > offsets[:, 0])
+    return (hidden, hidden[inside], offsets[inside]) if every else (hidden[inside], offsets[inside])
 
 
 def chat_prefix() -> str:

@@ -4,6 +4,7 @@ chat sets and write prompts/tool_classifier.npz.
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py            # fit, write, report
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --check    # report only, write nothing
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --values-only    # refit the number and reference heads alone
+    .venv/bin/python benchmarks/scripts/train_tool_classifier.py --values-only --reading DIR    # ... and their heads of the model's reading
     .venv/bin/python benchmarks/scripts/train_tool_classifier.py --reading DIR    # also the heads of the model's reading
 
 With ``--reading DIR`` the tool head and the argument heads are also fitted over the local model's reading of each
@@ -11,6 +12,10 @@ request (agent.brains.classifier.Reading: its mean last hidden state over the re
 brain's cached prompt), beside the TF-IDF heads that serve any other model or prompt. The readings are computed
 with the built-in model (about a second per request on two cores) and kept in DIR (``pool.npz``, one file per
 held-out set) under the model and prompt they were read with; a file read under another prompt is read again.
+The number and reference heads get heads of the model's reading too: each written value read as the model's
+hidden state at its last token and the mean over the tokens after it (classifier.value_reading), from the
+hidden state at every token of each request that writes a value (``tokens-pool.npz`` and ``tokens-SET.npz`` in
+DIR, float16, about 120 MB for the pool).
 
 The training pool is prompts/tool_examples.jsonl (benchmarks/scripts/tool_examples.py: the fitted sets, without
 the held-out ones). The L2 penalty is chosen by leave-sets-out cross-validation inside the pool (five folds of
@@ -27,6 +32,7 @@ import json
 import math
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agent.brains.classifier import (ABSENT, MAX_CHARS, NO_FIELD, NO_TOOL, TOOL_HEAD, WEIGHTS, Head,  # noqa: E402
-                                     NumberHead, Reading, _numbers, _references, features, load_bytes, naming, save)
+                                     VALUE_KINDS, NumberHead, Reading, _numbers, _references, features, load_bytes,
+                                     naming, save, value_reading)
 from agent.brains.tool_grammar import tool_args  # noqa: E402
 from tools.agent_tools import registry  # noqa: E402
 from benchmarks.scripts.tool_examples import held_out_sets  # noqa: E402
@@ -46,6 +53,7 @@ OUT = ROOT / "prompts" / WEIGHTS
 MIN_DF = 2
 PENALTIES = (1e-5, 3e-5, 1e-4, 3e-4)
 VALUE_PENALTIES = (3e-6, 1e-5, 3e-5, 1e-4)
+VALUE_READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
 FOLDS = 5
 MIN_GIVEN = 8  # an argument gets a head when the pool gives it a value at least this often
 
@@ -163,7 +171,7 @@ def value_examples(rows: list[dict], kind: str = "number") -> list[tuple[Counter
 
         walk(row.get("args") or {})
         used: set[int] = set()
-        for raw, feats, beside in extract(row["text"]):
+        for raw, feats, beside, _ in extract(row["text"]):
             want = float(raw) if kind == "number" else raw.casefold()
             match = next((i for i, (_, v) in enumerate(leaves) if i not in used and v == want), None)
             if match is not None:
@@ -219,6 +227,99 @@ def fit_value_head(rows: list[dict], kind: str = "number") -> NumberHead:
     return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind, tied.numpy() if use_names else None)
 
 
+def fit_value_reading(rows: list[dict], kind: str, tokens: dict[int, tuple[np.ndarray, np.ndarray]],
+                      plain: NumberHead) -> NumberHead:
+    """The value head of ``kind`` over its features (as ``plain``, with or without naming's indicators) and the
+    model's reading of each value (classifier.value_reading, standardised), the penalty chosen with whole sets
+    left out (FOLDS folds). ``tokens``: the model's hidden states and offsets per request with values."""
+    extract = _numbers if kind == "number" else _references
+    hidden = []
+    for i, row in enumerate(rows):
+        if row.get("tool"):
+            hidden.extend(value_reading(*tokens[i], *span) for *_, span in extract(row["text"]))
+    examples = value_examples(rows, kind)
+    assert len(hidden) == len(examples)
+    hidden = np.stack(hidden)
+    mean, scale = hidden.mean(0), (hidden.std(0) + 1e-6) * math.sqrt(hidden.shape[1])
+    read = torch.from_numpy(((hidden - mean) / scale).astype(np.float32))
+    labels, sets = plain.labels, sorted({e[2] for e in examples})
+    y = torch.tensor([labels.index(e[1]) for e in examples])
+    named = torch.from_numpy(np.stack([naming(e[3], labels) for e in examples]))
+    if plain.tied is None:
+        named = named[:, :, :0]
+
+    def vocab_of(part):
+        df = Counter(t for e in part for t in e[0])
+        return sorted(t for t, n in df.items() if n >= MIN_DF)
+
+    scores = {}
+    for penalty in VALUE_READING_PENALTIES:
+        right = 0
+        for fold in range(FOLDS):
+            out = set(sets[fold::FOLDS])
+            train = [i for i, e in enumerate(examples) if e[2] not in out]
+            test = [i for i, e in enumerate(examples) if e[2] in out]
+            vocab = vocab_of([examples[i] for i in train])
+            x = torch.cat([number_matrix([examples[i] for i in train], vocab), read[train]], 1)
+            w, b, tied = fit(x, y[train], len(labels), penalty, named[train])
+            test_x = torch.cat([number_matrix([examples[i] for i in test], vocab), read[test]], 1)
+            right += int(((test_x @ w + b + named[test] @ tied).argmax(1) == y[test]).sum())
+        scores[penalty] = right / len(examples)
+        print(f"  {kind}s with the model's reading, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets "
+              f"left out", flush=True)
+    penalty = max(scores, key=lambda p: (scores[p], -p))
+    vocab = vocab_of(examples)
+    w, b, tied = fit(torch.cat([number_matrix(examples, vocab), read], 1), y, len(labels), penalty, named)
+    terms = len(vocab)
+    return NumberHead(vocab, w[:terms].numpy(), b.numpy(), labels, kind, tied.numpy() if plain.tied is not None
+                      else None, w[terms:].numpy(), mean, scale)
+
+
+def read_tokens(rows: list[dict], path: Path) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The local brain's model's hidden state at each token of each request that writes a value (a number, a
+    name), with the characters each token spans (agent.brains.local.read_tokens), kept in ``path`` (float16)
+    and read again only when the model, the prompt or the requests changed."""
+    from agent.brains import local
+
+    brain = local.LocalBrain(classifier=local.default_classifier())
+    lm = brain.engine()
+    state = local.reading_state(brain.model, brain._prefix)
+    texts = json.dumps([r["text"] for r in rows])
+    if path.exists():
+        with np.load(path) as z:
+            if str(z["state"]) == state and str(z["texts"]) == texts:
+                return {int(k[1:]): (z[k].astype(np.float32), z[f"o{k[1:]}"]) for k in z.files if k.startswith("h")}
+    out = {}
+    for i, row in enumerate(rows):
+        if _numbers(row["text"]) or _references(row["text"]):
+            out[i] = local.read_tokens(lm, row["text"])
+        if i % 200 == 0:
+            print(f"  read the tokens of {i}/{len(rows)} requests of {path.stem}", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"h{i}": h.astype(np.float16) for i, (h, _) in out.items()} | {f"o{i}": o for i, (_, o) in out.items()}
+    np.savez(path, state=np.array(state), texts=np.array(texts), **arrays)
+    return {i: (h.astype(np.float16).astype(np.float32), o) for i, (h, o) in out.items()}
+
+
+def report_values(head: NumberHead, tokens: dict[str, dict] | None = None) -> None:
+    """Per held-out set, how many of its written values (numbers, or names) the value ``head`` places where the
+    labels put them; ``tokens``: the model's reading per set, for a head of the model's reading."""
+    for path in held_out_sets():
+        held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        right = total = 0
+        for i, row in enumerate(held):
+            if not row.get("tool"):
+                continue
+            read = (row["text"], *tokens[path.stem][i]) if tokens and i in tokens[path.stem] else None
+            bound = head if read is None else replace(head, read=read)
+            wanted = [e[1] for e in value_examples([row], head.kind)]
+            placed = [max(p, key=p.get) for _, p in bound.fields(row["text"], row["tool"])]
+            right += sum(a == b for a, b in zip(wanted, placed))
+            total += len(wanted)
+        print(f"  held out {path.name}: {head.kind}s {'with' if tokens else 'without'} the model's reading: "
+              f"{right}/{total} placed right", flush=True)
+
+
 READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
 
 
@@ -237,7 +338,7 @@ def read_requests(rows: list[dict], path: Path) -> tuple[str, np.ndarray]:
                 return state, z["mean"]
     out = []
     for i, row in enumerate(rows):
-        out.append(lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS])))
+        out.append(lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS])).mean(0))
         if i % 200 == 0:
             print(f"  read {i}/{len(rows)} requests of {path.stem}", flush=True)
     hidden = np.stack(out).astype(np.float32)
@@ -360,21 +461,34 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.check and shipped.reading):  # --check: report the shipped heads
             state, hidden = read_requests(rows, args.reading / "pool.npz")
             shipped.reading = fit_reading(rows, matrix(rows, vocab, shipped.idf), hidden, state)
+            tokens = read_tokens(rows, args.reading / "tokens-pool.npz")
+            shipped.reading.values.update({kind: fit_value_reading(rows, kind, tokens, getattr(shipped, f"{kind}_head"))
+                                           for kind in VALUE_KINDS})
         if not args.check:
             save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads,
                  shipped.number_head, shipped.reference_head, reading=shipped.reading)
             print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
         report_reading(shipped, args.reading, args.save_result)
+        report_value_readings(shipped, args.reading)
         return 0
-    if args.values_only:
+    if args.values_only:  # with --reading DIR: their heads of the model's reading too
         shipped = load_bytes(OUT.read_bytes())
-        value_heads = [fit_value_head(rows, kind) for kind in ("number", "reference")]
+        value_heads = [fit_value_head(rows, kind) for kind in VALUE_KINDS]
+        if args.reading and shipped.reading:
+            tokens = read_tokens(rows, args.reading / "tokens-pool.npz")
+            shipped.reading.values.update({kind: fit_value_reading(rows, kind, tokens, head)
+                                           for kind, head in zip(VALUE_KINDS, value_heads)})
         vocab = sorted(shipped.index, key=shipped.index.get)
         if not args.check:
-            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, *value_heads)
+            save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, *value_heads,
+                 reading=shipped.reading)
             print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
-        for head in value_heads:
-            report_values(head)
+        shipped.number_head, shipped.reference_head = value_heads
+        if args.reading and shipped.reading:
+            report_value_readings(shipped, args.reading)
+        else:
+            for head in value_heads:
+                report_values(head)
         return 0
     labels = sorted({label(r) for r in rows})
     print(f"{len(rows)} labelled requests from {len({r['set'] for r in rows})} fitted sets, {len(labels)} classes")
@@ -390,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reading:
         state, hidden = read_requests(rows, args.reading / "pool.npz")
         reading = fit_reading(rows, x, hidden, state)
+        tokens = read_tokens(rows, args.reading / "tokens-pool.npz")
+        reading.values.update({kind: fit_value_reading(rows, kind, tokens, head)
+                               for kind, head in zip(VALUE_KINDS, value_heads)})
     if not args.check:
         save(OUT, vocab, idf, w.numpy(), b.numpy(), labels, heads, *value_heads, reading=reading)
         print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB, {len(vocab)} terms, penalty {penalty:g}, "
@@ -414,7 +531,20 @@ def main(argv: list[str] | None = None) -> int:
     report_values(model.reference_head)
     if reading is not None:
         report_reading(model, args.reading, args.save_result)
+        report_value_readings(model, args.reading)
     return 0
+
+
+def report_value_readings(model, folder: Path) -> None:
+    """The value heads on the held-out sets, without and with the model's reading (kept in ``folder``)."""
+    tokens = {}
+    for path in held_out_sets():
+        held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        tokens[path.stem] = read_tokens(held, folder / f"tokens-{path.stem}.npz")
+    for kind in VALUE_KINDS:
+        report_values(getattr(model, f"{kind}_head"))
+        if kind in model.reading.values:
+            report_values(model.reading.values[kind], tokens)
 
 
 def report_reading(model, folder: Path, save_as: str | None = None) -> None:
