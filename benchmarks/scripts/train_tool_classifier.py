@@ -301,9 +301,11 @@ def read_tokens(rows: list[dict], path: Path) -> dict[int, tuple[np.ndarray, np.
     return {i: (h.astype(np.float16).astype(np.float32), o) for i, (h, o) in out.items()}
 
 
-def report_values(head: NumberHead, tokens: dict[str, dict] | None = None) -> None:
+def report_values(head: NumberHead, tokens: dict[str, dict] | None = None) -> dict[str, tuple[int, int]]:
     """Per held-out set, how many of its written values (numbers, or names) the value ``head`` places where the
-    labels put them; ``tokens``: the model's reading per set, for a head of the model's reading."""
+    labels put them (right, of how many); ``tokens``: the model's reading per set, for a head of the model's
+    reading."""
+    out = {}
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         right = total = 0
@@ -318,6 +320,8 @@ def report_values(head: NumberHead, tokens: dict[str, dict] | None = None) -> No
             total += len(wanted)
         print(f"  held out {path.name}: {head.kind}s {'with' if tokens else 'without'} the model's reading: "
               f"{right}/{total} placed right", flush=True)
+        out[path.stem.removeprefix("conversations_fresh_")] = (right, total)
+    return out
 
 
 READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
@@ -448,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reading", type=Path, metavar="DIR",
                         help="also fit heads over the local model's reading of each request, kept in DIR")
     parser.add_argument("--save-result", metavar="NAME",
-                        help="with --reading: write the held-out accuracy of the heads to benchmarks/results/NAME.json")
+                        help="with --reading: write the held-out accuracy of the heads to benchmarks/results/NAME.json "
+                             "(and of the value heads to NAME_values.json)")
     parser.add_argument("--reading-only", action="store_true",
                         help="with --reading: fit the heads of the model's reading alone, keeping the shipped heads")
     args = parser.parse_args(argv)
@@ -469,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                  shipped.number_head, shipped.reference_head, reading=shipped.reading)
             print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size // 1024} KiB)")
         report_reading(shipped, args.reading, args.save_result)
-        report_value_readings(shipped, args.reading)
+        report_value_readings(shipped, args.reading, args.save_result and f"{args.save_result}_values")
         return 0
     if args.values_only:  # with --reading DIR: their heads of the model's reading too
         shipped = load_bytes(OUT.read_bytes())
@@ -531,20 +536,38 @@ def main(argv: list[str] | None = None) -> int:
     report_values(model.reference_head)
     if reading is not None:
         report_reading(model, args.reading, args.save_result)
-        report_value_readings(model, args.reading)
+        report_value_readings(model, args.reading, args.save_result and f"{args.save_result}_values")
     return 0
 
 
-def report_value_readings(model, folder: Path) -> None:
-    """The value heads on the held-out sets, without and with the model's reading (kept in ``folder``)."""
+def report_value_readings(model, folder: Path, save_as: str | None = None) -> None:
+    """The value heads on the held-out sets, without and with the model's reading (kept in ``folder``);
+    ``save_as``: also a result file of that name in benchmarks/results/."""
     tokens = {}
     for path in held_out_sets():
         held = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         tokens[path.stem] = read_tokens(held, folder / f"tokens-{path.stem}.npz")
+    placed = {}
     for kind in VALUE_KINDS:
-        report_values(getattr(model, f"{kind}_head"))
+        placed[kind, "words"] = report_values(getattr(model, f"{kind}_head"))
         if kind in model.reading.values:
-            report_values(model.reading.values[kind], tokens)
+            placed[kind, "reading"] = report_values(model.reading.values[kind], tokens)
+    if save_as and len(placed) == 2 * len(VALUE_KINDS):
+        from agent.brains.local import DEFAULT_LOCAL_MODEL
+        from tools.report.results import save_result
+
+        rows = [{"set": name, **{f"{kind}s_{how}": placed[kind, how][name][0] for kind, how in placed},
+                 **{f"{kind}s": placed[kind, "words"][name][1] for kind in VALUE_KINDS}}
+                for name in placed[VALUE_KINDS[0], "words"]]
+        summary = {key: sum(r[key] for r in rows) for key in rows[0] if key != "set"}
+        path = save_result(save_as, "classifier_heads", rows, summary, hardware={}, dtype="Q4_K_M GGUF",
+                           threads=None, command=[".venv/bin/python", *sys.argv],
+                           extra={"model": DEFAULT_LOCAL_MODEL, "state": model.reading.state,
+                                  "what": "the shipped number and reference heads on the held-out sets' written "
+                                          "values: how many each places where the labels put them (an argument, "
+                                          "or none), on word features alone and with the built-in model's "
+                                          "reading of each value; fitted on the pool only"})
+        print(f"result: {path}")
 
 
 def report_reading(model, folder: Path, save_as: str | None = None) -> None:
