@@ -773,6 +773,24 @@ def test_a_comparisons_parameters_from_the_heads_join_what_the_model_wrote(chat_
     assert decision.name == "compare_methods" and decision.arguments["params"]["draft"]["k"] == 5
 
 
+def test_a_value_written_out_is_taken_where_the_head_reads_the_choice_as_set_but_not_which():
+    class Unsure(FixedClassifier):
+        def __init__(self, tool, absent):
+            super().__init__(tool)
+            self.absent = absent
+
+        def argument(self, name, text, tool=None):
+            return {"dtype": {"bfloat16": 0.42, "float32": 0.35, "float16": 0.01, "<absent>": self.absent}}.get(name, {})
+
+    tool = registry.load_tools()["measure_cost_curve"]
+    text = "measure the cost curve in float16, 10 repeats"
+    given, _, narrowed = local.LocalBrain("unused", classifier=Unsure("measure_cost_curve", 0.22)).choices(text, tool)
+    assert given["dtype"] == "float16" and "dtype" not in narrowed
+    # where the head leans to leaving it out, the written value is only offered: the model sets it or not
+    given, _, narrowed = local.LocalBrain("unused", classifier=Unsure("measure_cost_curve", 0.6)).choices(text, tool)
+    assert "dtype" not in given and "float16" in narrowed["dtype"]
+
+
 def test_llamacpp_threads_follow_the_cores_idle_now(monkeypatch):
     import os
 

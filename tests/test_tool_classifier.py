@@ -197,7 +197,7 @@ def test_the_value_heads_of_the_reading_answer_only_for_the_text_read_and_surviv
     import io
     from dataclasses import replace
 
-    from agent.brains.classifier import READ_AFTER
+    from agent.brains.classifier import READ_AFTER, _numbers
 
     clf = default_classifier()
     plain = clf.number_head
@@ -212,14 +212,22 @@ def test_the_value_heads_of_the_reading_answer_only_for_the_text_read_and_surviv
     save(buffer, sorted(clf.index, key=clf.index.get), clf.idf, clf.weights, clf.bias, clf.labels, clf.heads,
          clf.number_head, clf.reference_head, reading=reading)
     again = load_bytes(buffer.getvalue())
-    assert np.allclose(again.reading.values["number"].hidden, head.hidden, atol=1e-2)
+    loaded = again.reading.values["number"]
+    assert np.allclose(loaded.hidden, head.hidden, atol=1e-2) and loaded.kind == "number" and loaded.labels == plain.labels
+    assert (loaded.hidden_mean == head.hidden_mean).all() and (loaded.hidden_scale == head.hidden_scale).all()
     text = "run draft with k 5 on 'hello'"
-    tokens = (rng.normal(size=(12, size // 2)).astype(np.float32), np.array([[i, i + 1] for i in range(12)]))
+    tokens = (rng.normal(size=(len(text), size // 2)).astype(np.float32),  # one token per character
+              np.array([[i, i + 1] for i in range(len(text))]))
     assert again.value_head("number", text) is again.number_head  # nothing read yet
     again.read(text, reading.mean, tokens)
     bound = again.value_head("number", text)
-    assert bound is not again.number_head and bound.read[0] == text and READ_AFTER
-    assert bound.fields(text, "run_method") != again.number_head.fields(text, "run_method")
+    assert bound is not again.number_head and bound.read[0] == text and bound is again.value_head("number", text)
+    # the value's reading is its own token's state and the next READ_AFTER tokens' mean, standardised
+    _, feats, beside, (start, end) = _numbers(text)[0]
+    assert text[start:end] == "5"
+    expected = bound._probabilities(feats, beside, "run_method",
+                                    np.concatenate([tokens[0][start], tokens[0][end:end + READ_AFTER].mean(0)]))
+    assert bound.fields(text, "run_method")[0][1] == expected
     assert again.value_head("number", "another request") is again.number_head
     again.read(text, None)
     assert again.value_head("number", text) is again.number_head

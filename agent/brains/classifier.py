@@ -107,7 +107,7 @@ def _written_span(written: str, text: str):
     ``written`` it was read from."""
     if written == text:
         return lambda start, end: (start, end)
-    blocks = difflib.SequenceMatcher(None, written, text, autojunk=False).get_opcodes()
+    blocks = _blocks(written, text)
 
     def where(start: int, end: int) -> tuple[int, int]:
         first = next(b for b in blocks if b[3] <= start < b[4])
@@ -115,6 +115,12 @@ def _written_span(written: str, text: str):
         return (first[1] + start - first[3] if first[0] == "equal" else first[1],
                 last[1] + end - last[3] if last[0] == "equal" else last[2])
     return where
+
+
+@lru_cache(maxsize=16)
+def _blocks(written: str, text: str) -> tuple[tuple[str, int, int, int, int], ...]:
+    """How ``text`` is made from ``written``, as difflib's opcodes (each head reads a message's numbers: once)."""
+    return tuple(difflib.SequenceMatcher(None, written, text, autojunk=False).get_opcodes())
 
 
 # between two numbers of an enumeration ("1, 4, 16 and 64"): punctuation, or one short word
@@ -360,6 +366,7 @@ class ToolClassifier:
         self._vector: tuple[str, tuple[np.ndarray, np.ndarray]] | None = None  # the last message's, for all heads
         self._read: tuple[str, np.ndarray] | None = None  # a message and the model's reading of it (standardised)
         self._tokens: tuple[str, np.ndarray, np.ndarray] | None = None  # ... and its hidden state at each token
+        self._bound: dict[str, NumberHead] = {}
 
     def read(self, text: str, hidden: np.ndarray | None, tokens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """The local model's reading of ``text`` (its mean hidden state over the turn, under the prompt of
@@ -367,13 +374,16 @@ class ToolClassifier:
         spans): the heads of :attr:`reading` answer for ``text`` from now on; None: the TF-IDF heads."""
         self._read = (text, self.reading.features(hidden)) if hidden is not None and self.reading else None
         self._tokens = (text, *tokens) if self._read is not None and tokens is not None else None
+        self._bound: dict[str, NumberHead] = {}  # the value heads of the reading, bound to this one
 
     def value_head(self, kind: str, text: str) -> NumberHead | None:
         """The head of the values of ``kind`` (number, reference) written in ``text``: the head of the model's
         reading, bound to its reading of ``text``, where the model read ``text``; else the TF-IDF head."""
         head = self.reading.values.get(kind) if self.reading is not None else None
         if head is not None and self._tokens is not None and self._tokens[0] == text:
-            return replace(head, read=self._tokens)
+            if kind not in self._bound:
+                self._bound[kind] = replace(head, read=self._tokens)
+            return self._bound[kind]
         return getattr(self, f"{kind}_head", None)
 
     def _reading(self, text: str, name: str) -> tuple[Head, np.ndarray] | None:

@@ -385,8 +385,9 @@ class LocalBrain:
         for bfloat16; a head reads one word among many). A schema value (its default too) that the user wrote
         out, before any prompt (quoted, or after a colon), is evidence the head cannot outweigh: an optional
         choice whose head would leave it out is offered with the values written (the model sets one or leaves it
-        out), and a list of choices with a written value is narrowed to all its values, which makes the model
-        write it (tool_grammar.arguments_schema)."""
+        out), a choice the head reads as set but is unsure of takes the one value written, and a list of choices
+        with a written value is narrowed to all its values, which makes the model write it
+        (tool_grammar.arguments_schema)."""
         given, withheld, narrowed = {}, set(), {}
         said = written_words(text)
         settings = written_words(text.split(":", 1)[0])  # without a prompt given after a colon, or quoted
@@ -405,8 +406,11 @@ class LocalBrain:
             ranked = sorted(allowed, key=allowed.get, reverse=True)
             if allowed[ranked[0]] < SURE * total:
                 plausible = [v for v in ranked if v != ABSENT and allowed[v] >= PLAUSIBLE * total][:MAX_CANDIDATES]
-                theirs = [v for v in dict.fromkeys(plausible + written) if arg.kind == "enum" and _bare(v) in said]
-                if len(theirs) == 1:  # the one plausible or written value the user wrote out (outside quotes) is theirs
+                # the one plausible value the user wrote out (outside quotes) is theirs; where the head reads the
+                # argument as set, so is one written in the settings whatever its rank ("in float16")
+                theirs = [v for v in dict.fromkeys(plausible + (written if ranked[0] != ABSENT else []))
+                          if arg.kind == "enum" and _bare(v) in said]
+                if len(theirs) == 1:
                     given[arg.name] = theirs[0]
                     continue
                 plausible += [v for v in written if v not in plausible]  # a value the user wrote is a candidate

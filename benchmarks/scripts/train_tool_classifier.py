@@ -54,6 +54,22 @@ MIN_DF = 2
 PENALTIES = (1e-5, 3e-5, 1e-4, 3e-4)
 VALUE_PENALTIES = (3e-6, 1e-5, 3e-5, 1e-4)
 VALUE_READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
+
+
+def _reader(rows: list[dict], path: Path):
+    """(the local brain's engine, the state it reads under, ``rows``' requests as one text, the arrays of
+    ``path`` where it holds readings of these requests under that state, else None)."""
+    from agent.brains import local
+
+    brain = local.LocalBrain(classifier=local.default_classifier())
+    lm = brain.engine()
+    state = local.reading_state(brain.model, brain._prefix)
+    texts = json.dumps([r["text"] for r in rows])
+    if path.exists():
+        with np.load(path) as z:
+            if str(z["state"]) == state and str(z["texts"]) == texts:
+                return lm, state, texts, {key: z[key] for key in z.files}
+    return lm, state, texts, None
 FOLDS = 5
 MIN_GIVEN = 8  # an argument gets a head when the pool gives it a value at least this often
 
@@ -190,38 +206,48 @@ def number_matrix(examples: list, vocab: list[str]) -> torch.Tensor:
     return torch.from_numpy(x)
 
 
+def value_vocabulary(examples: list) -> list[str]:
+    """The value features seen in at least MIN_DF of ``examples``."""
+    df = Counter(t for e in examples for t in e[0])
+    return sorted(t for t, n in df.items() if n >= MIN_DF)
+
+
+def value_folds(examples: list, y: torch.Tensor, classes: int, named: torch.Tensor, penalty: float,
+                dense: torch.Tensor | None = None) -> float:
+    """The share of ``examples`` a value head fitted with ``penalty`` places right with whole sets left out
+    (FOLDS folds), over their features, naming's indicators ``named`` and, where given, ``dense`` columns (the
+    model's reading of each value)."""
+    sets = sorted({e[2] for e in examples})
+    right = 0
+    for fold in range(FOLDS):
+        out = set(sets[fold::FOLDS])
+        train = [i for i, e in enumerate(examples) if e[2] not in out]
+        test = [i for i, e in enumerate(examples) if e[2] in out]
+        vocab = value_vocabulary([examples[i] for i in train])
+        x, test_x = (number_matrix([examples[i] for i in part], vocab) for part in (train, test))
+        if dense is not None:
+            x, test_x = torch.cat([x, dense[train]], 1), torch.cat([test_x, dense[test]], 1)
+        w, b, tied = fit(x, y[train], classes, penalty, named[train])
+        right += int(((test_x @ w + b + named[test] @ tied).argmax(1) == y[test]).sum())
+    return right / len(examples)
+
+
 def fit_value_head(rows: list[dict], kind: str = "number") -> NumberHead:
     """The number or reference head, its penalty chosen with whole sets left out (FOLDS folds)."""
     examples = value_examples(rows, kind)
     labels = sorted({e[1] for e in examples})
-    sets = sorted({e[2] for e in examples})
     y = torch.tensor([labels.index(e[1]) for e in examples])
     named = torch.from_numpy(np.stack([naming(e[3], labels) for e in examples]))  # examples x labels x TIED
-
-    def vocab_of(part):
-        df = Counter(t for e in part for t in e[0])
-        return sorted(t for t, n in df.items() if n >= MIN_DF)
-
     scores = {}
     for penalty in VALUE_PENALTIES:
         for use_names in (False, True):  # with naming's indicators or without: whichever predicts left-out sets
-            right = 0
-            for fold in range(FOLDS):
-                out = set(sets[fold::FOLDS])
-                train = [i for i, e in enumerate(examples) if e[2] not in out]
-                test = [i for i, e in enumerate(examples) if e[2] in out]
-                vocab = vocab_of([examples[i] for i in train])
-                w, b, tied = fit(number_matrix([examples[i] for i in train], vocab), y[train], len(labels), penalty,
-                                 named[train] if use_names else named[train, :, :0])
-                logits = number_matrix([examples[i] for i in test], vocab) @ w + b
-                pred = (logits + (named[test] @ tied if use_names else 0.0)).argmax(1)
-                right += int((pred == y[test]).sum())
-            scores[penalty, use_names] = right / len(examples)
+            scores[penalty, use_names] = value_folds(examples, y, len(labels), named if use_names else named[:, :, :0],
+                                                     penalty)
             print(f"  {kind}s, penalty {penalty:g}, {'with' if use_names else 'without'} names: "
                   f"{100 * scores[penalty, use_names]:.1f}% with sets left out "
                   f"({len(examples)} {kind}s, {len(labels)} classes)", flush=True)
     penalty, use_names = max(scores, key=lambda key: (scores[key], -key[0], not key[1]))
-    vocab = vocab_of(examples)
+    vocab = value_vocabulary(examples)
     w, b, tied = fit(number_matrix(examples, vocab), y, len(labels), penalty, named if use_names else named[:, :, :0])
     print(f"  {kind}s: penalty {penalty:g}, tied weights {np.round(tied.numpy(), 2).tolist()}")
     return NumberHead(vocab, w.numpy(), b.numpy(), labels, kind, tied.numpy() if use_names else None)
@@ -233,42 +259,25 @@ def fit_value_reading(rows: list[dict], kind: str, tokens: dict[int, tuple[np.nd
     model's reading of each value (classifier.value_reading, standardised), the penalty chosen with whole sets
     left out (FOLDS folds). ``tokens``: the model's hidden states and offsets per request with values."""
     extract = _numbers if kind == "number" else _references
-    hidden = []
-    for i, row in enumerate(rows):
-        if row.get("tool"):
-            hidden.extend(value_reading(*tokens[i], *span) for *_, span in extract(row["text"]))
-    examples = value_examples(rows, kind)
+    with_values = [(i, row) for i, row in enumerate(rows) if row.get("tool") and i in tokens]  # those read
+    hidden = [value_reading(*tokens[i], *span) for i, row in with_values for *_, span in extract(row["text"])]
+    examples = value_examples([row for _, row in with_values], kind)
     assert len(hidden) == len(examples)
     hidden = np.stack(hidden)
     mean, scale = hidden.mean(0), (hidden.std(0) + 1e-6) * math.sqrt(hidden.shape[1])
     read = torch.from_numpy(((hidden - mean) / scale).astype(np.float32))
-    labels, sets = plain.labels, sorted({e[2] for e in examples})
+    labels = plain.labels
     y = torch.tensor([labels.index(e[1]) for e in examples])
     named = torch.from_numpy(np.stack([naming(e[3], labels) for e in examples]))
     if plain.tied is None:
         named = named[:, :, :0]
-
-    def vocab_of(part):
-        df = Counter(t for e in part for t in e[0])
-        return sorted(t for t, n in df.items() if n >= MIN_DF)
-
     scores = {}
     for penalty in VALUE_READING_PENALTIES:
-        right = 0
-        for fold in range(FOLDS):
-            out = set(sets[fold::FOLDS])
-            train = [i for i, e in enumerate(examples) if e[2] not in out]
-            test = [i for i, e in enumerate(examples) if e[2] in out]
-            vocab = vocab_of([examples[i] for i in train])
-            x = torch.cat([number_matrix([examples[i] for i in train], vocab), read[train]], 1)
-            w, b, tied = fit(x, y[train], len(labels), penalty, named[train])
-            test_x = torch.cat([number_matrix([examples[i] for i in test], vocab), read[test]], 1)
-            right += int(((test_x @ w + b + named[test] @ tied).argmax(1) == y[test]).sum())
-        scores[penalty] = right / len(examples)
+        scores[penalty] = value_folds(examples, y, len(labels), named, penalty, read)
         print(f"  {kind}s with the model's reading, penalty {penalty:g}: {100 * scores[penalty]:.1f}% with sets "
               f"left out", flush=True)
     penalty = max(scores, key=lambda p: (scores[p], -p))
-    vocab = vocab_of(examples)
+    vocab = value_vocabulary(examples)
     w, b, tied = fit(torch.cat([number_matrix(examples, vocab), read], 1), y, len(labels), penalty, named)
     terms = len(vocab)
     return NumberHead(vocab, w[:terms].numpy(), b.numpy(), labels, kind, tied.numpy() if plain.tied is not None
@@ -281,18 +290,14 @@ def read_tokens(rows: list[dict], path: Path) -> dict[int, tuple[np.ndarray, np.
     and read again only when the model, the prompt or the requests changed."""
     from agent.brains import local
 
-    brain = local.LocalBrain(classifier=local.default_classifier())
-    lm = brain.engine()
-    state = local.reading_state(brain.model, brain._prefix)
-    texts = json.dumps([r["text"] for r in rows])
-    if path.exists():
-        with np.load(path) as z:
-            if str(z["state"]) == state and str(z["texts"]) == texts:
-                return {int(k[1:]): (z[k].astype(np.float32), z[f"o{k[1:]}"]) for k in z.files if k.startswith("h")}
+    lm, state, texts, kept = _reader(rows, path)
+    if kept is not None:
+        return {int(k[1:]): (kept[k].astype(np.float32), kept[f"o{k[1:]}"]) for k in kept if k.startswith("h")}
     out = {}
     for i, row in enumerate(rows):
-        if _numbers(row["text"]) or _references(row["text"]):
-            out[i] = local.read_tokens(lm, row["text"])
+        read = local.read_tokens(lm, row["text"]) if _numbers(row["text"]) or _references(row["text"]) else None
+        if read is not None:  # None: a request beyond one batch of the model, read by the word heads alone
+            out[i] = read
         if i % 200 == 0:
             print(f"  read the tokens of {i}/{len(rows)} requests of {path.stem}", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -330,16 +335,11 @@ READING_PENALTIES = (3e-7, 1e-6, 3e-6, 1e-5)
 def read_requests(rows: list[dict], path: Path) -> tuple[str, np.ndarray]:
     """(state, one reading per row): the local brain's model reading each request after its cached prompt,
     kept in ``path`` and read again only when the model, the prompt or the requests changed."""
-    from agent.brains import local, local_prompt
+    from agent.brains import local_prompt
 
-    brain = local.LocalBrain(classifier=local.default_classifier())
-    lm = brain.engine()
-    state = local.reading_state(brain.model, brain._prefix)
-    texts = json.dumps([r["text"] for r in rows])
-    if path.exists():
-        with np.load(path) as z:
-            if str(z["state"]) == state and str(z["texts"]) == texts:
-                return state, z["mean"]
+    lm, state, texts, kept = _reader(rows, path)
+    if kept is not None:
+        return state, kept["mean"]
     out = []
     for i, row in enumerate(rows):
         out.append(lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS])).mean(0))
