@@ -342,10 +342,15 @@ def read_requests(rows: list[dict], path: Path) -> tuple[str, np.ndarray]:
         return state, kept["mean"]
     out = []
     for i, row in enumerate(rows):
-        out.append(lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS])).mean(0))
+        read = lm.read(local_prompt.user_turn(row["text"][:MAX_CHARS]))
+        out.append(None if read is None else read.mean(0))
         if i % 200 == 0:
             print(f"  read {i}/{len(rows)} requests of {path.stem}", flush=True)
-    hidden = np.stack(out).astype(np.float32)
+    size = next(len(h) for h in out if h is not None)
+    hidden = np.stack([np.full(size, np.nan) if h is None else h for h in out]).astype(np.float32)
+    # a request beyond one batch of the model has no reading (the product reads it with the word heads): the
+    # pool's mean reading stands for it, which the standardised features read as nothing
+    hidden = np.where(np.isnan(hidden), np.nanmean(hidden, axis=0), hidden)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, mean=hidden, state=np.array(state), texts=np.array(texts))
     return state, hidden
@@ -483,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
             tokens = read_tokens(rows, args.reading / "tokens-pool.npz")
             shipped.reading.values.update({kind: fit_value_reading(rows, kind, tokens, head)
                                            for kind, head in zip(VALUE_KINDS, value_heads)})
+        elif shipped.reading and shipped.reading.values:
+            print("  note: the value heads of the model's reading are kept as shipped; refit them with --reading DIR")
         vocab = sorted(shipped.index, key=shipped.index.get)
         if not args.check:
             save(OUT, vocab, shipped.idf, shipped.weights, shipped.bias, shipped.labels, shipped.heads, *value_heads,
