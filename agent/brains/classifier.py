@@ -366,7 +366,7 @@ class ToolClassifier:
         self._vector: tuple[str, tuple[np.ndarray, np.ndarray]] | None = None  # the last message's, for all heads
         self._read: tuple[str, np.ndarray] | None = None  # a message and the model's reading of it (standardised)
         self._tokens: tuple[str, np.ndarray, np.ndarray] | None = None  # ... and its hidden state at each token
-        self._bound: dict[str, NumberHead] = {}
+        self._bound: dict[str, NumberHead] = {}  # the value heads of the reading, bound to the message read
 
     def read(self, text: str, hidden: np.ndarray | None, tokens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """The local model's reading of ``text`` (its mean hidden state over the turn, under the prompt of
@@ -374,7 +374,7 @@ class ToolClassifier:
         spans): the heads of :attr:`reading` answer for ``text`` from now on; None: the TF-IDF heads."""
         self._read = (text, self.reading.features(hidden)) if hidden is not None and self.reading else None
         self._tokens = (text, *tokens) if self._read is not None and tokens is not None else None
-        self._bound: dict[str, NumberHead] = {}  # the value heads of the reading, bound to this one
+        self._bound = {}  # the value heads of the reading, bound to this reading
 
     def value_head(self, kind: str, text: str) -> NumberHead | None:
         """The head of the values of ``kind`` (number, reference) written in ``text``: the head of the model's
