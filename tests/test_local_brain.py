@@ -222,6 +222,20 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
     assert turn(again) == expected
     assert not ConstrainedLM(backend, tokenizer, [EOS]).load_prefix(path, "Another system prompt. " * 3)
 
+    # the grammar's view of a llama.cpp vocabulary: its pieces read once and saved, deciding as the file's tokenizer
+    from llguidance import LLTokenizer
+
+    saved = tmp_path / "pieces.npz"
+    pieces = backend.tokenizer.pieces(saved)
+    assert saved.is_file() and backend.tokenizer.pieces(saved) == pieces and len(pieces) == backend.vocab_size
+    assert b"".join(pieces[t] for t in tokenizer.encode("compare draft", add_special_tokens=False)) == b"compare draft"
+    ours = ConstrainedLM(backend, tokenizer, [EOS])
+    ours.saved_pieces = saved
+    assert ours.load_prefix(path, prefix) and turn(ours) == expected
+    theirs = ConstrainedLM(backend, tokenizer, [EOS])
+    theirs._grammar_tokenizer = LLTokenizer(tokenizer.backend_tokenizer.to_str(), n_vocab=backend.vocab_size, slices=[])
+    assert theirs.load_prefix(path, prefix) and turn(theirs) == expected
+
 
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))

@@ -68,6 +68,7 @@ class ConstrainedLM:
         self._last: torch.Tensor | None = None  # logits after the last token of ids, once computed
         self._grammar_tokenizer = None  # llguidance's view of the vocabulary, built on the first decode
         self.lookup = LOOKUP  # prompt-lookup drafting of free text
+        self.saved_pieces: Path | None = None  # where a llama.cpp model's token pieces are kept for the grammar
 
     # ---- context --------------------------------------------------------------------------------
 
@@ -231,7 +232,9 @@ class ConstrainedLM:
         """llguidance's matcher of ``schema`` (JSON written as json.dumps writes it), over this vocabulary."""
         from llguidance import LLMatcher, LLTokenizer
 
-        if self._grammar_tokenizer is None:
+        if self._grammar_tokenizer is None and isinstance(self.backend, LlamaCppBackend):  # tokens read once, saved
+            self._grammar_tokenizer = self.backend.tokenizer.grammar_tokenizer(self.saved_pieces, self.backend.vocab_size)
+        elif self._grammar_tokenizer is None:
             self._grammar_tokenizer = LLTokenizer(self.tokenizer.backend_tokenizer.to_str(),
                                                   n_vocab=self.backend.vocab_size, slices=[])
         matcher = LLMatcher(self._grammar_tokenizer, LLMatcher.grammar_from_json_schema(schema, overrides=SEPARATORS),

@@ -504,6 +504,47 @@ class GGUFTokenizer:
             size = -n
         raise ParameterError("llama.cpp could not detokenize these ids")
 
+    def pieces(self, saved: Path | None = None) -> list[bytes]:
+        """Each token's bytes as llama.cpp writes it, a control token (or a user-defined one written ``<...>``)
+        marked by a leading 0xff byte, as llguidance marks special tokens. Reading 150k tokens one call at a
+        time takes about a second, so ``saved`` (a file named for this model's state) keeps them once read."""
+        if saved is not None and saved.is_file():
+            try:
+                with np.load(saved) as data:
+                    ends, blob = data["ends"], data["blob"].tobytes()
+                if len(ends) == len(self):
+                    return [blob[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+            except (OSError, ValueError, KeyError):
+                pass
+        lib, buf, out = self._lib, ctypes.create_string_buffer(16 * 1024), []
+        special = lib.LLAMA_TOKEN_ATTR_CONTROL
+        for token in range(len(self)):
+            n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+            piece = buf.raw[:max(n, 0)]
+            attr = lib.llama_vocab_get_attr(self._vocab, token)
+            if attr & special or (attr & lib.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"):
+                piece = b"\xff" + piece
+            out.append(piece)
+        if saved is not None:
+            try:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                tmp = saved.with_name(f"{saved.stem}.partial.npz")
+                np.savez(tmp, ends=np.cumsum([len(p) for p in out]), blob=np.frombuffer(b"".join(out), np.uint8))
+                tmp.replace(saved)
+            except OSError:
+                pass
+        return out
+
+    def grammar_tokenizer(self, saved: Path | None = None, n_vocab: int | None = None):
+        """llguidance's tokenizer over this vocabulary, tokenizing with llama.cpp (:meth:`pieces`, ``saved``)."""
+        from llguidance import LLTokenizer
+
+        pieces = self.pieces(saved)
+        pieces += [b""] * max(0, (n_vocab or 0) - len(pieces))
+        tokenize = ctypes.cast(self._lib.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+        return LLTokenizer.from_llamacpp(tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize,
+                                         eos_token=self.eos_token_id, slices=[])
+
     def stop_ids(self) -> list[int]:
         """Every end-of-generation id of the vocabulary (EOS, EOT, <|im_end|>, ...)."""
         is_eog = self._lib.llama_vocab_is_eog
