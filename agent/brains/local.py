@@ -219,8 +219,11 @@ def _llamacpp_installed() -> bool:
 
 def prepare(ref: str | None = None) -> None:
     """Compute and save the cached prefix the default brain (with the shipped classifier) reads, so that the
-    first ``ask`` or chat turn loads it instead of computing it (tens of seconds on a 2-core CPU)."""
-    LocalBrain(ref, classifier=default_classifier()).engine()
+    first ``ask`` or chat turn loads it instead of computing it (tens of seconds on a 2-core CPU); on llama.cpp
+    also the token pieces the grammar reads."""
+    lm = LocalBrain(ref, classifier=default_classifier()).engine()
+    if isinstance(lm.backend, llamacpp.LlamaCppBackend):
+        lm.backend.tokenizer.pieces(lm.saved_pieces)
 
 
 def load_engine(ref: str, prefix: str | None = None) -> ConstrainedLM:
