@@ -237,6 +237,27 @@ def test_llamacpp_prefix_state_is_saved_and_reloaded(tmp_path):
     assert theirs.load_prefix(path, prefix) and turn(theirs) == expected
 
 
+def test_a_gguf_file_the_user_points_to_runs_on_llamacpp_with_its_own_tokenizer(tmp_path, monkeypatch):
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from gguf_tiny import EOS, write_tiny_llama
+    from tools.engine.llamacpp import LlamaCppBackend
+
+    write_tiny_llama(tmp_path / "mine.gguf", seed=3)
+    monkeypatch.setenv("SPECPILOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(local.THREADS_ENV, "1")
+    ref = str(tmp_path / "mine.gguf")
+    assert local.local_model_available(ref)
+    lm = local.load_engine(ref, "You help with speculative decoding. " * 3)
+    assert isinstance(lm.backend, LlamaCppBackend) and lm.tokenizer is lm.backend.tokenizer and EOS in lm.stop_ids
+    lm.begin("user: compare draft and medusa\nassistant: ")
+    assert lm.decode_json({"enum": ["draft", "medusa", "lookahead"]}, 8) in ("draft", "medusa", "lookahead")
+    assert lm.saved_pieces.is_file() and lm.saved_pieces.parent == local.brain_folder()
+    monkeypatch.setattr(local, "_ENGINES", {})  # a later process: the prefix comes from disk
+    again = local.load_engine(ref, "You help with speculative decoding. " * 3)
+    assert again.fed == 0 and again.ids[: again.base] == lm.ids[: lm.base]
+
+
 def test_a_prompt_the_user_never_wrote_is_asked_for_not_invented(monkeypatch, chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     made_up = local.Decision(name="compare_methods", arguments={"methods": ["draft", "medusa"], "prompt": "Write a quicksort"})

@@ -100,6 +100,8 @@ def prefix_cache_path(ref: str, runner: str, prefix: str) -> Path:
     files = sorted(Path(where).glob("*.safetensors")) if isinstance(where, Path) else []
     if ref.lower() in models.BUILTIN_MODELS:
         files.append(models.gguf_path(models.builtin(ref.lower())))
+    elif gguf:
+        files.append(Path(where) / gguf)
     stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
     versions = [_version(package) for package in ("transformers", "llama-cpp-python")]  # read, not imported
     state = hashlib.sha256(json.dumps([CACHE_FORMAT, str(where), gguf, stamp, runner, versions],
@@ -137,6 +139,8 @@ def _version(package: str) -> str | None:
 
 
 def stop_ids(tokenizer) -> list[int]:
+    if hasattr(tokenizer, "stop_ids"):  # llama.cpp's tokenizer of a GGUF file knows its end-of-generation tokens
+        return sorted(tokenizer.stop_ids())
     fast = getattr(tokenizer, "backend_tokenizer", None)  # a lookup, not the whole vocabulary (0.25 s) built
     find = fast.token_to_id if fast is not None else tokenizer.get_vocab().get
     return sorted(i for i in {tokenizer.eos_token_id, *(find(t) for t in (local_prompt.IM_END, "<|endoftext|>"))}
@@ -179,9 +183,16 @@ def open_model(ref: str) -> tuple[Any, Any, str]:
     """(model or backend, tokenizer, how it runs) for ``ref``: a built-in model's GGUF file through
     llama.cpp (tools.engine.llamacpp) when llama-cpp-python is installed, with the tokenizer of the same
     model as transformers builds it, saved once beside the prefix cache and read without transformers
-    (tools.models.saved_tokenizer); otherwise transformers (dtype auto)."""
+    (tools.models.saved_tokenizer); a ``.gguf`` file through llama.cpp with llama.cpp's tokenizer of the file;
+    otherwise transformers (dtype auto)."""
     name = ref.lower()
     kind = os.environ.get(BACKEND_ENV, "auto")
+    file = Path(ref).expanduser()
+    if kind != "transformers" and file.suffix.lower() == ".gguf" and file.is_file() and _llamacpp_installed():
+        _quiet_llamacpp()  # a GGUF file the user points to: llama.cpp runs it, with its own tokenizer
+        backend = llamacpp.load_gguf(file, n_ctx=N_CTX, n_threads=brain_threads())
+        log.info("local brain: %s on llama.cpp, %d threads", file, backend.n_threads)
+        return backend, backend.tokenizer, "llama.cpp"
     if kind != "transformers" and name in models.BUILTIN_MODELS:
         model = models.builtin(name)
         hf = models.converted_path(model)
