@@ -69,7 +69,8 @@ def _run(c: dict) -> str:
 
 
 def _lookup(c: dict) -> str:
-    lines = [f"From memory ({c['source']}):"]
+    lines = [f"Note: {c['unmatched']}."] if c.get("unmatched") else []
+    lines += [f"From memory ({c['source']}):"]
     lines += [f"- {r['statement']}" for r in c["runs"]]
     return "\n".join(lines)
 
@@ -280,7 +281,8 @@ def _run_short(c: dict) -> str:
 
 def _lookup_short(c: dict) -> str:
     runs = c["runs"]
-    lines = [f"From memory ({len(runs)} run{'s' if len(runs) != 1 else ''}, figures as stored):"]
+    lines = [f"Note: {c['unmatched']}."] if c.get("unmatched") else []
+    lines += [f"From memory ({len(runs)} run{'s' if len(runs) != 1 else ''}, figures as stored):"]
     lines += [f"- {r['statement']}" for r in runs[:3]]
     if len(runs) > 3:
         lines.append(f"({len(runs) - 3} more: {DETAILS_HINT})")

@@ -112,6 +112,26 @@ def test_a_gated_tool_refuses_to_run_without_a_consumed_approval(store, monkeypa
     assert calls == []
 
 
+def test_a_prompt_text_no_stored_run_holds_says_so_and_gives_the_runs_the_other_filters_match(store):
+    from agent.replies import format_details, format_result
+
+    medusa = stored_run(store)
+    stored_run(store, method="draft", speedup=1.9)
+    tool = registry.get_tool("lookup_runs")
+    result = registry.execute(tool, registry.parse_input(tool, {"method": "medusa", "prompt_contains": "speedup"}),
+                              ToolContext(store=store))
+    assert not result.is_error and [r["run_id"] for r in result.content["runs"]] == [medusa]
+    assert result.content["unmatched"].startswith("no stored run's prompt contains 'speedup'")
+    assert format_result(result).startswith("Note: no stored run's prompt contains 'speedup'")
+    assert format_details(result).startswith("Note: no stored run's prompt contains 'speedup'")
+    # a text some prompt holds filters as before; no run of the other filters is still an error
+    held = registry.execute(tool, registry.parse_input(tool, {"prompt_contains": "FIB"}), ToolContext(store=store))
+    assert "unmatched" not in held.content and len(held.content["runs"]) == 2
+    none = registry.execute(tool, registry.parse_input(tool, {"method": "eagle", "prompt_contains": "x"}),
+                            ToolContext(store=store))
+    assert none.is_error and "no stored run matches" in none.content["error"]
+
+
 def test_lookup_restates_stored_figures_with_their_source(store):
     older = stored_run(store, prompt="other prompt", speedup=1.1)
     run_id = stored_run(store)

@@ -85,8 +85,11 @@ def summarise_run(run: dict) -> dict:
 def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
     """Look up stored runs and restate their measured figures (speedup, tokens/s, acceptance) with run
     id, model, prompt and hardware, exactly as stored. Use it to answer questions such as "what was
-    the speedup for the Medusa run on that prompt?" — never recompute or estimate a figure."""
+    the speedup for the Medusa run on that prompt?" — never recompute or estimate a figure. Where no stored
+    prompt contains ``prompt_contains`` but runs match the other filters, those runs are returned and
+    ``unmatched`` says that the text matched none."""
     store = ctx.store
+    unmatched = None
     if inp.run_id:
         runs = [store.get_run(inp.run_id)]
     else:
@@ -103,14 +106,20 @@ def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
             runs = [r for r in runs if r.get("prompt") == prompt]
         if inp.prompt_contains:
             needle = inp.prompt_contains.lower()
-            runs = [r for r in runs if needle in str(r.get("prompt") or "").lower()]
+            found = [r for r in runs if needle in str(r.get("prompt") or "").lower()]
+            if runs and not found:  # the words are no stored prompt's: the runs the other filters give, said so
+                unmatched = (f"no stored run's prompt contains {inp.prompt_contains!r}; the newest runs matching "
+                             "the other filters follow")
+            else:
+                runs = found
         runs = runs[: inp.limit]
     if not runs:
         asked = ", ".join(f"{k}={v!r}" for k, v in inp.model_dump(exclude_defaults=True).items()) or "any run"
         raise RunNotFoundError(f"no stored run matches {asked}",
                                hint="list runs with lookup_runs and no filters, or run the method first")
-    return {"source": "stored runs (memory); figures copied as measured, not recomputed",
-            "runs": [summarise_run(r) for r in runs]}
+    out = {"source": "stored runs (memory); figures copied as measured, not recomputed",
+           "runs": [summarise_run(r) for r in runs]}
+    return out | ({"unmatched": unmatched} if unmatched else {})
 
 
 class RecallInput(BaseModel):
