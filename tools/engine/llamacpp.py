@@ -32,6 +32,7 @@ near-tie a method may pick the other token: ``diagnose_divergence`` shows which 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -528,7 +529,7 @@ class GGUFTokenizer:
         if saved is not None:
             try:
                 saved.parent.mkdir(parents=True, exist_ok=True)
-                tmp = saved.with_name(f"{saved.stem}.partial.npz")
+                tmp = saved.with_name(f"{saved.stem}.{os.getpid()}.partial.npz")  # processes write apart
                 np.savez(tmp, ends=np.cumsum([len(p) for p in out]), blob=np.frombuffer(b"".join(out), np.uint8))
                 tmp.replace(saved)
             except OSError:
