@@ -991,3 +991,9 @@ def test_saved_prefixes_of_other_prompts_stay_and_those_of_another_model_state_g
     other_state, old_layout = saved("prefix-bbbb-p1", 0), saved("prefix-0123456789abcdef", 0)
     assert sorted(local.stale_prefixes(now)) == sorted([other_state, old_layout, oldest])
     assert plain not in local.stale_prefixes(now) and older not in local.stale_prefixes(now)
+    # the token pieces of a state no prefix keeps go too; another model's (its prefix kept) stay
+    pieces = {state: tmp_path / f"pieces-{state}.npz" for state in ("aaaa", "bbbb", "cccc")}
+    for file in pieces.values():
+        file.write_bytes(b"")
+    saved("mine_gguf-cccc-p1", 0)
+    assert sorted(local.stale_prefixes(now)) == sorted([other_state, old_layout, oldest, pieces["bbbb"]])

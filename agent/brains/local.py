@@ -123,12 +123,15 @@ def brain_folder(ref: str | None = None) -> Path:
 def stale_prefixes(path: Path, keep: int = KEPT_PREFIXES) -> list[Path]:
     """The saved prefixes beside ``path`` to remove once it is saved: those of another state of the model
     (its files, runner or libraries changed), and beyond the ``keep`` newest of other prompts of the same
-    state (the brain's prompt and the plain one of the slow tests and the grammar benchmark live side by side)."""
+    state (the brain's prompt and the plain one of the slow tests and the grammar benchmark live side by side);
+    and the saved token pieces of a state no prefix left in the folder has."""
     name, state, _ = path.stem.split("-")
     others = sorted((p for p in path.parent.glob(f"{name}-*.pt") if p != path),
                     key=lambda p: p.stat().st_mtime, reverse=True)
     same = [p for p in others if p.stem.count("-") == 2 and p.stem.split("-")[1] == state]
-    return [p for p in others if p not in same] + same[keep - 1:]  # an older layout's name is another state
+    stale = [p for p in others if p not in same] + same[keep - 1:]  # an older layout's name is another state
+    kept = {p.stem.split("-")[1] for p in path.parent.glob("*.pt") if p not in stale and p.stem.count("-") == 2}
+    return stale + [p for p in path.parent.glob("pieces-*.npz") if p.stem.split("-", 1)[1] not in kept]
 
 
 def _version(package: str) -> str | None:
