@@ -32,6 +32,7 @@ near-tie a method may pick the other token: ``diagnose_divergence`` shows which 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import sys
 import time
@@ -49,6 +50,8 @@ from tools.engine.replay import diagnose_divergence  # noqa: F401 - part of this
 from tools.engine.speculative import DraftStep, _Drafter, cost_gate, validate_k, validate_tree
 from tools.engine.types import DecodeResult, GenerationSettings
 from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundError, ParameterError
+
+log = logging.getLogger(__name__)
 
 LLAMA_CPP_PYTHON = "0.3.36"
 _INSTALL_HINT = ('pip install -e ".[llamacpp]" (builds llama.cpp from source: several minutes the first time, '
@@ -508,32 +511,21 @@ class GGUFTokenizer:
     def pieces(self, saved: Path | None = None) -> list[bytes]:
         """Each token's bytes as llama.cpp writes it, a control token (or a user-defined one written ``<...>``)
         marked by a leading 0xff byte, as llguidance marks special tokens. Reading 150k tokens one call at a
-        time takes about a second, so ``saved`` (a file named for this model's state) keeps them once read."""
-        if saved is not None and saved.is_file():
-            try:
-                with np.load(saved) as data:
-                    ends, blob = data["ends"], data["blob"].tobytes()
-                if len(ends) == len(self):
-                    return [blob[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
-            except (OSError, ValueError, KeyError):
-                pass
+        time takes a fraction of a second, so ``saved`` (a file named for this model's state) keeps them once read."""
+        kept = _read_pieces(saved, len(self)) if saved is not None else None
+        if kept is not None:
+            return kept
         lib, buf, out = self._lib, ctypes.create_string_buffer(16 * 1024), []
         special = lib.LLAMA_TOKEN_ATTR_CONTROL
         for token in range(len(self)):
             n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
-            piece = buf.raw[:max(n, 0)]
+            piece = buf[:n] if n > 0 else b""  # only the piece's bytes, not a copy of the whole buffer
             attr = lib.llama_vocab_get_attr(self._vocab, token)
             if attr & special or (attr & lib.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"):
                 piece = b"\xff" + piece
             out.append(piece)
         if saved is not None:
-            try:
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                tmp = saved.with_name(f"{saved.stem}.{os.getpid()}.partial.npz")  # processes write apart
-                np.savez(tmp, ends=np.cumsum([len(p) for p in out]), blob=np.frombuffer(b"".join(out), np.uint8))
-                tmp.replace(saved)
-            except OSError:
-                pass
+            _write_pieces(saved, out)
         return out
 
     def grammar_tokenizer(self, saved: Path | None = None, n_vocab: int | None = None):
@@ -556,6 +548,32 @@ class GGUFTokenizer:
             text = self._lib.llama_vocab_get_text
             self._pieces = {text(self._vocab, i).decode("utf-8", "replace"): i for i in range(len(self))}
         return self._pieces
+
+
+def _read_pieces(path: Path, count: int) -> list[bytes] | None:
+    """The token pieces saved in ``path`` (GGUFTokenizer.pieces), or None where there are none of ``count``
+    tokens to read (no file, or one that is partial or of another vocabulary: they are read again)."""
+    try:
+        with np.load(path) as data:
+            ends, blob = data["ends"], data["blob"].tobytes()
+    except (OSError, ValueError, KeyError):
+        return None
+    if len(ends) != count:
+        return None
+    return [blob[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+
+
+def _write_pieces(path: Path, pieces: list[bytes]) -> None:
+    """Save token pieces to ``path`` (each process writes its own partial file, then renames it); a folder that
+    cannot be written leaves them to be read again next time."""
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.partial.npz")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(tmp, ends=np.cumsum([len(p) for p in pieces]), blob=np.frombuffer(b"".join(pieces), np.uint8))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not save the token pieces to %s: %s", path, exc)
+        tmp.unlink(missing_ok=True)
 
 
 def load_gguf(path: str | Path, n_ctx: int = 4096, n_threads: int | None = None, **options) -> LlamaCppBackend:
