@@ -635,6 +635,47 @@ def test_a_value_the_user_wrote_is_offered_although_its_head_would_leave_it_out(
     assert lm.decode_json(_bounded(schema), 400).get("methods")
 
 
+def test_an_optional_switch_the_heads_are_unsure_of_is_described_and_answered(chat_model_dirs, monkeypatch):
+    class Heads(FixedClassifier):
+        def argument(self, name, text, tool=None):
+            return {"peers": {"<absent>": 0.97, "true": 0.03}}.get(name, {})
+
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=64, classifier=Heads("run_method"))
+    tools = registry.load_tools()
+    _, _, narrowed = brain.choices("ngram on 'hi' and HF's own lookup beside it", tools["run_method"])
+    assert narrowed["peers"] == ("true",)
+    lm, schemas = brain.engine(), []
+    decode = lm.decode_json
+    monkeypatch.setattr(lm, "decode_json", lambda schema, budget: schemas.append(schema) or decode(schema, budget))
+    decision = brain.decide("ngram on 'hi' and HF's own lookup beside it")
+    # the model must answer it, true or false; false, the default, leaves the call as the user wrote it
+    assert "peers" in schemas[0]["properties"]["arguments"]["required"]
+    assert decision.arguments.get("peers", True) is True
+    described = tools["run_method"].input_schema()["properties"]["peers"]["description"]
+    text = brain.engine().text
+    turn = text.rindex(local_prompt.user_turn("").split(local_prompt.IM_END)[0])
+    note = text.index("Optional arguments")
+    assert turn < note < text.rindex(f"{local_prompt.IM_START}assistant")  # after the request, before the answer
+    assert f"- peers: {described[:local_prompt.MAX_NOTE_CHARS]}" in text
+    # sure heads leave nothing to describe, and a list of choices is not described (its values would all be
+    # written): the turn is as before
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=64, classifier=FixedClassifier("recall"))
+    brain.decide("what do you remember?")
+    assert "Optional arguments" not in brain.engine().text
+    brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=64, classifier=FixedClassifier("compare_methods"))
+    brain.decide("compare eagle and medusa on 'hi'")
+    assert "Optional arguments" not in brain.engine().text
+
+
+def test_a_note_goes_before_the_assistants_turn_and_nowhere_else():
+    context = local_prompt.user_turn("hi")
+    note = local_prompt.arguments_note({"peers": "also time the reference implementations", "chat": ""})
+    assert local_prompt.with_note(context, note) == (context[: -len(f"{local_prompt.IM_START}assistant\n")] + note
+                                                     + f"{local_prompt.IM_START}assistant\n")
+    assert "- chat" not in note and local_prompt.arguments_note({"chat": ""}) == ""
+    assert local_prompt.with_note(context + "{", note) == context + "{"
+
+
 def test_given_arguments_are_written_as_they_are_and_required_ones_still_follow(chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     tools = registry.load_tools()

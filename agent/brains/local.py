@@ -545,25 +545,34 @@ class LocalBrain:
         lm.begin(context)
         if len(names) > 1 and self.classifier is not None:
             names = [self.pick(lm, text, names)]
-        schemas, per_method = {}, {}
+        schemas, per_method, unsure = {}, {}, {}
         for name in names:
             if name == local_prompt.REPLY:
                 schemas[name] = {"type": "object", "required": ["text"], "additionalProperties": False,
                                  "properties": {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}}}
                 continue
             given, withheld, narrowed = self.choices(text, tools[name])
+            properties = tools[name].input_schema().get("properties", {})
+            switches = {a.name for a in tool_grammar.tool_args(tools[name]) if a.kind == "bool" and not a.required}
+            unsure |= {k: properties[k] for k in narrowed if k in switches}
             if _params_kind(tools[name]) == "method_params":  # added after the model wrote the call (below)
                 per_method[name] = given.pop("params", None)
             asked = named_switches(given.get("method"), text) if _params_kind(tools[name]) == "params" else set()
             asked |= named_fields(tools[name], text) if self.classifier is not None else set()
+            asked |= set(narrowed) & switches  # an optional switch the heads are unsure of: the model answers it
             schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed,
                                                           frozenset(asked))
+        if unsure:  # what each optional switch the heads are unsure of does, from its schema: the model reads whether
+            lm.begin(local_prompt.with_note(context, local_prompt.arguments_note(  # the user asked for it
+                {k: prop.get("description", "") for k, prop in unsure.items()})))
         call = lm.decode_json(tool_grammar.call_schema(schemas), self.max_tokens)
         if call is None:
             return Decision(error=f"no call closed within {self.max_tokens} tokens")
         if call["name"] == local_prompt.REPLY:
             return Decision(text=_clean(call["arguments"]["text"]))
         tool, arguments = tools[call["name"]], call["arguments"]
+        for key in [k for k in unsure if k in arguments and arguments[k] == unsure[k].get("default")]:
+            del arguments[key]  # an unsure switch answered with its default: the call as the user wrote it
         for key, value in arguments.items():  # a list's items once each (the schema cannot say so to the grammar)
             if isinstance(value, list):
                 arguments[key] = list(dict.fromkeys(value))

@@ -19,6 +19,7 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 CALL_OPEN = '{"name": "'
 ARGS_OPEN = '", "arguments": '
 CALL_CLOSE = "}"
+MAX_NOTE_CHARS = 200  # an argument's description in a note
 REPLY = "reply"  # the pseudo-tool of an answer in words
 REPLY_LINE = f"{REPLY}(text*: text) - answer in words: ask for what is missing, decline, greet or say goodbye"
 
@@ -132,6 +133,24 @@ def examples_text(examples) -> str:
 def prefix_text(tools: dict[str, Tool], worked=None) -> str:
     """The fixed prefix: the system message (with ``worked`` examples in place of the hand-written ones)."""
     return f"{IM_START}system\n{system_text(tools, worked)}{IM_END}\n"
+
+
+def arguments_note(descriptions: dict[str, str]) -> str:
+    """A system message saying what the optional arguments the model may set or leave out do (their schema
+    descriptions)."""
+    lines = [f"- {name}: {text[:MAX_NOTE_CHARS]}" for name, text in descriptions.items() if text]
+    if not lines:
+        return ""
+    return (f"{IM_START}system\nOptional arguments: set one only where the request asks for what it does.\n"
+            + "\n".join(lines) + f"{IM_END}\n")
+
+
+def with_note(context: str, note: str) -> str:
+    """``context`` (ending with the assistant's turn opened by :func:`user_turn`) with ``note`` before that turn."""
+    opened = f"{IM_START}assistant\n"
+    if not note or not context.endswith(opened):
+        return context
+    return context[: -len(opened)] + note + opened
 
 
 def user_turn(text: str) -> str:
