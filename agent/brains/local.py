@@ -552,14 +552,16 @@ class LocalBrain:
                                  "properties": {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}}}
                 continue
             given, withheld, narrowed = self.choices(text, tools[name])
-            properties = tools[name].input_schema().get("properties", {})
-            switches = {a.name for a in tool_grammar.tool_args(tools[name]) if a.kind == "bool" and not a.required}
-            unsure |= {k: properties[k] for k in narrowed if k in switches}
+            answered = set(narrowed) & {a.name for a in tool_grammar.tool_args(tools[name])
+                                        if a.kind == "bool" and not a.required}  # optional switches heads are unsure of
+            if answered:  # their schema (copied per call) only when there are some
+                properties = tools[name].input_schema().get("properties", {})
+                unsure |= {k: properties[k] for k in answered if k in properties}
             if _params_kind(tools[name]) == "method_params":  # added after the model wrote the call (below)
                 per_method[name] = given.pop("params", None)
             asked = named_switches(given.get("method"), text) if _params_kind(tools[name]) == "params" else set()
             asked |= named_fields(tools[name], text) if self.classifier is not None else set()
-            asked |= set(narrowed) & switches  # an optional switch the heads are unsure of: the model answers it
+            asked |= answered  # the model answers each, true or false
             schemas[name] = tool_grammar.arguments_schema(tools[name], said, given, withheld, narrowed,
                                                           frozenset(asked))
         if unsure:  # what each optional switch the heads are unsure of does, from its schema: the model reads whether
