@@ -720,6 +720,25 @@ def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_
         brain.respond(session, "prompt lookup on 'def f():' with the 7B at /data/models/vicuna-7b, "
                                "or qwen2.5-coder-0.5b-instruct")
         assert session.calls[-1][1].get("target") == target
+    # the draft's own schema example (the target's 4-bit copy) is a model reference the user need not write
+    for draft, kept in (("self-q4", "self-q4"), ("own-copy", None)):
+        decision = local.Decision(name="run_method", arguments={"method": "draft", "prompt": "def f():",
+                                                                "backend": "llamacpp", "draft": draft})
+        monkeypatch.setattr(brain, "decide", lambda text, d=decision: d)
+        brain.respond(session, "draft on 'def f():' with llama.cpp, the model's own 4-bit copy drafting")
+        assert session.calls[-1][1].get("draft") == kept
+
+
+def test_an_optional_prompt_that_is_the_whole_request_is_dropped(monkeypatch, chat_model_dirs):
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    session = RecordingSession()
+    request = "vllm sweep of ngram at concurrency 1 and 8"
+    for prompt, kept in ((request + ".", None), ("Write a limerick.", "Write a limerick.")):
+        decision = local.Decision(name="measure_serving", arguments={"methods": ["ngram"], "concurrency": [1, 8],
+                                                                     "prompt": prompt})
+        monkeypatch.setattr(brain, "decide", lambda text, d=decision: d)
+        brain.respond(session, request + (", all sending 'Write a limerick.'" if kept else ""))
+        assert session.calls[-1][1].get("prompt") == kept
 
 
 def test_a_value_the_schema_names_is_kept_though_the_user_wrote_another_form(monkeypatch, chat_model_dirs):
@@ -747,9 +766,9 @@ def test_written_numbers_go_where_the_number_head_says(chat_model_dirs):
     doubtful = Numbers({"7": {"depth": 0.45, "topk": 0.4, "<none>": 0.15}, "5": {"repeats": 0.8}})
     out, unsure = local.LocalBrain.numbers(doubtful, "depth 7 , 5 repeats", tool, "eagle")
     assert out == {"repeats": 5} and unsure
-    # a parameter another method takes is not this method's
-    out, _ = local.LocalBrain.numbers(sure, "depth 7", tool, "draft")
-    assert out == {}
+    # a parameter another method takes is not this method's: the model places that number
+    out, unsure = local.LocalBrain.numbers(sure, "depth 7", tool, "draft")
+    assert out == {} and unsure
 
 
 def test_a_number_whose_likeliest_argument_another_number_takes_goes_to_its_next_likeliest():
@@ -802,6 +821,33 @@ def test_written_references_go_where_the_reference_head_says(chat_model_dirs):
     tool = registry.load_tools()["train_medusa"]
     out, unsure = local.LocalBrain.references(References(), "anything", tool)
     assert out == {"target": "smollm2-135m-instruct", "data_files": ["/data/a.txt", "/data/b.txt"]} and not unsure
+
+
+def test_a_reference_whose_argument_a_surer_one_took_goes_to_its_next_likeliest(chat_model_dirs):
+    class References:
+        def fields(self, text, tool, lists=frozenset()):
+            return [("./big.gguf", {"target": 0.97, "draft": 0.02, "<none>": 0.01}),
+                    ("./small.gguf", {"target": 0.47, "draft": 0.42, "<none>": 0.11})]
+
+    out, unsure = local.LocalBrain.references(References(), "anything", registry.load_tools()["run_method"])
+    assert out == {"target": "./big.gguf", "draft": "./small.gguf"} and not unsure
+
+
+def test_a_word_that_is_one_fields_schema_example_sets_that_field(chat_model_dirs):
+    class References:
+        def fields(self, text, tool, lists=frozenset()):
+            return [("./t.gguf", {"target": 0.95, "<none>": 0.05}), ("self-q4", {"<none>": 0.7, "target": 0.3}),
+                    ("qwen2.5-coder-0.5b-instruct", {"<none>": 0.6, "draft": 0.4})]
+
+    tool = registry.load_tools()["run_method"]
+    assert "self-q4" in tool.input_schema()["properties"]["draft"]["examples"]
+    # self-q4 is the draft's example only; a built-in name is the target's and the draft's: its head decides
+    out, _ = local.LocalBrain.references(References(), "anything", tool)
+    assert out == {"target": "./t.gguf", "draft": "self-q4"}
+    # measure_serving's draft (vLLM) does not take the target's own copy
+    serving = registry.load_tools()["measure_serving"]
+    assert "self-q4" not in serving.input_schema()["properties"]["draft"]["examples"]
+    assert "draft" not in local.LocalBrain.references(References(), "anything", serving)[0]
 
 
 def test_reference_words_are_paths_files_urls_model_names_and_run_ids():

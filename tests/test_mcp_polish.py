@@ -26,7 +26,7 @@ from tools.agent_tools import registry
 from tools.agent_tools.registry import PARAM_EXAMPLES, ToolResult
 from tools.engine.params import METHODS, PARAM_MODELS, parse_params
 from tools.errors import ParameterError
-from tools.models import BUILTIN_MODELS, DTYPES
+from tools.models import BUILTIN_MODELS, DTYPES, SELF_DRAFT
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = metadata.version("specpilot")
@@ -75,7 +75,8 @@ def test_model_fields_list_the_built_in_models_and_dtype_is_an_enum():
         props = schema["properties"]
         for field in ("target", "draft"):
             if field in props:
-                assert props[field]["examples"] == list(BUILTIN_MODELS), (name, field)
+                takes_self = SELF_DRAFT in props[field]["description"]  # the draft of run and compare
+                assert props[field]["examples"] == [*BUILTIN_MODELS, *[SELF_DRAFT][:takes_self]], (name, field)
                 seen[field] += 1
         if "dtype" in props:
             assert enum_of(props["dtype"]) == list(DTYPES), name

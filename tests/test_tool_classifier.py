@@ -151,6 +151,11 @@ def test_an_enumeration_of_numbers_is_read_as_one_list():
                               serving, None)[0] == {"concurrency": [2, 6, 24]}
     assert LocalBrain.numbers(head, "vllm sweep for ngram: K 3 or 5, with 1, 4, 8 and 12 clients in parallel",
                               serving, None)[0] == {"k": [3, 5], "concurrency": [1, 4, 8, 12]}
+    # the last level, read beside the next list's name, goes with the run most of whose numbers are surely levels
+    assert LocalBrain.numbers(head, "sweep concurrency 2, 4, 16 and 32, and k = 2, 3 and 6 for ngram",
+                              serving, None)[0] == {"concurrency": [2, 4, 16, 32], "k": [2, 3, 6]}
+    assert LocalBrain.numbers(head, "eagle under vllm at concurrency 1, 2 and 8, and k 3 and 5",
+                              serving, None)[0] == {"concurrency": [1, 2, 8], "k": [3, 5]}
     # an argument's name between numbers splits them; a digit inside a word ("v1") joins no run
     assert [run for run, _, _ in _runs("conc 1,8 k 2,4", head.labels)] == [[0, 1], [2, 3]]
     assert [run for run, _, _ in _runs("at http://host:8000/v1 - 1, 8 and 32", head.labels)] == [[2, 3, 4]]

@@ -32,6 +32,7 @@ from tools.errors import DependencyError, ModelIntegrityError, ModelNotFoundErro
 log = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SELF_DRAFT = "self-q4"  # a draft given as this: the target's own 4-bit copy (its GGUF on llama.cpp) drafts for it
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
 

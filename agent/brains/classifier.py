@@ -257,19 +257,22 @@ class NumberHead:
         """Each value of ``text`` (as written) with the probability of each argument name it may set. The
         numbers of an enumeration (:func:`_runs`) set one argument of ``lists`` (those taking a list:
         concurrency levels) where the run read as one value, or the numbers its reader is sure of, name one;
-        where those are sure of two arguments, each number keeps its own reading."""
+        where those are sure of two arguments, the run sets the list argument most of them are sure of (a number
+        at the run's edge reads the next argument's name: "1, 2, 4 and 8, and k 1, 3"), else each number keeps
+        its own reading."""
         values = (_numbers if self.kind == "number" else _references)(text)
         readings = [self._reading(text, span) for *_, span in values]
         out = [(value, self._probabilities(feats, beside, tool, reading))
                for (value, feats, beside, _), reading in zip(values, readings)]
         for run, feats, beside in _runs(text, self.labels) if lists and self.kind == "number" else ():
             probs = self._probabilities(feats, beside, tool, readings[run[-1]])
-            sure = {max(out[i][1], key=out[i][1].get): out[i][1] for i in run
-                    if max(out[i][1].values()) >= MORE_LIKELY}
-            sure.pop(NO_FIELD, None)  # what its numbers alone are read as setting: one list argument, or none
-            if len(sure) == 1 and max(probs, key=probs.get) not in sure:
-                probs = next(iter(sure.values()))
-            if len(sure) <= 1 and max(probs, key=probs.get) in lists:
+            votes = Counter(max(out[i][1], key=out[i][1].get) for i in run if max(out[i][1].values()) >= MORE_LIKELY)
+            votes.pop(NO_FIELD, None)  # what its numbers alone are read as setting
+            if votes:  # the argument most of them are sure of (ties: the most probable over the run)
+                top = max(votes, key=lambda name: (votes[name], sum(out[i][1].get(name, 0.0) for i in run)))
+                if (len(votes) == 1 or top in lists) and max(probs, key=probs.get) != top:
+                    probs = max((out[i][1] for i in run), key=lambda p: p.get(top, 0.0))
+            if max(probs, key=probs.get) in lists and (len(votes) <= 1 or max(probs, key=probs.get) == top):
                 out[run[0]:run[-1] + 1] = [(out[i][0], probs) for i in run]
         return out
 

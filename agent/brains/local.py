@@ -481,18 +481,25 @@ class LocalBrain:
     def references(head: Any, text: str, tool: Any) -> tuple[dict, bool]:
         """The text arguments the written models, files, folders, URLs and runs of ``text`` set, as the
         reference head reads them, and whether it was unsure of any: a word goes to the argument it is more
-        likely than not to set (a list argument collects every such word)."""
+        likely than not to set, the surest first, and one whose likeliest argument is taken by a surer word to
+        the likeliest of those still free (:func:`assign`: "target X, drafter Y"); a list argument collects
+        every such word. A word that is one of the schema's examples of exactly one of the tool's fields
+        ("self-q4" for ``draft``) sets that field: the schema's evidence, which no head outweighs."""
         args = {a.name: a for a in tool_grammar.tool_args(tool)
                 if a.kind in ("string", "string_list") and a.name != "prompt"}  # a prompt is a span: the model's
         properties = tool.input_schema().get("properties", {})
         # a field the model never writes (an approval id) is set only from the user's own words, here
         args |= {name: tool_grammar.Arg(name, "string", ()) for name in tool_grammar.HIDDEN if name in properties}
         out: dict = {}
-        unsure = False
-        for raw, probs in head.fields(text, tool.name):
-            name = max(probs, key=probs.get)
-            unsure = unsure or probs[name] < MORE_LIKELY
-            if name == NO_FIELD or probs[name] < MORE_LIKELY or name not in args:
+        lists = {name for name, arg in args.items() if arg.kind == "string_list"}
+        fields = head.fields(text, tool.name)
+        for i, (raw, _) in enumerate(fields):
+            fits = [name for name in args if _schema_word(raw, properties.get(name, {}))]
+            if len(fits) == 1:
+                fields[i] = (raw, {fits[0]: 1.0})
+        placed, unsure = assign(fields, lists=lists)
+        for name, _, raw in placed:
+            if name not in args:
                 continue
             if args[name].kind == "string_list":
                 out.setdefault(name, [])
@@ -536,6 +543,8 @@ class LocalBrain:
                 out.setdefault("params", {})[name] = value
             elif len(owners.get(name, ())) == 1:  # a parameter only one method has is that method's
                 out.setdefault("params", {}).setdefault(owners[name][0], {})[name] = value
+            elif name not in owners:  # read as another method's parameter ("guess 6" for draft): the model's to place
+                unsure = True
         return out, unsure
 
     def _decode(self, context: str, tools: dict, said: str, names: list[str], text: str = "") -> Decision:
@@ -686,11 +695,11 @@ class LocalBrain:
             return value
         return next(iter(self._words_holding(value)), value)
 
-    def _reference(self, value: str) -> str | None:
-        """A model field's value as a model reference: a built-in name, else the whole word of the user's that
-        holds it when that word is a path, a .gguf file or a hub id (``owner/name``); None for anything else
-        (a bare word such as "prompt" names no model)."""
-        if value.strip().lower() in models.BUILTIN_MODELS:
+    def _reference(self, value: str, prop: dict) -> str | None:
+        """A model field's value as a model reference: one of the field's schema examples (a built-in name,
+        self-q4), else the whole word of the user's that holds it when that word is a path, a .gguf file or a
+        hub id (``owner/name``); None for anything else (a bare word such as "prompt" names no model)."""
+        if value.strip().lower() in models.BUILTIN_MODELS or _schema_word(value, prop):
             return value.strip().lower()
         for word in self._words_holding(value) or [value.rstrip(".:!?")]:
             if "/" in word or "\\" in word or word.lower().endswith(".gguf"):
@@ -701,16 +710,18 @@ class LocalBrain:
         """Checks of a decoded call against the user's words and the tool's schema: a run setting put inside
         ``params`` that the tool takes beside it moves there; an optional text value the user never wrote is
         dropped (an invented filter is no filter; a built-in model's name is kept), and so is an optional number
-        they never wrote; the first required text that is not in their words is returned (it is asked for,
-        not invented)."""
+        they never wrote, and an optional prompt that is the whole request; the first required text that is not in
+        their words is returned (it is asked for, not invented)."""
         schema = tools[decision.name].input_schema() if decision.name in tools else {}
         properties, required = schema.get("properties", {}), set(schema.get("required", ()))
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
             prompt = self._whole(self._verbatim(decision.arguments["prompt"]))
             decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
+            if "prompt" not in required and _squash(prompt).rstrip(" .?!") == _squash(text).rstrip(" .?!"):
+                del decision.arguments["prompt"]  # the request itself copied: it asked for the call, it is no prompt
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
-            reference = self._reference(decision.arguments[key])
+            reference = self._reference(decision.arguments[key], properties.get(key, {}))
             if reference is None and key not in required:
                 del decision.arguments[key]
             elif reference is not None:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from tools.agent_tools.policy import check_content
 from tools.engine.params import METHODS, PARAM_MODELS
 from tools.errors import ApprovalError, ParameterError, SpecpilotError
-from tools.models import BUILTIN_MODELS, DTYPES
+from tools.models import BUILTIN_MODELS, DTYPES, SELF_DRAFT
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +346,12 @@ SAVED_SETTINGS = {"target": "string", "draft": "string", "dtype": "string", "max
                   "temperature": "number", "top_p": "number", "top_k": "integer", "seed": "integer"}
 
 
+def _model_examples(prop: dict) -> list[str]:
+    """A model field's examples: the built-in names, and the target's own 4-bit copy where the field's input
+    takes it (its description says so)."""
+    return [*BUILTIN_MODELS, *([SELF_DRAFT] if SELF_DRAFT in (prop.get("description") or "") else [])]
+
+
 def document_schema(schema: dict) -> dict:
     """A copy of an input schema with every top-level field described: a missing description comes
     from FIELD_DESCRIPTIONS (``method`` lists its methods), model fields get the built-in names as
@@ -359,7 +365,7 @@ def document_schema(schema: dict) -> dict:
         elif name in FIELD_DESCRIPTIONS:
             prop.setdefault("description", FIELD_DESCRIPTIONS[name])
         if name in MODEL_FIELDS:
-            prop["examples"] = list(BUILTIN_MODELS)
+            prop["examples"] = _model_examples(prop)
         if name == "dtype":
             _set_enum(prop, DTYPES)
         if name == "params":
@@ -435,7 +441,7 @@ def _document_params(prop: dict, with_settings: bool) -> None:
         for name, kind in SAVED_SETTINGS.items():
             fields.setdefault(name, {"type": kind, "description": f"run setting: {FIELD_DESCRIPTIONS[name]}"})
             if name in MODEL_FIELDS:
-                fields[name]["examples"] = list(BUILTIN_MODELS)
+                fields[name]["examples"] = _model_examples(fields[name])
             if name == "dtype":
                 _set_enum(fields[name], DTYPES)
     prop["properties"] = fields

@@ -235,7 +235,7 @@ def predict(feats: dict[str, float], fits: list[FitPrompt], width: float = KERNE
     return predicted, weights
 
 
-SELF_DRAFT_LABEL = "self-q4"  # the target's own 4-bit copy as the draft (tools.bench.inputs.SELF_DRAFT)
+SELF_DRAFT_LABEL = models.SELF_DRAFT  # the target's own 4-bit copy as the draft
 
 
 @dataclass

@@ -16,7 +16,7 @@ from tools.engine.params import METHOD_NAMES, MethodName, RunMethodName
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError
 
-SELF_DRAFT = "self-q4"  # --draft: the target's own 4-bit copy (its GGUF on llama.cpp) drafts for it
+SELF_DRAFT = models.SELF_DRAFT  # --draft self-q4: the target's own 4-bit copy (its GGUF on llama.cpp) drafts for it
 BACKENDS = ("transformers", "llamacpp")
 BackendName = Literal["transformers", "llamacpp"]
 # the one bound on new tokens is GenerationSettings' (tools.engine.types); read it from that field
