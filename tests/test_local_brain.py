@@ -707,6 +707,12 @@ def test_a_prompt_the_model_ended_with_its_own_punctuation_is_the_users_text(mon
     decision.arguments = {"method": "ngram", "prompt": " ".join(code.split())}
     brain.respond(session, f"run the copy trick on this\n\n{code}")
     assert session.calls[-1][1]["prompt"] == code
+    # a copy of a fenced prompt without its first line is the whole block; unquoted text is not completed
+    decision.arguments = {"method": "ngram", "prompt": "def pack(items):\n    tmp = []\n    return tmp"}
+    brain.respond(session, f"ngram on this one:\n```\n{code}\n```")
+    assert session.calls[-1][1]["prompt"] == code
+    brain.respond(session, f"ngram on this one:\n{code}")
+    assert session.calls[-1][1]["prompt"] == decision.arguments["prompt"]
 
 
 def test_a_model_field_takes_a_model_reference_the_user_wrote(monkeypatch, chat_model_dirs):

@@ -661,11 +661,14 @@ class LocalBrain:
 
     def _whole(self, value: str) -> str:
         """The user's whole quoted prompt that ``value`` begins (the model may stop copying early, or run out of
-        its call's tokens), else ``value``."""
+        its call's tokens), or that holds it where the user quoted it (the model may skip its first line), else
+        ``value``."""
         start = _squash(value)
         for text in reversed(self.user_texts):
+            quoted = {next(g for g in m.groups() if g) for m in QUOTED.finditer(text)}
             for part in quoted_parts(text):
-                if len(part) > len(value) and _squash(part).startswith(start):
+                if len(part) > len(value) and (_squash(part).startswith(start)
+                                               or (part in quoted and start in _squash(part))):
                     return part
         return value
 
