@@ -745,6 +745,13 @@ def test_an_optional_prompt_that_is_the_whole_request_is_dropped(monkeypatch, ch
         monkeypatch.setattr(brain, "decide", lambda text, d=decision: d)
         brain.respond(session, request + (", all sending 'Write a limerick.'" if kept else ""))
         assert session.calls[-1][1].get("prompt") == kept
+    # a copy of the whole request that grounding cuts where the settings begin is the prompt written before them
+    written = "Write a limerick. Then sweep ngram under vllm with 256 new tokens."
+    decision = local.Decision(name="measure_serving", arguments={"methods": ["ngram"], "max_new_tokens": 256,
+                                                                 "prompt": written})
+    monkeypatch.setattr(brain, "decide", lambda text: decision)
+    brain.respond(session, written)
+    assert session.calls[-1][1].get("prompt") == "Write a limerick."
 
 
 def test_a_value_the_schema_names_is_kept_though_the_user_wrote_another_form(monkeypatch, chat_model_dirs):

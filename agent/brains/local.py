@@ -720,7 +720,7 @@ class LocalBrain:
         hoist_settings(decision.arguments, properties)
         if isinstance(decision.arguments.get("prompt"), str):
             prompt = self._whole(self._verbatim(decision.arguments["prompt"]))
-            decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
+            prompt = decision.arguments["prompt"] = trim_prompt(prompt, text, decision.arguments)
             if "prompt" not in required and _squash(prompt).rstrip(" .?!") == _squash(text).rstrip(" .?!"):
                 del decision.arguments["prompt"]  # the request itself copied: it asked for the call, it is no prompt
         for key in [k for k in tool_grammar.MODEL_FIELDS if isinstance(decision.arguments.get(k), str)]:
