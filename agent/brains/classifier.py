@@ -268,11 +268,12 @@ class NumberHead:
             probs = self._probabilities(feats, beside, tool, readings[run[-1]])
             votes = Counter(max(out[i][1], key=out[i][1].get) for i in run if max(out[i][1].values()) >= MORE_LIKELY)
             votes.pop(NO_FIELD, None)  # what its numbers alone are read as setting
-            if votes:  # the argument most of them are sure of (ties: the most probable over the run)
-                top = max(votes, key=lambda name: (votes[name], sum(out[i][1].get(name, 0.0) for i in run)))
-                if (len(votes) == 1 or top in lists) and max(probs, key=probs.get) != top:
-                    probs = max((out[i][1] for i in run), key=lambda p: p.get(top, 0.0))
-            if max(probs, key=probs.get) in lists and (len(votes) <= 1 or max(probs, key=probs.get) == top):
+            # the argument most of them are sure of (ties: the most probable over the run)
+            top = max(votes, key=lambda name: (votes[name], sum(out[i][1].get(name, 0.0) for i in run)), default=None)
+            if top is not None and (len(votes) == 1 or top in lists) and max(probs, key=probs.get) != top:
+                probs = max((out[i][1] for i in run), key=lambda p: p.get(top, 0.0))
+            best = max(probs, key=probs.get)
+            if best in lists and (len(votes) <= 1 or best == top):
                 out[run[0]:run[-1] + 1] = [(out[i][0], probs) for i in run]
         return out
 

@@ -665,7 +665,7 @@ class LocalBrain:
         ``value``."""
         start = _squash(value)
         for text in reversed(self.user_texts):
-            quoted = {next(g for g in m.groups() if g) for m in QUOTED.finditer(text)}
+            quoted = quoted_spans(text)
             for part in quoted_parts(text):
                 if len(part) > len(value) and (_squash(part).startswith(start)
                                                or (part in quoted and start in _squash(part))):
@@ -796,7 +796,7 @@ def trim_prompt(prompt: str, text: str, arguments: dict) -> str:
     """``prompt`` cut at the line or sentence end before a number that is also one of the call's own values
     and is written nowhere else in ``text``: the span ran on into the settings ("...palindrome. Use 256 new
     tokens." with max_new_tokens 256). A prompt the user quoted is theirs as it is."""
-    if prompt in [next(g for g in m.groups() if g) for m in QUOTED.finditer(text)]:
+    if prompt in quoted_spans(text):
         return prompt
     values: set[float] = set()
 
@@ -956,10 +956,14 @@ def hoist_settings(arguments: dict, properties: dict) -> None:
         del arguments["params"]
 
 
+def quoted_spans(text: str) -> list[str]:
+    """The quoted texts of a message: in quotes, or in a fenced code block (its lines, without the fences)."""
+    return [next(g for g in m.groups() if g) for m in QUOTED.finditer(text)]
+
+
 def quoted_parts(text: str) -> list[str]:
     """The quoted texts of a message, and what follows its first colon (how users give a prompt)."""
-    parts = [next(g for g in m.groups() if g) for m in QUOTED.finditer(text)]
-    return parts + ([text.split(":", 1)[1].strip()] if ":" in text else [])
+    return quoted_spans(text) + ([text.split(":", 1)[1].strip()] if ":" in text else [])
 
 
 def ask_for(decision: Decision, key: str) -> str:

@@ -20,6 +20,7 @@ CALL_OPEN = '{"name": "'
 ARGS_OPEN = '", "arguments": '
 CALL_CLOSE = "}"
 MAX_NOTE_CHARS = 200  # an argument's description in a note
+ASSISTANT_OPEN = f"{IM_START}assistant\n"  # where the model's turn begins
 REPLY = "reply"  # the pseudo-tool of an answer in words
 REPLY_LINE = f"{REPLY}(text*: text) - answer in words: ask for what is missing, decline, greet or say goodbye"
 
@@ -147,12 +148,11 @@ def arguments_note(descriptions: dict[str, str]) -> str:
 
 def with_note(context: str, note: str) -> str:
     """``context`` (ending with the assistant's turn opened by :func:`user_turn`) with ``note`` before that turn."""
-    opened = f"{IM_START}assistant\n"
-    if not note or not context.endswith(opened):
+    if not note or not context.endswith(ASSISTANT_OPEN):
         return context
-    return context[: -len(opened)] + note + opened
+    return context[: -len(ASSISTANT_OPEN)] + note + ASSISTANT_OPEN
 
 
 def user_turn(text: str) -> str:
     """A user message and the start of the assistant's answer."""
-    return f"{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n"
+    return f"{IM_START}user\n{text}{IM_END}\n{ASSISTANT_OPEN}"
