@@ -41,6 +41,7 @@ from agent.brains import local_prompt, tool_grammar
 from agent.brains.base import QUOTED, Reply
 from agent.brains.classifier import MAX_CHARS as CLASSIFIER_MAX_CHARS
 from agent.brains.classifier import NUMBER as CLASSIFIER_NUMBER
+from agent.brains.classifier import _numbers as classifier_numbers
 from agent.brains.classifier import (ABSENT, MORE_LIKELY, NO_FIELD, NO_TOOL, TOKEN, WORD_EDGES, ToolClassifier,
                                      default_classifier, spelled_out)
 from agent.brains.constrained import ConstrainedLM
@@ -498,7 +499,8 @@ class LocalBrain:
             if len(fits) == 1:
                 fields[i] = (raw, {fits[0]: 1.0})
         placed, unsure = assign(fields, lists=lists)
-        for name, _, raw in placed:
+        for name, _, i in placed:
+            raw = fields[i][0]
             if name not in args:
                 continue
             if args[name].kind == "string_list":
@@ -527,11 +529,17 @@ class LocalBrain:
                     owners.setdefault(arg.name, []).append(m)
         fields = head.fields(text, tool.name, frozenset(lists))
         keyed = keyed_numbers(text, top | own | set(owners))
-        placed, unsure = assign([f for i, f in enumerate(fields) if i not in keyed.values()], taken=set(keyed),
-                                lists=lists)
-        placed += [(name, 1.0, fields[i][0]) for name, i in keyed.items() if i < len(fields)]
+        placed, unsure = assign([(raw, {NO_FIELD: 1.0}) if i in keyed.values() else (raw, probs)
+                                 for i, (raw, probs) in enumerate(fields)], taken=set(keyed), lists=lists)
+        placed += [(name, 1.0, i) for name, i in keyed.items() if i < len(fields)]
+        # a number among the settings that the head reads as setting nothing, but gives an argument at least
+        # OFFERED, may be a setting in words it has not learned ("32 tokns", "8 cores"): the model places it
+        placed_at = {i for _, _, i in placed}
+        unsure = unsure or any(max([p for k, p in fields[i][1].items() if k != NO_FIELD], default=0.0) >= OFFERED
+                               for i in setting_numbers(text) - placed_at)
         out: dict = {}
-        for name, _, raw in placed:
+        for name, _, i in placed:
+            raw = fields[i][0]
             value = float(raw) if "." in raw else int(raw)
             if name in lists:
                 values = out.setdefault(name, [])
@@ -833,11 +841,20 @@ def keyed_numbers(text: str, names: set[str]) -> dict[str, int]:
     return out
 
 
+def setting_numbers(text: str) -> set[int]:
+    """The numbers of ``text`` (their indices among the number head's values) written among its settings: outside
+    its quoted spans and before a prompt given after a colon."""
+    quoted = [m.span() for m in QUOTED.finditer(text)]
+    colon = text.find(":") if ":" in text else len(text)
+    return {i for i, (*_, (start, _)) in enumerate(classifier_numbers(text))
+            if start < colon and not any(a <= start < b for a, b in quoted)}
+
+
 def assign(fields: list[tuple[str, dict[str, float]]], taken: set[str] = frozenset(),
-           lists: set[str] = frozenset()) -> tuple[list[tuple[str, float, str]], bool]:
-    """Each written value's argument, from its head's probabilities: (argument, probability, value) in the
-    order written, and whether a value was left unplaced. The surest placement is made first; an argument
-    takes one value (one of ``lists`` takes any number), so a value whose likeliest argument is taken is
+           lists: set[str] = frozenset()) -> tuple[list[tuple[str, float, int]], bool]:
+    """Each written value's argument, from its head's probabilities: (argument, probability, the value's index in
+    ``fields``) in the order written, and whether a value was left unplaced. The surest placement is made first;
+    an argument takes one value (one of ``lists`` takes any number), so a value whose likeliest argument is taken is
     placed by its probabilities over the arguments still free (renormalised: "ngram 3 and guess 3" gives
     each 3 its own). A value is placed where that probability is at least MORE_LIKELY (NO_FIELD: it sets
     nothing); the others are unplaced. ``taken``: arguments set otherwise."""
@@ -854,25 +871,26 @@ def assign(fields: list[tuple[str, dict[str, float]]], taken: set[str] = frozens
                 best = (probs[name] / total, i, name)
         p, i, name = best
         if p < MORE_LIKELY:
-            return [(name, q, fields[j][0]) for name, q, j in sorted(placed, key=lambda t: t[2])], True
+            return sorted(placed, key=lambda t: t[2]), True
         left.remove(i)
         if name != NO_FIELD:
             placed.append((name, p, i))
             taken.add(name)
-    return [(name, p, fields[i][0]) for name, p, i in sorted(placed, key=lambda t: t[2])], False
+    return sorted(placed, key=lambda t: t[2]), False
 
 
 def ground_params(arguments: dict, said: str) -> None:
     """Inside ``params`` (one method's, or one per method for a comparison) the model keeps a text value only
     where it is in the user's words (a head folder, a tree file), and a choice or switch only where the user
     wrote its value or named its parameter (the first five letters of each part of its name of three letters or
-    more are in their words: "adapt" for adaptive_k); anything else is the model's invention (a head folder, a
-    quantisation, a switch the user never asked for). Numbers stay: users spell them ("k four"), and the
-    number head places the written ones."""
+    more are in their words: "adapt" for adaptive_k), and a number only where the user wrote it (``said`` has
+    numbers in words as digits: "k four"); anything else is the model's invention (a head folder, a
+    quantisation, a switch the user never asked for, a depth of 1)."""
     params = arguments.get("params")
     if not isinstance(params, dict):
         return
     text = _squash(said)
+    written = {float(n) for n in NUMBER.findall(spelled_out(said))}
     per_method = "method" not in arguments and all(isinstance(v, dict) for v in params.values())
     for method, own in list(params.items() if per_method else [(arguments.get("method"), params)]):
         kinds = {a.name: a.kind for a in tool_grammar.param_args(method)}
@@ -882,7 +900,7 @@ def ground_params(arguments: dict, said: str) -> None:
             elif isinstance(value, str):
                 keep = _squash(value) in text or value.lower() in models.BUILTIN_MODELS
             else:
-                keep = True
+                keep = isinstance(value, (int, float)) and float(value) in written
             if not keep:
                 del own[key]
         if per_method and not own:
