@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.brains import classifier
 from agent.brains.classifier import NO_TOOL, TOOL_HEAD, default_classifier, features, load_bytes, save
 from tools.agent_tools import registry
 
@@ -236,3 +237,11 @@ def test_the_value_heads_of_the_reading_answer_only_for_the_text_read_and_surviv
     assert again.value_head("number", "another request") is again.number_head
     again.read(text, None)
     assert again.value_head("number", text) is again.number_head
+
+
+def test_an_arguments_name_is_read_with_its_words_joined_where_no_other_name_joins_the_same():
+    labels = ["warmup", "topk", "top_k", "max_new_tokens"]
+    hits = classifier.naming((["untimed"], ["warm-ups", "first"]), labels)  # "2 untimed warm-ups": warmup's name
+    assert hits[0].any() and not hits[1:].any()
+    hits = classifier.naming(([], ["top-k"]), labels)  # top_k's own spelling, never eagle's topk
+    assert hits[2].any() and not hits[1].any()

@@ -135,7 +135,7 @@ def _runs(text: str, labels: list[str]) -> list[tuple[list[int], Counter, tuple[
     number beside "parallel clients"."""
     text = spelled_out(text[:MAX_CHARS])
     matches = list(NUMBER.finditer(text))
-    names = {word for whole, parts in _label_names(tuple(labels)) for word in (whole, *parts)}
+    names = {word for whole, _, parts in _label_names(tuple(labels)) for word in (whole, *parts)}
     runs, run = [], [0] if matches else []
     alone = [not (text[m.start() - 1:m.start()].isalpha() or text[m.end():m.end() + 1].isalpha()) for m in matches]
     for i in range(1, len(matches) + 1):
@@ -172,19 +172,25 @@ def naming(beside: tuple[list[str], list[str]], labels: list[str]) -> np.ndarray
     for side, words_beside in enumerate(beside):
         for distance, word in enumerate(words_beside[:NAMED]):
             column = 2 * (NAMED * side + distance)
-            for i, (whole, parts) in enumerate(names):
-                if _stem(word) == whole:
+            stem = _stem(word)
+            for i, (whole, joined, parts) in enumerate(names):
+                if stem == whole or (joined and stem.replace("_", "") == joined):
                     out[i, column] = 1.0
-                elif _stem(word) in parts:
+                elif stem in parts:
                     out[i, column + 1] = 1.0
     return out
 
 
 @lru_cache(maxsize=8)
-def _label_names(labels: tuple[str, ...]) -> list[tuple[str, set[str]]]:
-    """Each label's whole name and the words of a name with underscores (three letters or more), stemmed."""
-    return [(_stem(label), {_stem(part) for part in label.split("_") if len(part) >= 3} if "_" in label else set())
-            for label in labels]
+def _label_names(labels: tuple[str, ...]) -> list[tuple[str, str, set[str]]]:
+    """Each label's whole name, stemmed; that name with its words joined ("warm-ups" names warmup, "max new
+    tokens" does not), or "" where another label joins to the same (topk, top_k); and the words of a name with
+    underscores (three letters or more), stemmed."""
+    stems = [_stem(label) for label in labels]
+    joined = Counter(stem.replace("_", "") for stem in stems)
+    return [(stem, stem.replace("_", "") if joined[stem.replace("_", "")] == 1 else "",
+             {_stem(part) for part in label.split("_") if len(part) >= 3} if "_" in label else set())
+            for label, stem in zip(labels, stems)]
 
 
 def references(text: str) -> list[tuple[str, Counter]]:

@@ -900,7 +900,7 @@ def ground_params(arguments: dict, said: str) -> None:
             elif isinstance(value, str):
                 keep = _squash(value) in text or value.lower() in models.BUILTIN_MODELS
             else:
-                keep = isinstance(value, (int, float)) and float(value) in written
+                keep = float(value) in written if isinstance(value, (int, float)) else True
             if not keep:
                 del own[key]
         if per_method and not own:
