@@ -996,6 +996,13 @@ def test_a_prompt_span_that_ran_on_into_the_settings_is_cut_where_they_begin():
     quoted = 'ngram on "Summarize it. Room 4." please'
     assert local.trim_prompt("Summarize it. Room 4.", quoted, {"params": {"max_ngram_size": 4}}) == \
         "Summarize it. Room 4."
+    # a span that is the settings line itself: the prompt is on the lines after it
+    below = "Run EAGLE with depth 7 and 16 tree nodes, 5 repeats, on this prompt\nExplain threads.\nBriefly."
+    assert local.trim_prompt(below.split("\n")[0], below, {"params": {"depth": 7, "tree_nodes": 16}, "repeats": 5}) \
+        == "Explain threads.\nBriefly."
+    # ... where there are such lines; else the span stays
+    alone = "Run EAGLE with depth 7 on this prompt"
+    assert local.trim_prompt(alone, alone, {"params": {"depth": 7}}) == alone
 
 
 def test_fetching_the_brains_model_prepares_its_cached_prompt(monkeypatch, tmp_path):

@@ -803,7 +803,9 @@ def reading_state(model: str, prefix: str | None) -> str:
 def trim_prompt(prompt: str, text: str, arguments: dict) -> str:
     """``prompt`` cut at the line or sentence end before a number that is also one of the call's own values
     and is written nowhere else in ``text``: the span ran on into the settings ("...palindrome. Use 256 new
-    tokens." with max_new_tokens 256). A prompt the user quoted is theirs as it is."""
+    tokens." with max_new_tokens 256). Where that number is in the prompt's first sentence, the span is the
+    settings themselves, and the lines of ``text`` after it are the prompt ("Run EAGLE with depth 7 on this
+    prompt\nExplain threads."). A prompt the user quoted is theirs as it is."""
     if prompt in quoted_spans(text):
         return prompt
     values: set[float] = set()
@@ -822,7 +824,8 @@ def trim_prompt(prompt: str, text: str, arguments: dict) -> str:
             ends = [m.end() for m in SENTENCE_END.finditer(prompt[:match.start()])]
             if ends and prompt[:ends[-1]].strip():
                 return prompt[:ends[-1]].rstrip()
-            return prompt
+            rest = text.split(prompt, 1)[1] if prompt in text else ""
+            return rest.strip() if rest.startswith("\n") and rest.strip() else prompt
     return prompt
 
 
