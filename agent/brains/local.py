@@ -805,7 +805,7 @@ def trim_prompt(prompt: str, text: str, arguments: dict) -> str:
     and is written nowhere else in ``text``: the span ran on into the settings ("...palindrome. Use 256 new
     tokens." with max_new_tokens 256). Where that number is in the prompt's first sentence, the span is the
     settings themselves, and the lines of ``text`` after it are the prompt ("Run EAGLE with depth 7 on this
-    prompt\nExplain threads."). A prompt the user quoted is theirs as it is."""
+    prompt\\nExplain threads."). A prompt the user quoted is theirs as it is."""
     if prompt in quoted_spans(text):
         return prompt
     values: set[float] = set()
