@@ -413,6 +413,12 @@ def test_the_models_params_keep_only_what_the_user_wrote():
                                                                            "eagle": {"depth": 1, "topk": 8}}}
     local.ground_params(invented, "only use 8 cores. lookahead vs eagle on 'x'")
     assert invented["params"] == {"eagle": {"topk": 8}}  # a number nobody wrote is the model's invention
+    inside = {"method": "medusa", "prompt": "x", "params": {"tree": "llm"}}
+    local.ground_params(inside, "medusa on 'x' beside the medusa-llm package")
+    assert "params" not in inside  # part of a word is no value the user gave
+    partial = {"method": "medusa", "prompt": "x", "params": {"tree": "trees/cpu8.json"}}
+    local.ground_params(partial, "medusa with the tree in ./trees/cpu8.json, on 'x'")
+    assert partial["params"] == {"tree": "./trees/cpu8.json"}  # a path copied in part is the user's whole path
 
 
 def test_a_switch_the_user_named_is_one_the_model_must_write():

@@ -884,7 +884,8 @@ def assign(fields: list[tuple[str, dict[str, float]]], taken: set[str] = frozens
 
 def ground_params(arguments: dict, said: str) -> None:
     """Inside ``params`` (one method's, or one per method for a comparison) the model keeps a text value only
-    where it is in the user's words (a head folder, a tree file), and a choice or switch only where the user
+    where it is one of the user's words, a path copied in part completed to theirs (a head folder, a tree
+    file: :func:`user_word`), and a choice or switch only where the user
     wrote its value or named its parameter (the first five letters of each part of its name of three letters or
     more are in their words: "adapt" for adaptive_k), and a number only where the user wrote it (``said`` has
     numbers in words as digits: "k four"); anything else is the model's invention (a head folder, a
@@ -901,7 +902,9 @@ def ground_params(arguments: dict, said: str) -> None:
             if isinstance(value, bool) or kinds.get(key) in ("enum", "bool"):
                 keep = names(key, text) or (isinstance(value, str) and _squash(value) in text)
             elif isinstance(value, str):
-                keep = _squash(value) in text or value.lower() in models.BUILTIN_MODELS
+                word = user_word(value, said)
+                keep = word is not None or value.lower() in models.BUILTIN_MODELS
+                own[key] = word or value
             else:
                 keep = float(value) in written if isinstance(value, (int, float)) else True
             if not keep:
@@ -910,6 +913,18 @@ def ground_params(arguments: dict, said: str) -> None:
             del params[method]
     if not params:
         del arguments["params"]
+
+
+def user_word(value: str, said: str) -> str | None:
+    """The user's word that ``value`` is, or that a path, file or URL the model copied in part (it holds a
+    separator or a point) completes to; a value of several words where ``said`` holds it; else None: a value
+    inside a word ("llm" of "medusa-llm") is none the user gave."""
+    if any(ch.isspace() for ch in value.strip()):
+        return value if _squash(value) in _squash(said) else None
+    for word in (w.strip(WORD_EDGES).rstrip(".:!?") for w in said.split()):
+        if word.casefold() == value.casefold() or (value in word and any(ch in value for ch in "/\\.")):
+            return word
+    return None
 
 
 def names(key: str, text: str) -> bool:
