@@ -696,13 +696,12 @@ class LocalBrain:
 
     def _words_holding(self, value: str) -> list[str]:
         """The user's words (without quotes, brackets and closing punctuation) that hold ``value``, newest first."""
-        return [w for text in reversed(self.user_texts) for w in
-                (word.strip(WORD_EDGES).rstrip(".:!?") for word in text.split()) if value and value in w]
+        return [w for text in reversed(self.user_texts) for w in bare_words(text) if value and value in w]
 
     def _path_word(self, value: str) -> str:
         """A path, file or URL the model copied in part ("home/ana/notes.txt"), completed to the user's whole
         word that holds it ("/home/ana/notes.txt"); any other value as it is."""
-        if not value or any(ch.isspace() for ch in value) or not any(ch in value for ch in "/\\."):
+        if not _path_like(value):
             return value
         return next(iter(self._words_holding(value)), value)
 
@@ -921,10 +920,20 @@ def user_word(value: str, said: str) -> str | None:
     inside a word ("llm" of "medusa-llm") is none the user gave."""
     if any(ch.isspace() for ch in value.strip()):
         return value if _squash(value) in _squash(said) else None
-    for word in (w.strip(WORD_EDGES).rstrip(".:!?") for w in said.split()):
-        if word.casefold() == value.casefold() or (value in word and any(ch in value for ch in "/\\.")):
+    for word in bare_words(said):
+        if word.casefold() == value.casefold() or (value in word and _path_like(value)):
             return word
     return None
+
+
+def bare_words(text: str) -> list[str]:
+    """The words of ``text`` without the quotes, brackets and closing punctuation around them."""
+    return [word.strip(WORD_EDGES).rstrip(".:!?") for word in text.split()]
+
+
+def _path_like(value: str) -> bool:
+    """Whether ``value`` may be a path, file or URL copied in part: one word with a separator or a point."""
+    return bool(value) and not any(ch.isspace() for ch in value) and any(ch in value for ch in "/\\.")
 
 
 def names(key: str, text: str) -> bool:
