@@ -556,6 +556,35 @@ def test_among_candidates_the_call_takes_the_name_the_classifier_and_model_find_
     assert brain.pick(lm, text, names) == "explain"
 
 
+def test_a_choice_its_head_reads_as_set_but_is_unsure_of_takes_the_value_head_and_model_find_likeliest(
+        chat_model_dirs):
+    class Heads(FixedClassifier):
+        def __init__(self, topic):
+            super().__init__("explain")
+            self.topic = topic
+
+        def argument(self, name, text, tool=None):
+            return self.topic if name == "topic" else {}
+
+    lm = local.load_engine(str(chat_model_dirs[0]))
+    text = "what is that method?"
+    tool = registry.load_tools()["explain"]
+    values = ("ngram", "draft", "eagle")
+    lm.begin(local_prompt.user_turn(text))
+    model = lm.score([f'{local_prompt.CALL_OPEN}explain{local_prompt.ARGS_OPEN}{{"topic": "{v}"' for v in values])
+    probs = {"ngram": 0.5, "draft": 0.3, "eagle": 0.2}
+    brain = local.LocalBrain(str(chat_model_dirs[0]), classifier=Heads(probs))
+    best = max(values, key=lambda v: math.log(probs[v]) + model[values.index(v)])
+    assert brain.weigh(lm, text, tool, {"topic": values, "detail": ("short",)}) == {"topic": best}
+    brain.classifier = Heads({"eagle": 1 - 2e-9, "ngram": 1e-9, "draft": 1e-9})  # a head all but sure outweighs
+    assert brain.weigh(lm, text, tool, {"topic": values}) == {"topic": "eagle"}
+    # a head that reads the choice as most likely left out leaves it to the model; so does a single value
+    brain.classifier = Heads({"<absent>": 0.5, "ngram": 0.3, "draft": 0.2})
+    assert brain.weigh(lm, text, tool, {"topic": values}) == {}
+    brain.classifier = Heads(probs)
+    assert brain.weigh(lm, text, tool, {"topic": ("ngram",)}) == {}
+
+
 def test_an_unsure_classifier_leaves_the_choice_among_its_candidates_to_the_model(chat_model_dirs):
     class Unsure:
         def probabilities(self, text):

@@ -398,6 +398,25 @@ class LocalBrain:
         scores = [a + b for a, b in zip(prior, model)]
         return names[scores.index(max(scores))]
 
+    def weigh(self, lm: ConstrainedLM, text: str, tool: Any, narrowed: dict[str, tuple[str, ...]]) -> dict[str, str]:
+        """The value of each choice among ``narrowed`` whose head reads it as set but is unsure of the value,
+        chosen as :meth:`pick` chooses the tool: the value most probable to the head and the model together (the
+        model's probability of writing it as the call's first argument, after the conversation)."""
+        out = {}
+        for arg in tool_grammar.tool_args(tool) if self.classifier is not None else ():
+            values = narrowed.get(arg.name, ())
+            if arg.kind != "enum" or len(values) < 2:
+                continue
+            probs = self.classifier.argument(arg.name, text, tool.name)
+            if max(probs, key=probs.get) == ABSENT:
+                continue  # the model reads whether the user set it at all
+            prior = [math.log(max(probs.get(v, 0.0), 1e-9)) for v in values]
+            model = lm.score([f'{local_prompt.CALL_OPEN}{tool.name}{local_prompt.ARGS_OPEN}{{"{arg.name}": "{v}"'
+                              for v in values])
+            scores = [a + b for a, b in zip(prior, model)]
+            out[arg.name] = values[scores.index(max(scores))]
+        return out
+
     def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str], dict[str, tuple[str, ...]]]:
         """``tool``'s arguments as the classifier's heads read ``text``: (the values they give, the arguments
         they leave out, the choice arguments whose values the model chooses among a few); the model writes the
@@ -569,6 +588,9 @@ class LocalBrain:
                                  "properties": {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}}}
                 continue
             given, withheld, narrowed = self.choices(text, tools[name])
+            for arg, value in self.weigh(lm, text, tools[name], narrowed).items():
+                given[arg] = value
+                del narrowed[arg]
             answered = set(narrowed) & {a.name for a in tool_grammar.tool_args(tools[name])
                                         if a.kind == "bool" and not a.required}  # optional switches heads are unsure of
             if answered:  # their schema (copied per call) only when there are some
