@@ -144,3 +144,67 @@ def test_reports_never_share_a_name_nor_write_through_a_planted_file(tmp_path):
     with pytest.raises(ParameterError, match="exists already"):
         write_report(runs, fmt="md", out=tmp_path / "planted.md", task=task)
     assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("fmt, planted", [("md", "mine-speedup.png"), ("md", "mine-serving.png"),
+                                          ("png", "mine-acceptance.png"), ("md", "mine.md")])
+def test_a_report_replaces_no_file_charts_included_and_writes_nothing_on_a_clash(tmp_path, fmt, planted):
+    store = Store()
+    task_id, _ = store_fake_bench(store)
+    runs, task = select_runs(store, task_id=task_id)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / planted).write_text("precious")
+    with pytest.raises(ParameterError, match=f"{planted} exists already; a report never replaces a file"):
+        write_report(runs, fmt=fmt, out=folder / f"mine.{fmt}", task=task)
+    assert [p.name for p in folder.iterdir()] == [planted] and (folder / planted).read_text() == "precious"
+
+
+def test_a_chart_is_never_written_through_a_symlink(tmp_path):
+    store = Store()
+    task_id, _ = store_fake_bench(store)
+    runs, task = select_runs(store, task_id=task_id)
+    victim = tmp_path / "victim.png"
+    victim.write_text("keep me")
+    (tmp_path / "r-acceptance.png").symlink_to(victim)
+    with pytest.raises(ParameterError, match="exists already"):
+        write_report(runs, fmt="png", out=tmp_path / "r.png", task=task)
+    assert victim.read_text() == "keep me" and not (tmp_path / "r-speedup.png").exists()
+
+
+def test_a_failed_write_leaves_no_half_report(tmp_path, monkeypatch):
+    from tools.report import markdown
+
+    store = Store()
+    task_id, _ = store_fake_bench(store)
+    runs, task = select_runs(store, task_id=task_id)
+    real = markdown.write_new
+
+    def full_disk(path, data):
+        if path.suffix == ".md":
+            raise ParameterError(f"cannot write {path}: No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(markdown, "write_new", full_disk)
+    with pytest.raises(ParameterError, match="No space left"):
+        write_report(runs, fmt="md", out=tmp_path / "out" / "r.md", task=task)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_bad_out_is_one_clear_sentence(tmp_path, capsys):
+    from agent.cli.main import main
+
+    store = Store()
+    task_id, _ = store_fake_bench(store)
+    runs, task = select_runs(store, task_id=task_id)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ParameterError, match=f"{afile} is a file, not a folder"):
+        write_report(runs, fmt="md", out=afile / "r.md", task=task)
+    with pytest.raises(ParameterError, match="cannot create the folder"):
+        write_report(runs, fmt="md", out=afile / "sub" / "r.md", task=task)
+    with pytest.raises(ParameterError, match="--out is empty"):
+        write_report(runs, fmt="md", out="", task=task)
+    assert afile.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["afile", "specpilot-home"]
+    assert main(["report", "--out", ""]) == 2
+    assert "error: --out is empty" in capsys.readouterr().err

@@ -26,7 +26,8 @@ from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine.params import shown_value
 from tools.errors import ParameterError
 from tools.report.markdown import select_runs, write_report
-from tools.report.results import README_BEGIN, check_name, save_bench_result, write_results_docs
+from tools.report.results import (README_BEGIN, check_name, default_results_dir, results_in, save_bench_result,
+                                  write_results_docs)
 
 
 # ---------------------------------------------------------------------------- shared
@@ -361,11 +362,21 @@ def cmd_report(args) -> int:
 def cmd_report_results(args) -> int:
     """``report --results DIR``: docs/results.md (or --out), its charts and the README's results block, generated
     from the result files in DIR (tools.report.results)."""
+    if args.out is not None and not args.out.strip():
+        raise ParameterError("--out is empty", hint="give the page's file name, such as docs/results.md")
     folder = Path(args.results)
+    results_in(folder)  # a missing or empty folder is named before --out is asked for
     repo = folder.resolve().parent.parent  # benchmarks/results -> the repository
-    target = Path(args.out) if args.out else repo / "docs" / "results.md"
+    if args.out:
+        target = Path(args.out)
+    elif folder.resolve() == default_results_dir().resolve():
+        target = repo / "docs" / "results.md"
+    else:  # a docs/results.md beside some other folder may be anyone's page
+        raise ParameterError(f"say where the results page made from {folder} goes",
+                             hint="pass --out PAGE.md (docs/results.md is the default only for this checkout's "
+                                  "benchmarks/results)")
     readme = Path(args.readme) if args.readme else repo / "README.md"
-    if not args.readme and not (readme.is_file() and README_BEGIN in readme.read_text(encoding="utf-8")):
+    if not args.readme and not _has_results_block(readme):
         readme = None  # no README with a results block beside those results: only the page
     result = write_results_docs(folder, target, readme)
     if args.json:
@@ -378,6 +389,14 @@ def cmd_report_results(args) -> int:
         out.print(f"chart: {path}")
     out.print(f"from {len(result['results'])} result file(s) in {folder}")
     return 0
+
+
+def _has_results_block(readme: Path) -> bool:
+    """Whether ``readme`` is a file with a results block; one that cannot be read has none (it was not asked for)."""
+    try:
+        return readme.is_file() and README_BEGIN in readme.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------- tune

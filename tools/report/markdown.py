@@ -9,6 +9,7 @@ here sends anything off the machine (sharing goes through the share approval gat
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from memory.store import home_dir
 from tools.bench.summary import method_stats, quality_text, recommend, summarise
 from tools.engine.params import METHODS
 from tools.errors import ParameterError
+from tools.report.files import exists_already, make_folder, write_new
 from tools.report.serving import chart_serving
 
 FORMATS = ("md", "json", "png")
@@ -165,6 +167,14 @@ def _figure(width: float, height: float):
     return fig
 
 
+def _save_png(fig, path: Path) -> Path:
+    """Write ``fig`` as a new PNG file at ``path`` (never over a file, :func:`write_new`) and return ``path``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_new(path, buf.getvalue())
+    return path
+
+
 def _method_spec(method: str):
     """The method table's entry for ``method`` (None for peers and unknown names)."""
     return METHODS.get(method)
@@ -208,8 +218,7 @@ def chart_speedup(runs: list[dict], path: Path) -> Path | None:
     ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
     fig.text(0.01, 0.01, caption(runs), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path)
-    return path
+    return _save_png(fig, path)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -240,8 +249,7 @@ def chart_acceptance(runs: list[dict], path: Path) -> Path | None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.text(0.01, 0.01, caption(runs), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path)
-    return path
+    return _save_png(fig, path)
 
 
 def chart_categories(runs: list[dict], path: Path) -> Path | None:
@@ -273,21 +281,28 @@ def chart_categories(runs: list[dict], path: Path) -> Path | None:
     ax.legend(fontsize=8, ncols=min(len(labels), 5), loc="upper left")
     fig.text(0.01, 0.01, caption(runs), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path)
-    return path
+    return _save_png(fig, path)
+
+
+CHART_NAMES = ("speedup", "acceptance", "categories", "serving")
 
 
 def make_charts(runs: list[dict], folder: Path, stem: str) -> dict[str, Path]:
-    """Write every chart that has data; return {"speedup"|"acceptance"|"categories"|"serving": path} (serving:
-    throughput against TPOT per method and concurrency level, for runs measured on vLLM or an endpoint)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    makers = {"speedup": chart_speedup, "acceptance": chart_acceptance, "categories": chart_categories,
-              "serving": chart_serving}
+    """Write every chart that has data, each as a new file (``STEM-NAME.png``, NAME from :data:`CHART_NAMES`);
+    return {"speedup"|"acceptance"|"categories"|"serving": path} (serving: throughput against TPOT per method
+    and concurrency level, for runs measured on vLLM or an endpoint). When one cannot be written, those
+    written before it are removed and a ParameterError says why."""
+    make_folder(folder)
+    makers = dict(zip(CHART_NAMES, (chart_speedup, chart_acceptance, chart_categories, chart_serving)))
     out = {}
-    for name, maker in makers.items():
-        path = maker(runs, folder / f"{stem}-{name}.png")
-        if path is not None:
-            out[name] = path
+    try:
+        for name, maker in makers.items():
+            path = maker(runs, folder / f"{stem}-{name}.png")
+            if path is not None:
+                out[name] = path
+    except BaseException:
+        _remove(out.values())
+        raise
     return out
 
 
@@ -474,6 +489,9 @@ def _target_paths(out: str | Path | None, stem: str) -> tuple[Path, str]:
     """(folder, stem) for the files: ``out`` is a folder, or a file path whose name gives the stem."""
     if out is None:
         return reports_dir(), stem
+    if isinstance(out, str) and not out.strip():
+        raise ParameterError("--out is empty", hint="give a folder or a file name, or leave --out out for a new "
+                                                    "file in the reports folder")
     path = Path(out).expanduser()
     if path.suffix.lower() in (".md", ".json", ".png", ".markdown"):
         return path.parent, path.stem
@@ -487,20 +505,10 @@ def default_stem(runs: list[dict], task: dict | None) -> str:
     return f"report-{when}-" + (f"task{task['id']}" if task else str(runs[0]["run_id"])) + f"-{secrets.token_hex(3)}"
 
 
-NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-
-
-def write_new(path: Path, text: str) -> None:
-    """Create ``path`` with ``text``; never over an existing file and never through a symlink at that name."""
-    try:
-        fd = os.open(path, NEW_FILE, 0o644)
-    except FileExistsError:
-        raise ParameterError(f"{path} exists already; a report never replaces a file",
-                             hint="give another --out name, or leave --out out for a new file in the reports folder")
-    except OSError as exc:
-        raise ParameterError(f"cannot create {path}: {exc.strerror or exc}", hint="give a folder you can write to")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+def _remove(paths) -> None:
+    """Delete files this report created before a later one failed: no half report is left behind."""
+    for path in paths:
+        Path(path).unlink(missing_ok=True)
 
 
 def write_report(runs: list[dict], fmt: str = "md", out: str | Path | None = None, task: dict | None = None) -> dict:
@@ -512,7 +520,12 @@ def write_report(runs: list[dict], fmt: str = "md", out: str | Path | None = Non
     if not runs:
         raise ParameterError("there are no runs to report", hint="measure something first")
     folder, stem = _target_paths(out, default_stem(runs, task))
-    folder.mkdir(parents=True, exist_ok=True)
+    names = ([f"{stem}.{fmt}"] if fmt != "png" else []) + ([f"{stem}-{n}.png" for n in CHART_NAMES] if fmt != "json"
+                                                          else [])
+    for name in names:  # a clash found after some files are written would leave half a report
+        if os.path.lexists(folder / name):
+            raise exists_already(folder / name)
+    make_folder(folder)
     result: dict = {"format": fmt, "run_ids": [r["run_id"] for r in runs], "charts": {}}
     if fmt == "json":
         path = folder / f"{stem}.json"
@@ -524,7 +537,11 @@ def write_report(runs: list[dict], fmt: str = "md", out: str | Path | None = Non
     result["charts"] = {k: str(v) for k, v in charts.items()}
     if fmt == "md":
         path = folder / f"{stem}.md"
-        write_new(path, render_markdown(runs, task, charts, folder))
+        try:
+            write_new(path, render_markdown(runs, task, charts, folder))
+        except BaseException:
+            _remove(charts.values())
+            raise
         result["markdown"] = str(path)
     elif not charts:
         raise ParameterError("these runs have nothing to chart", hint="use --format md or json")

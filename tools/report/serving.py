@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from memory import helpers
-from tools.report.results import draw_sweep_chart
+from tools.report.files import write_new
+from tools.report.results import draw_sweep_chart, sweep_chart_png
 
 
 def throughput_latency_chart(result: dict, command: str = "bench", folder: Path | None = None) -> Path | None:
@@ -36,10 +37,12 @@ def rows_from_runs(runs: list[dict]) -> list[dict]:
 
 
 def chart_serving(runs: list[dict], path: Path) -> Path | None:
-    """Throughput against TPOT p50 of stored vLLM runs (a report's serving chart), or None without such runs."""
+    """Throughput against TPOT p50 of stored vLLM runs (a report's serving chart), written as a new file at ``path``;
+    None without such runs."""
     rows = rows_from_runs(runs)
     if not rows:
         return None
     hw = (runs[0].get("hardware") or {}).get("name") or "?"
-    return draw_sweep_chart({"name": path.stem, "rows": rows, "dtype": runs[0].get("dtype"), "hardware": {"name": hw}},
-                            path)
+    write_new(path, sweep_chart_png({"name": path.stem, "rows": rows, "dtype": runs[0].get("dtype"),
+                                     "hardware": {"name": hw}}))
+    return path
