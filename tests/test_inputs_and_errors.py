@@ -101,7 +101,7 @@ def test_compare_refuses_a_prompt_longer_than_the_context_before_measuring(capsy
     n = token_count(tiny_model_dir, prompt)
     code, out, err = cli(capsys, "compare", "--methods", "baseline", "ngram", "--target", str(tiny_model_dir),
                          "--dtype", "float32", "--raw", "--prompt", prompt, "--max-new-tokens", "1000", "--json")
-    assert code == 2 and out == ""
+    assert code == 2 and f"error: {json.loads(out)['error']}" in err  # --json: the one error document on stdout
     assert (f"error: the prompt is {n} tokens and max_new_tokens is 1000: {n + 1000} tokens, more than the "
             f"{TINY_CONTEXT}-token context of {tiny_model_dir} (max_position_embeddings in its config)") in err
     assert f"shorten the prompt to at most {TINY_CONTEXT - 1000} tokens" in err

@@ -8,11 +8,12 @@ on that backend size them.
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.markup import escape
 
 from agent.cli.eval import bench_modules
-from agent.cli.options import BACKEND_CHOICES, BACKEND_HELP, add_method_argument, method_table
+from agent.cli.options import BACKEND_CHOICES, BACKEND_HELP, DTYPE_CHOICES, add_method_argument, method_table
 from agent.loop import host_call
 from agent.render import err, out
 from memory import Store
@@ -47,16 +48,17 @@ def cmd_guide(args) -> int:
             measured = host_call(store, "measure_cost_curve",
                                  json.dumps({"target": args.target, "dtype": args.dtype, "repeats": args.repeats}))
             if measured.is_error:
-                out.print(f"error: {measured.content}")
-                return 2
+                return _tool_error(measured.content, args.json, 2)
             if not args.json:
                 curve = measured.content["curve_ms"]
                 out.print("forward-pass cost on this machine (ms, new tokens → time): "
                           + ", ".join(f"{n}: {t}" for n, t in curve.items()))
         result = host_call(store, "guidance", json.dumps({"method": args.method, "target": args.target}))
-    if args.json or result.is_error:
+    if result.is_error:
+        return _tool_error(result.content, args.json, 1)
+    if args.json:
         print(json.dumps(result.content, default=str))
-        return 1 if result.is_error else 0
+        return 0
     g = result.content
     out.print(f"[bold]{g['method']}[/bold] on {g['target']} — {g['hardware']['name']}")
     out.print(f"suggested: {', '.join(f'{k}={v}' for k, v in g['suggested_params'].items())}")
@@ -68,13 +70,22 @@ def cmd_guide(args) -> int:
     return 0
 
 
+def _tool_error(content: dict, as_json: bool, code: int) -> int:
+    """A tool's error as the CLI shows errors: ``error: ...`` on stderr, and with ``--json`` the tool's
+    ``{"error": ...}`` on stdout, as ``specpilot tool`` prints it; returns ``code``."""
+    print(f"error: {content.get('error', content)}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(content, default=str))
+    return code
+
+
 def add_guide_commands(sub) -> None:
     p = sub.add_parser("guide", help="parameter guidance for a method on this hardware")
     add_method_argument(p, "method", names=lambda: method_table().ACCELERATED)
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--measure", action="store_true",
                    help="first measure how the target's forward time grows with the tokens per pass, and store it")
-    p.add_argument("--dtype", default="auto",
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="the dtype --measure loads the target in (the advice is sized to the dtype runs load)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="transformers",
                    help=BACKEND_HELP + "; llamacpp: its own cost curve, and the method sized to it")

@@ -24,7 +24,7 @@ from agent.cli.medusa import add_medusa_commands
 from agent.cli.peers import add_peers_commands
 from agent.cli.serving import add_serving_options, run_serving, single_prompt, wants_serving
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
-                               add_method_options, method_params, method_table, prompt_text)
+                               add_method_options, method_params, method_table, print_json_error, prompt_text)
 from agent.render import err, out, runs_table, show_run
 from agent.termination import terminated_as_interrupt
 from memory import Store
@@ -193,32 +193,37 @@ def main(argv: list[str] | None = None) -> int:
         with terminated_as_interrupt():  # kill / a closed terminal stops a command as Ctrl-C does
             return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
-        if isinstance(exc, Terminated):
-            print(f"stopped by {exc}: ", end="", file=sys.stderr)
-        print("interrupted: " + (getattr(args, "interrupted_hint", None) or (
+        stopped = f"stopped by {exc}: " if isinstance(exc, Terminated) else ""
+        message = "interrupted: " + (getattr(args, "interrupted_hint", None) or (
             "runs and methods that finished are stored (specpilot runs list); `specpilot bench` resumes where it "
-            "stopped")), file=sys.stderr)
+            "stopped"))
+        print(stopped + message, file=sys.stderr)
+        if getattr(args, "json", False):
+            print_json_error(stopped + message)
         return 130
     except Exception as exc:  # noqa: BLE001 - a last guard: the user sees a message, not a traceback
-        return report_error(exc, args.verbose)
+        return report_error(exc, args.verbose, as_json=getattr(args, "json", False))
 
 
-def report_error(exc: Exception, verbose: bool) -> int:
+def report_error(exc: Exception, verbose: bool, as_json: bool = False) -> int:
     """Print ``exc`` as ``error: ...`` on stderr and return the exit code: 2 for an error the user can
-    fix (a SpecpilotError, bad input), 1 for anything else. With ``-v`` the traceback comes first."""
+    fix (a SpecpilotError, bad input), 1 for anything else. With ``-v`` the traceback comes first;
+    ``as_json``: the message also goes to stdout as ``{"error": ...}``, as ``specpilot tool`` prints it."""
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
     if isinstance(exc, SpecpilotError):
-        print(f"error: {exc.user_message()}", file=sys.stderr)
-        return 2
-    if isinstance(exc, ValidationError):
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']} (got {e.get('input')!r:.80})"
-                             for e in exc.errors())
-        print(f"error: {problems}", file=sys.stderr)
-        return 2
-    more = "" if verbose else "\n  (run with -v to see the traceback)"
-    print(f"error: {type(exc).__name__}: {exc}{more}", file=sys.stderr)
-    return 1
+        message, code = exc.user_message(), 2
+    elif isinstance(exc, ValidationError):
+        message = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']} (got {e.get('input')!r:.80})"
+                            for e in exc.errors())
+        code = 2
+    else:
+        more = "" if verbose else "\n  (run with -v to see the traceback)"
+        message, code = f"{type(exc).__name__}: {exc}{more}", 1
+    print(f"error: {message}", file=sys.stderr)
+    if as_json:
+        print_json_error(message)
+    return code
 
 
 def _quiet_libraries() -> None:
@@ -226,6 +231,10 @@ def _quiet_libraries() -> None:
     # loads a model never pays for it); when it already is (the command line run in-process), tell it now
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # an unreachable hub id: huggingface_hub logs each of its retries twice (its own handler and the root's),
+    # burying the one message that says what to do; the variable is read when it is imported, the level now
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     hf_logging = sys.modules.get("transformers.utils.logging")
     if hf_logging is not None:

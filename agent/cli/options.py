@@ -9,6 +9,8 @@ without them do not even read the table.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -59,6 +61,7 @@ CLI_HELP = {
     "guess": "G",
     "num_candidates": "drafts verified per step (a token tree)",
 }
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # --dtype of run, compare, bench and guide
 GROUP_TITLES = {"draft": "draft model", "ngram": "prompt lookup (ngram)"}  # default: the method's name
 
 
@@ -79,7 +82,27 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._build()
+        self._parsing = list(sys.argv[1:] if args is None else args)  # a subparser gets the words after its name
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        """Print ``error: MESSAGE`` and where the help is (not the usage: run's is ~45 lines) and exit 2;
+        with ``--json`` among the arguments, also ``{"error": ...}`` on stdout, as every command's errors."""
+        words = getattr(self, "_parsing", [])
+        text = f"{message}\n  what to do: see `{self._named_command(words).prog} --help`"
+        if "--json" in words:
+            print_json_error(text)
+        self.exit(2, f"error: {text}\n")
+
+    def _named_command(self, words: list[str]) -> argparse.ArgumentParser:
+        """The deepest subcommand ``words`` name (``runs list --bogus``: runs list's parser, whose help is
+        the one to read; the unrecognized arguments are reported by the top parser)."""
+        parser = self
+        for word in words:
+            found = [a.choices[word] for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction) and word in a.choices]
+            parser = found[0] if found else parser
+        return parser
 
     def format_help(self) -> str:
         self._build()
@@ -88,6 +111,13 @@ class Parser(argparse.ArgumentParser):
     def format_usage(self) -> str:
         self._build()
         return super().format_usage()
+
+
+def print_json_error(message: str) -> None:
+    """Write ``{"error": MESSAGE}`` to stdout, the one JSON document of a ``--json`` command that failed
+    (the shape ``specpilot tool`` prints)."""
+    sys.stdout.write(json.dumps({"error": message}, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def when_used(p: argparse.ArgumentParser, build: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -217,7 +247,7 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
     chat = p.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="chat", action="store_true", default=True, help="apply the chat template (default)")
     chat.add_argument("--raw", dest="chat", action="store_false", help="feed the prompt as raw text")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     p.add_argument("--device-map", default=None, help="passed to transformers/accelerate, e.g. auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=1, help="timed repeats after a warm-up (median reported)")
