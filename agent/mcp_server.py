@@ -22,6 +22,11 @@ Every JSON-RPC request with an id gets an answer: a line that is not JSON gets a
 parameters that are not an object, or a string holding a lone surrogate) with its id, instead of
 being dropped; a call before ``initialize`` is told to initialize first.
 
+When the client closes stdin, the requests it sent are still answered before the server ends: the
+SDK is told the input ended only once each of them is (an elicitation asked meanwhile is refused at
+once, nobody can answer it now), so a piped batch gets every answer. Calls still running after
+EOF_WAIT_S are answered with an error, as a signal's are.
+
 SIGINT, SIGTERM or SIGHUP end the server at once: every call still running is answered with an
 error saying so, the output is flushed, and the process exits with 128 + the signal's number (a tool
 still running in its worker thread is abandoned; its task stays ``running`` in memory, i.e. cut off).
@@ -50,6 +55,7 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import is_version_at_least
 
@@ -91,6 +97,10 @@ NOT_INITIALIZED_MESSAGE = ("Invalid request parameters: this connection is not i
                            "params._meta")
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 STOPPED_CODE = -32000  # a server error: the call did not finish because the server was stopped
+# how long the requests still running when stdin closes may take to finish; long, since a tool call may
+# take hours (training): a client that wants the server gone sooner sends SIGTERM (the MCP stdio shutdown)
+EOF_WAIT_S = 6 * 3600.0
+EOF_POLL_S = 0.05
 
 
 class RequestSeal:
@@ -294,12 +304,20 @@ class SpecpilotMCP:
         self.store = store
         self.seal = RequestSeal()
         self.in_flight: dict[Any, str] = {}  # request id -> tool name, while a tools/call runs
+        self.input_open = True
+        self._elicitations: set[anyio.CancelScope] = set()  # waits for an elicitation answer
         self.server = Server(SERVER_NAME, version=server_version(), instructions=_instructions(),
                              on_list_tools=self.list_tools, on_call_tool=self.call_tool)
         self.server.middleware.insert(0, explain_not_initialized)
         # the SDK's own protection of requestState (encrypted, bound to the call), around RequestSeal's
         self.server.middleware.append(RequestStateBoundary(
             RequestStateSecurity.ephemeral(ttl=STATE_TTL_S), default_audience=SERVER_NAME))
+
+    def input_ended(self) -> None:
+        """The client closed its input: an elicitation can no longer be answered; stop waiting for those asked."""
+        self.input_open = False
+        for scope in list(self._elicitations):
+            scope.cancel()
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
@@ -375,14 +393,21 @@ class SpecpilotMCP:
     async def _elicit_form(self, ctx: Any, message: str) -> Any:
         """Send elicitation/create on this connection and wait (bounded) for the client's answer."""
         try:
-            with anyio.fail_after(ELICIT_TIMEOUT_S):
-                return await ctx.session.elicit_form(message, ELICIT_SCHEMA, related_request_id=ctx.request_id)
+            with anyio.fail_after(ELICIT_TIMEOUT_S), anyio.CancelScope() as hangup:
+                if self.input_open:
+                    self._elicitations.add(hangup)
+                    try:
+                        return await ctx.session.elicit_form(message, ELICIT_SCHEMA, related_request_id=ctx.request_id)
+                    finally:
+                        self._elicitations.discard(hangup)
         except TimeoutError:
             raise ApprovalError(f"the client did not answer the approval question within {ELICIT_TIMEOUT_S / 60:.0f} "
                                 "minutes; nothing was run", hint="call the tool again to be asked anew") from None
         except Exception as exc:  # noqa: BLE001 - the client failed the elicitation: nothing is approved
             raise ApprovalError(f"the client could not ask the person ({type(exc).__name__}: {exc}); nothing was run",
                                 hint="approve it at a terminal with `specpilot tool approve ID` instead") from None
+        raise ApprovalError("the client closed its input before the approval question was answered; nothing was run",
+                            hint="approve it at a terminal with `specpilot tool approve ID` instead")
 
 
 async def explain_not_initialized(ctx: Any, call_next: Any) -> Any:
@@ -470,10 +495,11 @@ def _error(request_id: Any, code: int, message: str) -> dict:
 
 class ScreenedLines:
     """The lines from stdin, minus the invalid ones, each answered on ``wire`` before the next line is read
-    (in order, and never lost when the input ends right after it)."""
+    (in order, and never lost when the input ends right after it). Each request passed on is noted on
+    ``wire``; when the input ends, ``at_end`` is awaited before the SDK sees the end."""
 
-    def __init__(self, lines: Any, wire: WireOut):
-        self.lines, self.wire = lines, wire
+    def __init__(self, lines: Any, wire: WireOut, at_end: Callable[[], Any] | None = None):
+        self.lines, self.wire, self.at_end = lines, wire, at_end
 
     def __aiter__(self):
         return self._screened()
@@ -484,9 +510,12 @@ class ScreenedLines:
             if error is not None:
                 reply = types.JSONRPCError(jsonrpc="2.0", id=error["id"],
                                            error=types.ErrorData(code=error["code"], message=error["message"]))
-                await self.wire.write(reply.model_dump_json(by_alias=True, exclude_unset=True) + "\n")
+                await self.wire.reply(reply.model_dump_json(by_alias=True, exclude_unset=True) + "\n")
             if passed:
+                self.wire.note_request(json.loads(line))
                 yield line
+        if self.at_end is not None:
+            await self.at_end()
 
 
 class WireIn:
@@ -541,7 +570,8 @@ def _claim_stdin() -> tuple[WireIn, Callable[[], None]]:
 class WireOut:
     """The protocol's output: stdout moved to a private descriptor (fd 1 then writes to stderr, so a stray
     print misses the wire). Each line is written whole under a lock, so :meth:`write_now` (from a signal
-    watcher) never splits one; after :meth:`close` nothing more is written."""
+    watcher) never splits one; after :meth:`close` nothing more is written. It keeps the requests passed
+    to the SDK that no answer written has matched yet (:meth:`unanswered`)."""
 
     def __init__(self) -> None:
         sys.stdout.flush()
@@ -550,6 +580,7 @@ class WireOut:
         os.dup2(2, 1)
         self._lock = threading.Lock()
         self.closed = False
+        self._waiting: list[tuple[Any, str]] = []  # (request id, method) of each request not answered yet
 
     def _write(self, text: str) -> None:
         data = text.encode("utf-8")
@@ -559,7 +590,48 @@ class WireOut:
             while data:
                 data = data[os.write(self.fd, data):]
 
+    def note_request(self, message: Any) -> None:
+        """Note a message passed to the SDK: a request waits for its answer; a cancelled one gets none."""
+        if not isinstance(message, dict):
+            return
+        with self._lock:
+            if "id" in message and isinstance(message.get("method"), str):
+                self._waiting.append((message["id"], message["method"]))
+            elif message.get("method") == "notifications/cancelled" and isinstance(message.get("params"), dict):
+                self._settle(message["params"].get("requestId"))
+
+    def _settle(self, request_id: Any) -> None:
+        # "7" and 7 are one id to the SDK (coerce_request_id); the lock is held
+        key = coerce_request_id(request_id) if isinstance(request_id, (int, str)) else request_id
+        for i, (waiting, _) in enumerate(self._waiting):
+            if coerce_request_id(waiting) == key:
+                del self._waiting[i]
+                return
+
+    def _answered(self, message: Any) -> None:
+        if isinstance(message, dict) and "id" in message and "method" not in message and (
+                "result" in message or "error" in message):
+            with self._lock:
+                self._settle(message["id"])
+
+    def unanswered(self) -> list[tuple[Any, str]]:
+        """(id, method) of each request passed to the SDK that has no answer on the wire yet."""
+        with self._lock:
+            return list(self._waiting)
+
+    def _send(self, text: str) -> None:
+        self._write(text)
+        try:
+            self._answered(json.loads(text))
+        except ValueError:
+            pass
+
     async def write(self, text: str) -> None:
+        """Write one message from the SDK (an answer settles its request)."""
+        await anyio.to_thread.run_sync(self._send, text)
+
+    async def reply(self, text: str) -> None:
+        """Write the answer to a line the SDK never saw (it settles nothing)."""
         await anyio.to_thread.run_sync(self._write, text)
 
     async def flush(self) -> None:
@@ -568,6 +640,7 @@ class WireOut:
     def write_now(self, message: dict) -> None:
         """Write one JSON-RPC message at once (from the event loop, without waiting for the SDK's writer)."""
         self._write(json.dumps(message, ensure_ascii=False) + "\n")
+        self._answered(message)
 
     def close(self) -> None:
         with self._lock:
@@ -604,6 +677,34 @@ async def _stop_on_signal(app: SpecpilotMCP, wire: WireOut, stopped: dict, scope
             return
 
 
+async def _answer_before_eof(app: SpecpilotMCP, wire: WireOut, limit: float | None = None) -> None:
+    """When stdin ends: wait (at most ``limit`` s, EOF_WAIT_S) until every request passed to the SDK is
+    answered, since the SDK cancels the handlers still running when it sees the end and their answers are
+    lost. What is still unanswered then gets an error, as on a signal, and the process exits at once if a
+    tool still runs in its worker thread (it cannot be cancelled)."""
+    app.input_ended()
+    limit = EOF_WAIT_S if limit is None else limit
+    with anyio.move_on_after(limit):
+        while wire.unanswered():
+            await anyio.sleep(EOF_POLL_S)
+    left = wire.unanswered()
+    if not left:
+        return
+    for request_id, method in left:
+        what = app.in_flight.get(request_id, method)
+        wire.write_now({"jsonrpc": "2.0", "id": request_id, "error": {
+            "code": STOPPED_CODE, "data": {"reason": "input closed", "waited_s": limit, "method": method},
+            "message": f"the client closed its input and {what} did not finish within {limit:g} s; nothing more of "
+                       "it runs (its task is left unfinished in memory); keep the input open until the answer "
+                       "comes, or call it again"}})
+    wire.close()
+    log.warning("specpilot mcp: %d request(s) unfinished %g s after the input closed, answered with an error",
+                len(left), limit)
+    sys.stderr.flush()
+    if app.in_flight:
+        os._exit(1)
+
+
 async def _serve() -> int:
     lines, restore = _claim_stdin()  # first: before anything else opens a file
     wire = WireOut()
@@ -611,7 +712,8 @@ async def _serve() -> int:
     try:
         with Store() as store, anyio.CancelScope() as everything:  # a signal cancels the transport too
             app = SpecpilotMCP(store)
-            async with stdio_server(stdin=ScreenedLines(lines, wire), stdout=wire) as (read_stream, write_stream):
+            screened = ScreenedLines(lines, wire, at_end=lambda: _answer_before_eof(app, wire))
+            async with stdio_server(stdin=screened, stdout=wire) as (read_stream, write_stream):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_stop_on_signal, app, wire, stopped, everything)
                     await app.server.run(read_stream, write_stream, app.server.create_initialization_options())

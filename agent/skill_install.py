@@ -141,7 +141,8 @@ def _install_file(folder: Path, name: str, text: str, record: dict[str, str], wa
 
 
 def install_skill(skills_dir: str | Path | None = None, warn: Callable[[str], None] = _warn) -> Path:
-    """Write the skill into ``<skills_dir>/specpilot/`` (default ~/.claude/skills); return that folder.
+    """Write the skill into ``<skills_dir>/specpilot/`` (None: ~/.claude/skills; an empty name is refused);
+    return that folder.
 
     SKILL.md names the absolute path of the ``specpilot`` executable; ``warn`` is told when it is not
     on PATH (the host would not find it by name) or cannot be found at all, and about each file left as
@@ -149,7 +150,10 @@ def install_skill(skills_dir: str | Path | None = None, warn: Callable[[str], No
     the module docstring); nothing else in the folder is touched. A skill folder that is a symlink is
     refused.
     """
-    parent = Path(skills_dir or DEFAULT_SKILLS_DIR).expanduser()
+    if isinstance(skills_dir, str) and not skills_dir.strip():  # Path("") would be the current folder
+        raise ParameterError("the skills folder is empty",
+                             hint=f"pass --dir with a folder, or leave --dir out for {DEFAULT_SKILLS_DIR}")
+    parent = Path(DEFAULT_SKILLS_DIR if skills_dir is None else skills_dir).expanduser()
     folder = parent / SKILL_NAME
     if parent.exists() and not parent.is_dir():
         raise ParameterError(f"{parent} exists and is not a folder", hint="pass --dir with a folder")

@@ -336,6 +336,50 @@ def test_medusa_train_uses_an_approval_given_with_tool_approve_once(store, monke
     assert store.get_approval(row["id"])["status"] == "consumed"
 
 
+def never_asked():
+    raise AssertionError("a person was asked to approve a run that cannot start")
+
+
+def a_file(tmp_path) -> str:
+    path = tmp_path / "a-file"
+    path.write_text("not a folder")
+    return str(path)
+
+
+# QA s21 finding 8: what can be checked without loading anything is refused before an approval exists
+@pytest.mark.parametrize("extra,message", [
+    (["--steps", "-5"], "steps: Input should be greater than or equal to 1"),
+    (["--heads", "0"], "num_heads"),
+    (["--learning-rate", "0"], "learning_rate"),
+    (["--data", "/nonexistent.txt"], "training file(s) not found or not readable: /nonexistent.txt"),
+    (["--data", __file__, "/tmp"], "not found or not readable: /tmp"),
+    (["--target", "/nonexistent"], "/nonexistent is not a folder or file on this machine"),
+    (["--target", "./missing.gguf"], "GGUF file missing.gguf does not exist"),
+    (["--target", "smollm2-135m-instruct"], "the built-in model smollm2-135m-instruct is not on this machine yet"),
+    (["--out", "A_FILE"], "is a file"),
+])
+def test_medusa_train_refuses_a_run_that_cannot_start_before_asking(store, monkeypatch, tmp_path, capsys,
+                                                                    extra, message):
+    import tools.models
+
+    monkeypatch.setenv("SPECPILOT_MODELS", str(tmp_path / "no-models"))
+    monkeypatch.setattr(tools.models, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(approval, "open_terminal", never_asked)
+    args = [*MEDUSA_ARGS, "--out", str(tmp_path / "heads"), *extra]
+    args = [a_file(tmp_path) if a == "A_FILE" else a for a in args]
+    assert specpilot_main(args) == 2
+    assert message in capsys.readouterr().err
+    assert store.list_approvals() == []
+
+
+def test_medusa_train_with_bad_steps_and_no_terminal_records_no_approval(store, records, tmp_path):
+    """The QA's example: `--steps -5` with no terminal used to leave a pending approval for it."""
+    proc = run_specpilot("medusa", "train", "--target", "tiny-target", "--steps", "-5", "--out", str(tmp_path / "h"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "steps" in proc.stderr and "approv" not in proc.stderr
+    assert store.list_approvals() == [] and recorded(records["load"]) == []
+
+
 # ---- finding 4: package names ------------------------------------------------------------
 
 REFUSED_PACKAGES = ["evil-1.0.tar.gz", "evil.whl", "evil-1.0-py3-none-any.whl", "evil.zip", "EVIL.TAR.GZ", "evil.tgz",
@@ -453,6 +497,28 @@ def test_eagle_train_refuses_bad_fused_layers_or_start_before_asking(store, monk
     assert specpilot_main([*base, "--start", "shipped"]) == 2
     assert "no EAGLE head is shipped for tiny-target" in capsys.readouterr().err
     assert store.list_approvals() == []  # nothing was asked
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--epochs", "0"], "epochs"),
+    (["--passes", "9"], "passes"),
+    (["--max-tokens", "0"], "--max-tokens 0 is too few"),
+    (["--data", "/nonexistent.txt"], "training file(s) not found or not readable: /nonexistent.txt"),
+    (["--data"], "no training text for tiny-target"),
+    (["--target", "/nonexistent"], "/nonexistent is not a folder or file on this machine"),
+    (["--out", "A_FILE"], "is a file"),
+])
+def test_eagle_train_refuses_a_run_that_cannot_start_before_asking(store, monkeypatch, tmp_path, capsys,
+                                                                   extra, message):
+    import tools.models
+
+    monkeypatch.setattr(tools.models, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(approval, "open_terminal", never_asked)
+    args = ["eagle", "train", "--target", "tiny-target", "--out", str(tmp_path / "head"), "--data", __file__, *extra]
+    args = [a_file(tmp_path) if a == "A_FILE" else a for a in args]
+    assert specpilot_main(args) == 2
+    assert message in capsys.readouterr().err
+    assert store.list_approvals() == []
 
 
 def test_eagle_train_asks_for_the_float32_training_it_will_run(store, monkeypatch, tmp_path):

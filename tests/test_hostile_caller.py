@@ -223,12 +223,21 @@ def test_a_relative_destination_is_approved_and_written_as_the_absolute_folder(s
 @pytest.mark.parametrize("destination,why", [
     ("file:///etc", "file: address"), ("ftp://example.com/x", "ftp: address"), ("FTP://example.com", "ftp: address"),
     ("/no/such/folder", "not an existing folder"), ("https://", "not a usable"), ("http://exa mple.com", "not a usable"),
+    ("", "the destination is empty"), (" \t ", "the destination is empty"),
 ])
 def test_destinations_outside_the_allow_list_are_refused_before_any_approval(store, destination, why):
     add_run(store)
     result = Gate(store).call("share_results", {"destination": destination}, ToolContext(store=store))
     assert result.is_error and why in result.content["error"]
     assert store.list_approvals() == []
+
+
+@pytest.mark.parametrize("destination", ["", "   "])
+def test_an_empty_destination_is_a_parameter_error_saying_what_to_give(destination):
+    """Path("") is the current folder: an empty destination used to ask to copy the report there (QA s21, 12)."""
+    with pytest.raises(ParameterError, match="the destination is empty") as raised:
+        share.resolve_destination(destination)
+    assert "an existing folder" in raised.value.hint and "http(s) URL" in raised.value.hint
 
 
 def test_urls_are_normalised_in_the_approval(store):

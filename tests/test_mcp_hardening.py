@@ -311,6 +311,90 @@ def test_screen_line_passes_messages_and_drops_what_nobody_waits_for(line, expec
     assert screen_line(line) == expected
 
 
+# ---- stdin closed while calls run (QA s21, finding 9) ---------------------------------------
+
+# `specpilot mcp` whose model loading sleeps $LOAD_SLEEP_S seconds and then fails, with EOF_WAIT_S = $EOF_WAIT_S
+SLEEPY_SERVER = """
+import os, sys, time
+import agent.mcp_server as mcp_server
+import tools.models as models
+from tools.errors import ModelNotFoundError
+
+def sleepy_load(*a, **k):
+    time.sleep(float(os.environ["LOAD_SLEEP_S"]))
+    raise ModelNotFoundError("model loading is replaced in this test")
+
+models.load = sleepy_load
+mcp_server.EOF_WAIT_S = float(os.environ["EOF_WAIT_S"])
+sys.exit(mcp_server.serve())
+"""
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "batch", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def call(request_id, name: str, arguments: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def piped(home: Path, messages: list[dict], *, load_sleep_s: float = 0, eof_wait_s: float = 600,
+          regular_file: Path | None = None) -> tuple[int, list[dict], str, float]:
+    """Feed ``messages`` to a sleepy server all at once and close its input (a pipe, or a regular file);
+    return (exit code, the messages on stdout, stderr, seconds taken)."""
+    env = {"SPECPILOT_HOME": str(home), "PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT), "LOAD_SLEEP_S": str(load_sleep_s), "EOF_WAIT_S": str(eof_wait_s)}
+    text = "".join(json.dumps(m) + "\n" for m in messages)
+    started = time.monotonic()
+    if regular_file is not None:
+        regular_file.write_text(text)
+        with regular_file.open("rb") as stdin:
+            done = subprocess.run([sys.executable, "-c", SLEEPY_SERVER], cwd=ROOT, env=env, stdin=stdin,
+                                  capture_output=True, timeout=START_TIMEOUT_S)
+    else:
+        done = subprocess.run([sys.executable, "-c", SLEEPY_SERVER], cwd=ROOT, env=env, input=text.encode(),
+                              capture_output=True, timeout=START_TIMEOUT_S)
+    took = time.monotonic() - started
+    lines = done.stdout.decode().splitlines()
+    return done.returncode, [json.loads(line) for line in lines], done.stderr.decode(), took  # stdout: JSON only
+
+
+@pytest.mark.parametrize("stdin", ["pipe", "file"])
+def test_a_piped_batch_gets_every_answer_when_the_input_closes_at_once(specpilot_home, tmp_path, stdin):
+    """The QA's example: tool calls still running when stdin closes are answered (they were dropped)."""
+    batch = [INIT, INITIALIZED, call(2, "explain", {"topic": "medusa"}), call(3, "lookup_runs", {}),
+             {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+             call(5, "run_method", {"method": "draft", "prompt": "hi"}), {"jsonrpc": "2.0", "id": 6, "method": "ping"}]
+    code, answers, stderr, _ = piped(specpilot_home, batch, load_sleep_s=3,
+                                     regular_file=tmp_path / "batch.jsonl" if stdin == "file" else None)
+    assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
+    by_id = {a["id"]: a for a in answers if "method" not in a}
+    assert sorted(by_id) == [1, 2, 3, 4, 5, 6], answers
+    assert all("result" in a for a in by_id.values())
+    assert "medusa" in json.dumps(by_id[2]["result"]) and by_id[4]["result"]["tools"]
+    assert "model loading is replaced" in json.dumps(by_id[5]["result"])  # the slow call ran to its end
+
+
+def test_a_call_still_running_after_the_wait_is_answered_with_an_error(specpilot_home):
+    code, answers, stderr, took = piped(specpilot_home, [INIT, INITIALIZED, call(2, "run_method", {
+        "method": "draft", "prompt": "hi"})], load_sleep_s=120, eof_wait_s=2)
+    [error] = [a for a in answers if a.get("id") == 2]
+    assert error["error"]["code"] == -32000 and "closed its input and run_method did not finish" in \
+        error["error"]["message"]
+    assert code == 1 and took < 60 and "Traceback" not in stderr, (code, took, stderr[-3000:])
+
+
+def test_an_elicitation_asked_when_the_input_closes_is_refused_at_once(specpilot_home):
+    """A gated call waiting for the client's elicitation answer: nobody can answer once stdin is closed."""
+    init = {**INIT, "params": {**INIT["params"], "capabilities": {"elicitation": {}}}}
+    code, answers, stderr, took = piped(specpilot_home, [init, INITIALIZED, call(2, "install_packages", {
+        "packages": ["p-x"]})])
+    [reply] = [a for a in answers if a.get("id") == 2 and "method" not in a]
+    assert reply["result"]["isError"] and "closed its input before the approval question" in json.dumps(reply)
+    assert code == 0 and took < 60 and "Traceback" not in stderr, (code, took, stderr[-3000:])
+    assert statuses() == ["pending"]  # nothing was decided
+
+
 # ---- the fuzz: every registered tool through a real MCP stdio session ------------------------
 
 JSON_LEAVES = (st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)

@@ -3,8 +3,12 @@ warns when the executable is not on PATH (or cannot be found at all)."""
 
 from __future__ import annotations
 
+import pytest
+
 import agent.skill_install as skill_install
+from agent.cli.main import main
 from agent.skill_install import install_skill, parse_frontmatter
+from tools.errors import ParameterError
 
 
 def test_skill_md_names_the_executable_on_path_without_a_warning(tmp_path, monkeypatch):
@@ -32,3 +36,20 @@ def test_a_missing_or_unlisted_executable_is_warned_about(tmp_path, monkeypatch)
     text = (install_skill(tmp_path / "b", warn=warnings.append) / "SKILL.md").read_text()
     assert warnings == [f"specpilot is not on PATH; SKILL.md calls it by its absolute path {beside / 'specpilot'}"]
     assert f"`{beside / 'specpilot'} tool list`" in text
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_skills_folder_is_refused_not_taken_for_the_default(tmp_path, monkeypatch, capsys, given):
+    """`skill install --dir ''` used to write into ~/.claude/skills (QA s21, finding 12)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError, match="the skills folder is empty"):
+        install_skill(given, warn=lambda text: None)
+    assert main(["skill", "install", "--dir", given]) == 2
+    assert "the skills folder is empty" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists() and not (tmp_path / "specpilot").exists()  # nothing written
+
+
+def test_no_skills_folder_means_the_default_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert install_skill(None, warn=lambda text: None) == tmp_path / ".claude" / "skills" / "specpilot"

@@ -14,19 +14,36 @@ import sys
 from pathlib import Path
 
 from agent.approval import approve_command
-from agent.cli.medusa import _medusa, training_command
+from agent.cli.medusa import _medusa, check_out_folder, check_target, check_training_files, training_command
 from memory import Store
 from tools import models
 from tools.errors import ParameterError
 
 TRAIN_ACTION = "train"
+MIN_TOKENS = 8  # train_eagle drops chunks shorter than this
 TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
                  "learning_rate", "cls_weight", "fuse_layers", "start", "no_autocast", "dtype")
 
 
 def cmd_eagle_train(args) -> int:
     eagle_train = _medusa().eagle  # loads torch: when the command runs, not for --help
-    fuse = _layers(args.fuse_layers)  # bad input fails before anything is asked or loaded
+    # bad input fails before anything is asked or loaded: a person never approves a run that cannot start
+    fuse = _layers(args.fuse_layers)
+    files = [Path(f) for f in args.data] if args.data else eagle_train.default_data_files(args.target)
+    if not files:
+        raise ParameterError(f"no training text for {args.target}",
+                             hint=f"give --data FILES (self-distillation answers of {args.target}, e.g. from "
+                                  "`specpilot medusa make-data --generator TARGET`)")
+    check_training_files(files)
+    if args.max_tokens < MIN_TOKENS:
+        raise ParameterError(f"--max-tokens {args.max_tokens} is too few: training takes chunks of at least "
+                             f"{MIN_TOKENS} tokens", hint="give --max-tokens 60000 or so (the default)")
+    overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
+                 "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
+                 "cls_weight": args.cls_weight, "fuse_layers": fuse, "autocast": False if args.no_autocast else None}
+    config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    check_target(args.target)
+    check_out_folder(args.out)
     start = None
     if args.start:
         start = eagle_train.load_head(args.start if args.start != "shipped" else _shipped(eagle_train, args.target))
@@ -37,15 +54,6 @@ def cmd_eagle_train(args) -> int:
     with Store() as store:
         approval = approve_command(store, TRAIN_ACTION, arguments, what, approval_id=args.approval_id)
     print(f"approved: approval {approval['id']}, by {approval['decided_by']}", file=sys.stderr)
-    files = [Path(f) for f in args.data] if args.data else eagle_train.default_data_files(args.target)
-    if not files:
-        print(f"no training text: give --data FILES (self-distillation answers of {args.target}, e.g. from "
-              "`specpilot medusa make-data --generator TARGET`)", file=sys.stderr)
-        return 2
-    overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
-                 "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
-                 "cls_weight": args.cls_weight, "fuse_layers": fuse, "autocast": False if args.no_autocast else None}
-    config = eagle_train.EagleTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
     target = models.load(args.target, dtype=args.dtype)
     summary = eagle_train.train_eagle(target, files, Path(args.out).expanduser(), config, max_tokens=args.max_tokens,
                                       log=lambda line: print(line, file=sys.stderr, flush=True),

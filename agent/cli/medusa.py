@@ -10,6 +10,7 @@ scripts and goes through the same gate.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import types
@@ -19,7 +20,8 @@ from agent.approval import approve_command
 from agent.render import err
 from memory import Store
 from tools import models
-from tools.medusa.config import default_training_files
+from tools.errors import ParameterError
+from tools.medusa.config import TrainConfig, default_training_files
 
 TRAIN_ACTION = "train"
 TRAIN_COMMAND = "specpilot medusa train"
@@ -56,6 +58,31 @@ def training_command(args, words: tuple[str, ...] = ("specpilot", "medusa", "tra
     return shlex.join(words)
 
 
+def check_training_files(files: list[Path]) -> None:
+    """Refuse training text that is missing or unreadable (before a person is asked to approve the run)."""
+    bad = [str(f) for f in files if not f.expanduser().is_file() or not os.access(f.expanduser(), os.R_OK)]
+    if bad:
+        raise ParameterError(f"training file(s) not found or not readable: {', '.join(bad)}",
+                             hint="check the paths given to --data (text files)")
+
+
+def check_target(ref: str) -> None:
+    """Refuse a target that is a local path that does not exist, or a built-in model not fetched yet, without
+    loading it (a hub id is only checked when it loads)."""
+    path = Path(ref).expanduser()
+    local = (path.suffix == ".gguf" or path.exists() or ref.startswith((".", "/", "~"))
+             or os.sep in ref and ref.count("/") != 1)  # as tools.models.resolve_ref tells a path from a hub id
+    if local or ref.lower() in models.BUILTIN_MODELS:
+        models.resolve_ref(ref)
+
+
+def check_out_folder(out: str) -> None:
+    """Refuse an output folder that is a file."""
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ParameterError(f"--out {out} is a file", hint="give a folder (new or existing) for --out")
+
+
 def approve_training(args) -> dict:
     """The person's approval of exactly this training (asked on the terminal, or given by --approval-id)."""
     if args.yes:
@@ -68,13 +95,18 @@ def approve_training(args) -> dict:
 
 
 def cmd_medusa_train(args) -> int:
-    approval = approve_training(args)  # before anything loads: nothing runs without a person's approval
-    train = _medusa().train
+    # what can be checked without loading anything is checked first: a person is never asked to
+    # approve a run that cannot start
     files = [Path(f) for f in args.data] if args.data else default_training_files()
+    check_training_files(files)
     overrides = {"num_heads": args.heads, "num_layers": args.layers, "steps": args.steps,
                  "max_tokens": args.max_tokens, "batch_size": args.batch_size,
                  "learning_rate": args.learning_rate, "labels": "text" if args.data and not args.self_distill else "self"}
-    config = train.TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    config = TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    check_target(args.target)
+    check_out_folder(args.out)
+    approval = approve_training(args)  # before anything loads: nothing runs without a person's approval
+    train = _medusa().train
     target = models.load(args.target, dtype=args.dtype, device_map=args.device_map)
 
     def approved(plan: str) -> bool:  # the person approved exactly this command above

@@ -145,8 +145,11 @@ def describe_share(inp: ShareInput) -> str:
 def resolve_destination(destination: str) -> str:
     """Where a share goes, made concrete: an http(s) URL normalised (scheme and host in lower case), or a
     local folder as an absolute path with symlinks resolved, which must exist and lie outside the specpilot
-    folder. ParameterError for anything else (file:, ftp:, a missing folder, the local reports folder)."""
+    folder. ParameterError for anything else (empty, file:, ftp:, a missing folder, the local reports folder)."""
     text = destination.strip()
+    if not text:  # Path("") is the current folder: never a destination nobody named
+        raise ParameterError("the destination is empty",
+                             hint="give an existing folder outside the specpilot folder, or an http(s) URL")
     if SCHEME.match(text) and "://" in text:
         parts = urllib.parse.urlsplit(text)
         if parts.scheme.lower() not in URL_SCHEMES:
