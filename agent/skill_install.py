@@ -163,18 +163,35 @@ def install_skill(skills_dir: str | Path | None = None, warn: Callable[[str], No
     meta = parse_frontmatter(skill_text("SKILL.md"))
     if meta.get("name") != SKILL_NAME or not meta.get("description"):
         raise ParameterError("the packaged SKILL.md lacks its name or description", hint="reinstall specpilot")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable("create the skill folder", folder, exc) from None
     executable, on_path = find_executable()
     if executable is None:
         warn("the specpilot executable was not found (not on PATH, not beside this Python): SKILL.md calls it "
              "`specpilot`; put its folder on PATH, e.g. activate the virtual environment specpilot is installed in")
     elif not on_path:
         warn(f"specpilot is not on PATH; SKILL.md calls it by its absolute path {executable}")
-    folder.mkdir(parents=True, exist_ok=True)
     record = _read_record(folder)
-    for name in SKILL_FILES:
-        _install_file(folder, name, skill_md(executable) if name == "SKILL.md" else skill_text(name), record, warn)
-    if (folder / RECORD_FILE).is_symlink():
-        warn(f"{folder / RECORD_FILE} is a symlink: what was installed is not recorded")
-    else:
-        _replace_file(folder, RECORD_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    try:
+        for name in SKILL_FILES:
+            _install_file(folder, name, skill_md(executable) if name == "SKILL.md" else skill_text(name), record,
+                          warn)
+        if (folder / RECORD_FILE).is_symlink():
+            warn(f"{folder / RECORD_FILE} is a symlink: what was installed is not recorded")
+        else:
+            _replace_file(folder, RECORD_FILE, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    except OSError as exc:
+        raise _unwritable("write the skill into", folder, exc) from None
     return folder
+
+
+def _unwritable(doing: str, folder: Path, exc: OSError) -> ParameterError:
+    """An OS error creating or writing the skill folder as one sentence naming the folder and what to do."""
+    reason = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) != str(folder):
+        reason = f"{exc.filename}: {reason}"
+    return ParameterError(f"cannot {doing} {folder} ({reason})",
+                          hint="pass --dir with a folder you can write to, or leave --dir out for "
+                               f"{DEFAULT_SKILLS_DIR}")

@@ -80,7 +80,7 @@ def expected_columns() -> dict[str, set[str]]:
     key = tuple(fn.__name__ for fn in MIGRATIONS)
     if key not in _EXPECTED:
         scratch = Database(memory=True)
-        migrate(scratch)
+        migrate(scratch, quiet=True)
         _EXPECTED[key] = {t.name: set(t.columns_dict) for t in scratch.tables}
         scratch.close()
     return _EXPECTED[key]
@@ -103,8 +103,8 @@ def mark_version(db: Database) -> None:
     db.execute(f"PRAGMA user_version = {len(applied_migrations(db))}")
 
 
-def migrate(db: Database) -> list[str]:
-    """Apply every migration ``db`` has not had yet; return the names applied now.
+def migrate(db: Database, *, quiet: bool = False) -> list[str]:
+    """Apply every migration ``db`` has not had yet; return the names applied now (logged unless ``quiet``).
 
     All pending migrations run in one ``BEGIN IMMEDIATE`` transaction, so two processes
     opening a new database at the same time neither apply a migration twice nor see a
@@ -131,7 +131,7 @@ def migrate(db: Database) -> list[str]:
         db.rollback()
         raise
     db.execute("COMMIT")
-    if applied_now:
+    if applied_now and not quiet:  # quiet: the scratch database of expected_columns, not the user's
         log.info("applied migrations: %s", ", ".join(applied_now))
     return applied_now
 

@@ -101,8 +101,14 @@ class Store(ApprovalsMixin, MachineMixin):
             query = "mode=ro" if pending else "mode=ro&immutable=1"
             conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{query}", uri=True, timeout=BUSY_TIMEOUT_S,
                                    check_same_thread=False)
+            db = Database(conn, execute_plugins=False)
+            try:
+                self._refuse_damaged(db)
+            except BaseException:
+                db.close()
+                raise
             log.warning("the memory database %s is read-only: reading only, nothing new is stored", self.path)
-            return Database(conn, execute_plugins=False)
+            return db
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -111,12 +117,31 @@ class Store(ApprovalsMixin, MachineMixin):
         db = Database(sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, check_same_thread=False),
                       execute_plugins=False)
         try:
+            self._refuse_damaged(db)  # before anything, even the switch to WAL mode, is written to it
             enable_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")  # safe in WAL mode: durable up to the last checkpoint
         except BaseException:
             db.close()
             raise
         return db
+
+    def _refuse_damaged(self, db: Database) -> None:
+        """Raise a :class:`StoreError` when SQLite finds the database's pages damaged (``PRAGMA quick_check``);
+        a file that is no database at all raises ``sqlite3.DatabaseError`` here.
+
+        Checked on every open because a command that only writes would never notice, and more rows written
+        into a damaged file make it harder to recover. It reads each page once: about 12 ms for 3,000 runs (25 MB)."""
+        found = [str(row[0]) for row in db.execute("PRAGMA quick_check(1)").fetchall()]
+        if found != ["ok"]:
+            lines = [line for text in found for line in text.splitlines() if not line.startswith("***")]
+            detail = " ".join(lines)[:200] or "no details"
+            raise StoreError(f"the memory database {self.path} could not be opened: SQLite finds it damaged "
+                             f"({detail})", hint=self._damaged_hint())
+
+    def _damaged_hint(self) -> str:
+        """What to do with a damaged database file."""
+        return (f"the file is damaged: move it aside (e.g. to {self.path.name}.broken) and specpilot starts a "
+                "new memory")
 
     def _writable_beside(self) -> None:
         """Give the owner write permission on -wal/-shm files a read-only open created (SQLite makes them with
@@ -161,16 +186,17 @@ class Store(ApprovalsMixin, MachineMixin):
     def _error(self, doing: str, exc: BaseException) -> StoreError:
         """A database error as a :class:`StoreError` naming the file and what to do."""
         text = str(exc)
-        if "disk is full" in text or "database or disk is full" in text:
+        if text.startswith("Could not decode to UTF-8"):  # specpilot stores only UTF-8: the value was damaged
+            hint = self._damaged_hint()
+        elif "disk is full" in text or "database or disk is full" in text:
             hint = (f"the disk holding {self.path.parent} is full: free some space there, or set {HOME_ENV} to a "
                     "folder on another disk; what is stored so far is kept")
+        elif "not a database" in text or "malformed" in text or "corrupt" in text:
+            hint = self._damaged_hint()
         elif "readonly" in text or "read-only" in text or self.read_only:
             hint = f"the file is read-only: make it writable (chmod u+w {self.path}) or set {HOME_ENV} to another folder"
         elif "locked" in text or "busy" in text:
             hint = "another specpilot process is writing to it: try again when it has finished"
-        elif "not a database" in text or "malformed" in text or "corrupt" in text:
-            hint = (f"the file is damaged: move it aside (e.g. to {self.path.name}.broken) and specpilot starts a "
-                    "new memory")
         elif "unable to open" in text:
             hint = f"check that {self.path.parent} exists and can be written, or set {HOME_ENV} to another folder"
         else:

@@ -3,6 +3,8 @@ warns when the executable is not on PATH (or cannot be found at all)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import agent.skill_install as skill_install
@@ -53,3 +55,23 @@ def test_an_empty_skills_folder_is_refused_not_taken_for_the_default(tmp_path, m
 def test_no_skills_folder_means_the_default_one(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert install_skill(None, warn=lambda text: None) == tmp_path / ".claude" / "skills" / "specpilot"
+
+
+@pytest.mark.parametrize("where", ["file-as-folder", "proc"])
+def test_a_skills_folder_that_cannot_be_created_is_one_sentence(tmp_path, capsys, where):
+    """`skill install --dir /proc/nope` printed a raw FileNotFoundError (QA s21, finding 5)."""
+    if where == "proc":
+        if not Path("/proc/self").is_dir():
+            pytest.skip("no /proc on this system")
+        given = Path("/proc/nope")
+    else:
+        (tmp_path / "a-file").write_text("x")
+        given = tmp_path / "a-file" / "skills"
+    warnings = []
+    with pytest.raises(ParameterError) as info:
+        install_skill(given, warn=warnings.append)
+    assert str(info.value).startswith(f"cannot create the skill folder {given / 'specpilot'} (")
+    assert "--dir" in info.value.hint and warnings == []  # no PATH advice before the refusal
+    assert main(["skill", "install", "--dir", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot create the skill folder {given / 'specpilot'}" in err and "Error:" not in err
