@@ -177,16 +177,18 @@ def _print_params(rows: list[dict]) -> None:
 def _run_and_show(args, name: str, run, table, details=None, reports=None) -> int:
     """Run a compare or bench task under a status line, write its report when asked, then print its
     JSON, or its table, the methods not run, ``details(result)`` and where the report is.
-    ``reports(result)`` writes the reports instead (and ``details`` says where they are)."""
+    ``reports(result)`` writes the reports instead (and ``details`` says where they are). A comparison that
+    measured nothing (every method refused here) exits 1, after its result says why."""
     with err.status(f"{name}: starting…") as status:
         result = run(_progress(status))
     if args.report and reports:
         reports(result)
     elif args.report:
         result["report"] = _write_task_report(result["task_id"], result["run_ids"])
+    nothing = name == "compare" and not result.get("run_ids")
     if args.json:
         _print_json(result)
-        return 0
+        return 1 if nothing else 0
     out.print(table(result))
     for method, reason in result["not_run"].items():
         out.print(f"{method}: not run: {reason}")
@@ -194,6 +196,9 @@ def _run_and_show(args, name: str, run, table, details=None, reports=None) -> in
         details(result)
     if not reports:
         _print_report_paths(result.get("report"), result["task_id"])
+    if nothing:
+        err.print("error: nothing was measured: every method was refused here (the reasons are above)", highlight=False)
+        return 1
     return 0
 
 

@@ -30,7 +30,7 @@ from agent.termination import terminated_as_interrupt
 from memory import Store
 from tools import models
 from tools.bench.record import RunRecord
-from tools.errors import SpecpilotError, Terminated
+from tools.errors import RunNotFoundError, SpecpilotError, Terminated
 
 log = logging.getLogger("specpilot")
 
@@ -102,19 +102,68 @@ def listed_runs(text: str) -> int:
     return value
 
 
+SHOWN_TASKS = 5  # unfinished tasks named under `runs list`; `specpilot tool recall` lists more
+SHOWN_REQUEST = 60  # characters of a task's request shown there (a chat task's is the user's whole message)
+SHOWN_REASON = 80  # characters of why it stopped (a question the agent was waiting on can be long)
+SHOWN_RUN_ID = 40  # characters of a run id quoted in an error (one pasted by mistake can be any length)
+
+
 def cmd_runs_list(args) -> int:
-    rows = Store().list_runs(limit=args.limit, method=args.method)
-    if args.json:
-        print(json.dumps(rows, default=str))
-    elif not rows:
+    with Store() as store:
+        rows = store.list_runs(limit=args.limit, method=args.method)
+        if args.json:  # a list, as it always was: the unfinished tasks are not added to it
+            print(json.dumps(rows, default=str))
+            return 0
+        unfinished = store.unfinished_tasks()
+    if not rows:
         out.print("no runs stored yet: try `specpilot run --method draft`")
     else:
         out.print(runs_table(rows))
+    for line in unfinished_lines(unfinished):  # an interrupted run stores no run, only its task
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
+def unfinished_lines(tasks: list[dict]) -> list[str]:
+    """The lines ``runs list`` prints about tasks left unfinished (Store.unfinished_tasks, newest first): how
+    many, then the newest SHOWN_TASKS, each with why it stopped; none when there are none."""
+    if not tasks:
+        return []
+    count = "1 task was" if len(tasks) == 1 else f"{len(tasks)} tasks were"
+    lines = [f"{count} left unfinished (`specpilot tool recall` says what each left undone):"]
+    lines += [f"  task {t['id']}: {cut(t['request'], SHOWN_REQUEST)} — {cut(stopped_because(t), SHOWN_REASON)}"
+              for t in tasks[:SHOWN_TASKS]]
+    if len(tasks) > SHOWN_TASKS:
+        lines.append(f"  and {len(tasks) - SHOWN_TASKS} older")
+    return lines
+
+
+def stopped_because(task: dict) -> str:
+    """Why ``task`` is unfinished: the note written with its last change (e.g. "interrupted by the user"), else
+    what it left undone; a task still "running" may be, or was cut off without a word (killed, power lost)."""
+    if task["status"] == "running":
+        return "still running, or cut off"
+    notes = [n for n in task.get("notes") or [] if isinstance(n, dict)]
+    if notes and notes[-1].get("at") == task.get("updated_at"):  # an older note says nothing about the stop
+        return str(notes[-1].get("text"))
+    left = "; ".join(task.get("left") or [])
+    return f"not done: {left}" if left else "unfinished"
+
+
+def cut(text, width: int) -> str:
+    """``text`` on one line, at most ``width`` characters (``...`` where it was cut)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def cmd_runs_show(args) -> int:
-    stored = Store().get_run(args.run_id)
+    try:
+        stored = Store().get_run(args.run_id)
+    except RunNotFoundError as exc:
+        if len(args.run_id) <= SHOWN_RUN_ID:
+            raise
+        raise RunNotFoundError(f"no stored run has the id {args.run_id[:SHOWN_RUN_ID]!r}… "
+                               f"({len(args.run_id):,} characters)", hint=exc.hint) from None
     if args.json:  # the typed record (tools.bench.record.RunRecord), older records brought up to it
         print(json.dumps(RunRecord.from_stored(stored).to_store(), default=str))
     else:
@@ -123,6 +172,14 @@ def cmd_runs_show(args) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
+# what an interrupted run or compare left (main() prints it; the default speaks of bench, which resumes)
+RUN_INTERRUPTED = ("a run is stored only once it finishes, so nothing was stored; its task is recorded as unfinished "
+                   "(`specpilot runs list` notes it); the same command measures it again")
+COMPARE_INTERRUPTED = ("the methods that finished are stored (`specpilot runs list`; on vLLM or an endpoint only "
+                       "once all finish), and the task is recorded as unfinished with the methods left; compare does "
+                       "not resume: give those to --methods to measure them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="specpilot",
@@ -151,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_options(p)
     add_method_options(p)
     add_serving_options(p)
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, interrupted_hint=RUN_INTERRUPTED)
 
     p = sub.add_parser("runs", help="read stored runs")
     rsub = p.add_subparsers(dest="runs_command", required=True)
@@ -178,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     # command groups that live in their own modules
     for register in (add_medusa_commands, add_peers_commands, add_eagle_commands, add_guide_commands, add_eval_commands, add_agent_commands):
         register(sub)
+    sub.choices["compare"].set_defaults(interrupted_hint=COMPARE_INTERRUPTED)  # its parser is agent.cli.eval's
     return parser
 
 

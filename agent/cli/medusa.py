@@ -69,11 +69,10 @@ def check_training_files(files: list[Path]) -> None:
 def check_target(ref: str) -> None:
     """Refuse a target that is a local path that does not exist, or a built-in model not fetched yet, without
     loading it (a hub id is only checked when it loads)."""
-    path = Path(ref).expanduser()
-    local = (path.suffix == ".gguf" or path.exists() or ref.startswith((".", "/", "~"))
-             or os.sep in ref and ref.count("/") != 1)  # as tools.models.resolve_ref tells a path from a hub id
-    if local or ref.lower() in models.BUILTIN_MODELS:
+    if ref.lower() in models.BUILTIN_MODELS:
         models.resolve_ref(ref)
+    else:
+        models.local_ref(ref)
 
 
 def check_out_folder(out: str) -> None:
@@ -121,6 +120,9 @@ def cmd_medusa_train(args) -> int:
 
 
 def cmd_medusa_make_data(args) -> int:
+    if args.prompts < 1:  # first: --skip is checked against --prompts, and torch is not imported for a typo
+        raise ParameterError(f"--prompts {args.prompts} must be at least 1",
+                             hint="give how many prompts to answer, e.g. --prompts 240 (the default)")
     data = _medusa().data
     data.check_skip(args.prompts, args.skip)  # before the generator loads (minutes for a large one)
     write_distill_data = data.write_distill_data

@@ -222,7 +222,11 @@ def method_params_of(args, fields) -> dict:
 # ---------------------------------------------------------------------------- generation and prompt
 def prompt_text(args) -> str:
     """The prompt of run / compare: the --prompt-file's text (UTF-8), else --prompt, else (neither given)
-    the demo prompt. An empty or whitespace-only prompt is refused, never replaced by the demo prompt."""
+    the demo prompt. An empty or whitespace-only prompt is refused, never replaced by the demo prompt, and so are
+    both options at once (neither would be the one run without a word)."""
+    if args.prompt_file is not None and args.prompt is not None:
+        raise ParameterError("--prompt and --prompt-file were both given",
+                             hint="give the prompt one way: --prompt TEXT or --prompt-file FILE")
     if args.prompt_file is not None:
         text, source = read_prompt_file(args.prompt_file), f"the prompt file {Path(args.prompt_file).expanduser()}"
     elif args.prompt is not None:

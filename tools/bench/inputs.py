@@ -130,8 +130,10 @@ class CompareInput(MeasureOptions):
 
 def read_prompt_file(path: str | Path, what: str = "prompt file") -> str:
     """The text of a prompt file (UTF-8, a byte-order mark dropped); a SpecpilotError naming the file
-    when it is missing, unreadable or not UTF-8."""
+    when it is missing, a folder, unreadable or not UTF-8."""
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise ParameterError(f"{what} {file} is a folder, not a file", hint="give the path of a text file")
     if not file.is_file():
         raise ParameterError(f"{what} {file} does not exist", hint="check the path")
     try:
