@@ -20,7 +20,6 @@ from tools import models
 from tools.errors import ParameterError
 
 TRAIN_ACTION = "train"
-MIN_TOKENS = 8  # train_eagle drops chunks shorter than this
 TRAIN_OPTIONS = ("target", "out", "data", "max_tokens", "epochs", "passes", "draft_vocab", "intermediate_size",
                  "learning_rate", "cls_weight", "fuse_layers", "start", "no_autocast", "dtype")
 
@@ -35,9 +34,10 @@ def cmd_eagle_train(args) -> int:
                              hint=f"give --data FILES (self-distillation answers of {args.target}, e.g. from "
                                   "`specpilot medusa make-data --generator TARGET`)")
     check_training_files(files)
-    if args.max_tokens < MIN_TOKENS:
+    if args.max_tokens < eagle_train.MIN_CHUNK_TOKENS:
         raise ParameterError(f"--max-tokens {args.max_tokens} is too few: training takes chunks of at least "
-                             f"{MIN_TOKENS} tokens", hint="give --max-tokens 60000 or so (the default)")
+                             f"{eagle_train.MIN_CHUNK_TOKENS} tokens",
+                             hint="leave --max-tokens out for the default")
     overrides = {"epochs": args.epochs, "passes": args.passes, "draft_vocab": args.draft_vocab,
                  "intermediate_size": args.intermediate_size, "learning_rate": args.learning_rate,
                  "cls_weight": args.cls_weight, "fuse_layers": fuse, "autocast": False if args.no_autocast else None}

@@ -44,6 +44,7 @@ from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, r
 HEAD_FILE, CONFIG_FILE, STATE_FILE = "eagle_head.safetensors", "eagle_config.json", "eagle_train_state.pt"
 FORMAT = "specpilot-eagle"
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "eagle"
+MIN_CHUNK_TOKENS = 8  # a shorter chunk of training text is dropped
 
 
 class EagleTrainConfig(BaseModel):
@@ -345,7 +346,7 @@ def train_eagle(target, files: list[Path], out: Path, config: EagleTrainConfig, 
     ``target`` is a tools.models.LoadedModel. Returns the training summary (also in eagle_config.json)."""
     model, tokenizer = target.model, target.tokenizer
     check_layers(config.fuse_layers, model.config)
-    chunks = tokenize_files(tokenizer, files, chunk_tokens, max_tokens, 8)
+    chunks = tokenize_files(tokenizer, files, chunk_tokens, max_tokens, MIN_CHUNK_TOKENS)
     key = _fingerprint(model, chunks)
     folder = features_folder(model, cache_root)
     t0 = time.perf_counter()
