@@ -623,8 +623,8 @@ class WireOut:
         self._write(text)
         try:
             self._answered(json.loads(text))
-        except ValueError:
-            pass
+        except ValueError:  # the SDK writes JSON; anything else answers no request
+            return
 
     async def write(self, text: str) -> None:
         """Write one message from the SDK (an answer settles its request)."""
