@@ -12,6 +12,7 @@ from agent.cli import eval as eval_cli
 from agent.cli import main as main_cli
 from agent.cli.main import main
 from memory import Store
+from tools.errors import ParameterError
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -156,3 +157,20 @@ def test_a_comparison_that_measured_nothing_exits_1_after_saying_why(monkeypatch
     capsys.readouterr()
     # bench may finish with no new runs (all reused): it is not a failure
     assert eval_cli._run_and_show(args, "bench", lambda progress: result, lambda r: "table") == 0
+
+
+def test_a_run_refuses_options_of_another_method_and_keeps_its_own():
+    from agent.cli.main import build_parser
+    from agent.cli.options import refuse_other_methods_options
+
+    def check(words):
+        refuse_other_methods_options(build_parser().parse_args(["run", *words, "--prompt", "hi"]))
+
+    for ok in (["--method", "draft", "--k", "4"], ["--method", "ngram"], ["--method", "medusa", "--tree", "cpu8"],
+               ["--method", "lookahead", "--window", "5", "--guess", "3"], ["--method", "auto", "--k", "4"],
+               ["--method", "baseline"]):
+        check(ok)
+    with pytest.raises(ParameterError, match=r"ngram does not take --tree \(medusa\)"):
+        check(["--method", "ngram", "--tree", "cpu8"])
+    with pytest.raises(ParameterError, match=r"baseline does not take --k \(draft\)"):
+        check(["--method", "baseline", "--k", "4"])

@@ -24,7 +24,8 @@ from agent.cli.medusa import add_medusa_commands
 from agent.cli.peers import add_peers_commands
 from agent.cli.serving import add_serving_options, run_serving, single_prompt, wants_serving
 from agent.cli.options import (PEERS_HELP, Parser, add_backend_option, add_generation_options, add_method_argument,
-                               add_method_options, method_params, method_table, print_json_error, prompt_text)
+                               add_method_options, method_params, method_table, print_json_error, prompt_text,
+                               refuse_other_methods_options)
 from agent.render import err, out, runs_table, show_run
 from agent.termination import terminated_as_interrupt
 from memory import Store
@@ -74,6 +75,7 @@ def cmd_run(args) -> int:
         return run_serving(args, [args.method], [single_prompt(args)], None, "run")
     from tools.bench.run import RunInput, run_method
 
+    refuse_other_methods_options(args)
     inp = RunInput(
         method=args.method, prompt=prompt_text(args), target=args.target or models.DEFAULT_TARGET,
         draft=args.draft, medusa_heads=args.medusa_heads, params=method_params(args),

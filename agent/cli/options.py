@@ -207,6 +207,23 @@ def method_params(args) -> dict:
     return method_params_of(args, cli_fields(args.method))
 
 
+def refuse_other_methods_options(args) -> None:
+    """A ParameterError naming the options of other methods given to a run of ``args.method`` (none for auto,
+    which may pick any): they would be ignored without a word."""
+    table = method_table()
+    if args.method not in table.METHODS:
+        return
+    own = set(cli_fields(args.method))
+    others = {f: name for name in table.METHODS for f in cli_fields(name) if f not in own}
+    given = {f: name for f, name in others.items() if method_params_of(args, [f])[f] is not None}
+    if given:
+        flags = ", ".join(f"{HAND_WRITTEN[f][0] if f in HAND_WRITTEN else '--' + f.replace('_', '-')} ({name})"
+                          for f, name in given.items())
+        raise ParameterError(f"{args.method} does not take {flags}",
+                             hint=f"leave them out, or run the method they belong to (`specpilot run --help` lists "
+                                  f"each method's options)")
+
+
 def method_params_of(args, fields) -> dict:
     """The values of the method options ``fields`` on the command line (None where not given)."""
     params = {}
