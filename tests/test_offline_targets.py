@@ -59,6 +59,15 @@ def test_an_uncached_hub_id_fails_in_seconds_when_the_hub_does_not_answer(hub):
     assert time.monotonic() - start < 10  # huggingface_hub's own retries took about 50 s
 
 
+def test_medusa_heads_from_an_uncached_hub_id_fail_in_seconds_when_the_hub_does_not_answer(hub):
+    from tools.medusa.checkpoint import load_heads
+
+    start = time.monotonic()
+    with pytest.raises(ModelNotFoundError, match="the hub does not answer and the hub cache"):
+        load_heads("nonexistent-hub/medusa-heads")
+    assert time.monotonic() - start < 10
+
+
 def test_a_cached_hub_model_loads_while_the_hub_does_not_answer(hub, tiny_model_dir, monkeypatch):
     cache_model(hub, "someone/tiny", tiny_model_dir)
     loaded = models.load("someone/tiny", dtype="float32")

@@ -479,6 +479,11 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable()
 
 
+def offline_reason() -> str:
+    """Why hub ids are read from the cache only (:func:`hub_offline`), in words."""
+    return "HF_HUB_OFFLINE=1" if os.environ.get("HF_HUB_OFFLINE") == "1" else "the hub does not answer"
+
+
 def resolve_ref(ref: str) -> tuple[Path | str, str | None]:
     """Resolve a model reference to (folder or hub id, gguf file name or None)."""
     low = ref.lower()

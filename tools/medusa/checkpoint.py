@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from tools import models
 from tools.engine.medusa import MedusaHeads
 from tools.engine.medusa_trees import load_choices, validate_choices
 from tools.errors import ModelIntegrityError, ModelNotFoundError, ParameterError
@@ -106,16 +107,16 @@ def _resolve_folder(ref: str | Path) -> Path:
     text = str(ref)
     if text.count("/") != 1 or text.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"Medusa heads folder {ref} does not exist", hint="check the path")
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ModelNotFoundError(f"{ref} looks like a hub id but HF_HUB_OFFLINE=1",
-                                 hint="download the checkpoint folder and pass its path")
+    offline = models.hub_offline()  # then only the hub cache on this machine, without a minute of retries
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(text, allow_patterns=[UPSTREAM_CONFIG, CONFIG_NAME, WEIGHTS_NAME,
-                                                             *UPSTREAM_WEIGHTS]))
-    except Exception as exc:  # network, auth, missing repo: all mean "not available here"
-        raise ModelNotFoundError(f"could not download Medusa heads {ref}: {str(exc).splitlines()[0][:200]}",
+                                                             *UPSTREAM_WEIGHTS], local_files_only=offline))
+    except Exception as exc:  # network, auth, missing repo, not cached: all mean "not available here"
+        why = f"{models.offline_reason()} and the hub cache on this machine does not hold it" if offline else \
+            str(exc).splitlines()[0][:200]
+        raise ModelNotFoundError(f"could not load Medusa heads {ref}: {why}",
                                  hint="this machine may be offline: pass a local checkpoint folder") from exc
 
 
