@@ -1158,3 +1158,19 @@ def test_setting_numbers_are_the_ones_outside_quotes_and_a_prompt_after_a_colon(
     numbers = [raw for raw, _ in numbers_of(text)]
     assert numbers == ["5", "8", "3", "4"]
     assert sorted(numbers[i] for i in local.setting_numbers(text)) == ["5", "8"]
+
+
+def test_a_value_written_as_key_equals_value_sets_that_field_whatever_the_head_reads(chat_model_dirs):
+    class References:
+        def fields(self, text, tool, lists=frozenset()):
+            return [("target=./models/x", {"draft": 0.9, "<none>": 0.1}), ("./d.gguf", {"target": 0.8, "draft": 0.2}),
+                    ("./other.gguf", {"draft": 0.7, "<none>": 0.3})]
+
+    tool = registry.load_tools()["run_method"]
+    text = "run draft target=./models/x draft='./d.gguf' with ./other.gguf around"
+    assert local.keyed_texts(text) == [("target", "./models/x"), ("draft", "./d.gguf")]
+    out, unsure = local.LocalBrain.references(References(), text, tool)
+    # the keyed values are where the user put them; the head places the rest among the fields left
+    assert out == {"target": "./models/x", "draft": "./d.gguf"} and not unsure
+    assert local.bare_words("target=./models/x, prompt='hi'") == ["./models/x", "hi"]
+    assert local.bare_words("https://x.example.org/a?b=c") == ["https://x.example.org/a?b=c"]

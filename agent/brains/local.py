@@ -76,6 +76,7 @@ TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")  # where a prompt may end before the settings written after it
 KEYED = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)+)\s*[=:]?\s*(\d)")  # max_new_tokens=64
+KEYED_TEXT = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)*)=(\S+)")  # target=./models/x
 
 _ENGINES: dict[str, ConstrainedLM] = {}
 _QUIET = None  # llama.cpp's log callback, kept alive while it is installed
@@ -517,9 +518,11 @@ class LocalBrain:
             fits = [name for name in args if _schema_word(raw, properties.get(name, {}))]
             if len(fits) == 1:
                 fields[i] = (raw, {fits[0]: 1.0})
-        placed, unsure = assign(fields, lists=lists)
-        for name, _, i in placed:
-            raw = fields[i][0]
+        keyed = {name: value for name, value in keyed_texts(text) if name in args}  # the command syntax: theirs
+        fields = [(raw, {NO_FIELD: 1.0}) if raw.split("=", 1)[-1] in keyed.values() else (raw, probs)
+                  for raw, probs in fields]
+        placed, unsure = assign(fields, taken=set(keyed), lists=lists)
+        for name, raw in [(name, fields[i][0]) for name, _, i in placed] + list(keyed.items()):
             if name not in args:
                 continue
             if args[name].kind == "string_list":
@@ -865,6 +868,12 @@ def keyed_numbers(text: str, names: set[str]) -> dict[str, int]:
     return out
 
 
+def keyed_texts(text: str) -> list[tuple[str, str]]:
+    """The values written as ``key=value`` (the command parser's syntax, read inside free text): (key, the value
+    without its quotes and closing punctuation), in the order written."""
+    return [(m.group(1).casefold(), m.group(2).strip(WORD_EDGES).rstrip(".:!?")) for m in KEYED_TEXT.finditer(text)]
+
+
 def setting_numbers(text: str) -> set[int]:
     """The numbers of ``text`` (their indices among the number head's values) written among its settings: outside
     its quoted spans and before a prompt given after a colon."""
@@ -949,8 +958,10 @@ def user_word(value: str, said: str) -> str | None:
 
 
 def bare_words(text: str) -> list[str]:
-    """The words of ``text`` without the quotes, brackets and closing punctuation around them."""
-    return [word.strip(WORD_EDGES).rstrip(".:!?") for word in text.split()]
+    """The words of ``text`` without the quotes, brackets and closing punctuation around them, and a ``key=``
+    before a value."""
+    return [(keyed.group(2) if (keyed := KEYED_TEXT.fullmatch(word)) else word).strip(WORD_EDGES).rstrip(".:!?")
+            for word in text.split()]
 
 
 def _path_like(value: str) -> bool:
