@@ -613,7 +613,7 @@ class LocalBrain:
         if call is None:
             return Decision(error=f"no call closed within {self.max_tokens} tokens")
         if call["name"] == local_prompt.REPLY:
-            return Decision(text=_clean(call["arguments"]["text"]))
+            return Decision(text=whole_sentences(_clean(call["arguments"]["text"]), MAX_TEXT_CHARS))
         tool, arguments = tools[call["name"]], call["arguments"]
         for key in [k for k in unsure if k in arguments and arguments[k] == unsure[k].get("default")]:
             del arguments[key]  # an unsure switch answered with its default: the call as the user wrote it
@@ -1068,6 +1068,15 @@ def _answer(result: Any) -> str:
 
 def _squash(text: str) -> str:
     return " ".join(text.casefold().split())
+
+
+def whole_sentences(text: str, limit: int) -> str:
+    """``text``, or where it ran to the ``limit`` its grammar allows (cut mid-sentence), its whole sentences
+    before the cut; the cut text with an ellipsis where it has none."""
+    if len(text) < limit - 1:
+        return text
+    ends = [m.end() for m in SENTENCE_END.finditer(text + " ")]
+    return text[:ends[-1]].strip() if ends else text.rstrip() + "…"
 
 
 def _clean(text: str) -> str:
