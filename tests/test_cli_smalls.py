@@ -93,8 +93,11 @@ def test_an_interrupted_run_or_compare_does_not_point_to_bench(capsys, monkeypat
     assert json.loads(out)["error"] == err.strip()
 
 
-def test_bench_keeps_its_own_interrupted_hint():
-    assert getattr(main_cli.build_parser().parse_args(["bench"]), "interrupted_hint", None) is None
+def test_bench_keeps_its_own_interrupted_hint_and_the_others_name_no_bench():
+    parser = main_cli.build_parser()
+    assert parser.parse_args(["bench"]).interrupted_hint == main_cli.BENCH_INTERRUPTED
+    assert getattr(parser.parse_args(["chat"]), "interrupted_hint", None) is None  # the default says what chat keeps
+    assert "bench" not in main_cli.INTERRUPTED
 
 
 # ---------------------------------------------------------------------------- prompts (finding 14)

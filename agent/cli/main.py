@@ -177,6 +177,9 @@ def cmd_runs_show(args) -> int:
 # what an interrupted run or compare left (main() prints it; the default speaks of bench, which resumes)
 RUN_INTERRUPTED = ("a run is stored only once it finishes, so nothing was stored; its task is recorded as unfinished "
                    "(`specpilot runs list` notes it); the same command measures it again")
+BENCH_INTERRUPTED = ("runs and methods that finished are stored (specpilot runs list); `specpilot bench` resumes where "
+                     "it stopped")
+INTERRUPTED = "what finished is stored (specpilot runs list); the task is recorded as unfinished"  # chat, ask, ...
 COMPARE_INTERRUPTED = ("the methods that finished are stored (`specpilot runs list`; on vLLM or an endpoint only "
                        "once all finish), and the task is recorded as unfinished with the methods left; compare does "
                        "not resume: give those to --methods to measure them")
@@ -238,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     for register in (add_medusa_commands, add_peers_commands, add_eagle_commands, add_guide_commands, add_eval_commands, add_agent_commands):
         register(sub)
     sub.choices["compare"].set_defaults(interrupted_hint=COMPARE_INTERRUPTED)  # its parser is agent.cli.eval's
+    sub.choices["bench"].set_defaults(interrupted_hint=BENCH_INTERRUPTED)
     return parser
 
 
@@ -254,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         stopped = f"stopped by {exc}: " if isinstance(exc, Terminated) else ""
-        message = "interrupted: " + (getattr(args, "interrupted_hint", None) or (
-            "runs and methods that finished are stored (specpilot runs list); `specpilot bench` resumes where it "
-            "stopped"))
+        message = "interrupted: " + (getattr(args, "interrupted_hint", None) or INTERRUPTED)
         print(stopped + message, file=sys.stderr)
         if getattr(args, "json", False):
             print_json_error(stopped + message)
