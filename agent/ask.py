@@ -128,8 +128,8 @@ def run_ask(text: str, brain: str = "auto", plan_only: bool = False, as_json: bo
     else:
         print(answer["reply"])
         for call in answer["tool_calls"]:
-            if not call["executed"]:
-                shown = json.dumps(call["input"], ensure_ascii=False, default=str)
+            shown = json.dumps(call["input"], ensure_ascii=False, default=str)
+            if not call["executed"] and f"{call['name']} {shown}" not in answer["reply"]:  # said once
                 print(f"  ({call['status']}, not executed: {call['name']} {shown})")
     sys.stdout.flush()
     return 0

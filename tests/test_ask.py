@@ -125,3 +125,16 @@ def test_plan_only_validates_what_it_does_not_run(store):
     assert (planned["executed"], planned["status"]) == (False, "planned")
     assert (unknown["executed"], unknown["status"]) == (True, "error")  # unknown tools fail as such
     assert store.list_approvals() == []
+
+
+def test_a_planned_call_the_reply_already_names_is_printed_once(monkeypatch, capsys):
+    from agent import ask as ask_module
+
+    call = {"name": "run_method", "input": {"method": "ngram", "prompt": "hi"}, "executed": False,
+            "status": "planned"}
+    named = 'Planned, not executed: run_method {"method": "ngram", "prompt": "hi"} (plan only).'
+    for reply, lines in ((named, 1), ("I would run it.", 2)):
+        monkeypatch.setattr(ask_module, "ask", lambda store, text, **kw: {"reply": reply, "tool_calls": [call]})
+        assert ask_module.run_ask("run ngram on 'hi'", plan_only=True) == 0
+        out = capsys.readouterr().out
+        assert len(out.strip().splitlines()) == lines and out.count('run_method {"method": "ngram"') == 1
