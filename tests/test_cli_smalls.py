@@ -177,3 +177,15 @@ def test_a_run_refuses_options_of_another_method_and_keeps_its_own():
         check(["--method", "ngram", "--tree", "cpu8"])
     with pytest.raises(ParameterError, match=r"baseline does not take --k \(draft\)"):
         check(["--method", "baseline", "--k", "4"])
+
+
+def test_a_tasks_long_request_is_one_short_line_in_task_lists():
+    from tools.agent_tools.lookup import REQUEST_CHARS, not_done_line, task_line
+
+    task = {"id": 18, "status": "unfinished", "request": "run ngram on:\n" + "word " * 500, "done": [], "left": ["ngram"]}
+    line = task_line(task)
+    assert "\n" not in line and line.startswith("task 18 (unfinished): run ngram on: word word")
+    assert len(line) < REQUEST_CHARS + 80 and "… — done: nothing yet / not done: ngram" in line
+    short = {**task, "request": "run ngram on 'hi'"}
+    assert task_line(short) == "task 18 (unfinished): run ngram on 'hi' — done: nothing yet / not done: ngram"
+    assert not_done_line(short) == "task 18: run ngram on 'hi' — not done: ngram"

@@ -131,17 +131,26 @@ class RecallInput(BaseModel):
                                                         "(newest 10 of each)")
 
 
+REQUEST_CHARS = 100  # a task's request as a line of a list: a pasted prompt is not repeated whole
+
+
+def request_text(task: dict) -> str:
+    """The task's request on one line, cut to REQUEST_CHARS."""
+    text = " ".join(str(task.get("request") or "").split())
+    return text if len(text) <= REQUEST_CHARS else text[:REQUEST_CHARS - 1].rstrip() + "…"
+
+
 def task_line(task: dict) -> str:
     """A task as 'request — done: … / not done: …'."""
     done = "; ".join(task.get("done") or []) or "nothing yet"
     left = "; ".join(task.get("left") or []) or "nothing"
-    return f"task {task['id']} ({task['status']}): {task['request']} — done: {done} / not done: {left}"
+    return f"task {task['id']} ({task['status']}): {request_text(task)} — done: {done} / not done: {left}"
 
 
 def not_done_line(task: dict) -> str:
     """A task that was not done as 'task N: request — not done: why'."""
     why = "; ".join(step.removeprefix("not done: ") for step in task.get("left") or []) or "no reason recorded"
-    return f"task {task['id']}: {task['request']} — not done: {why}"
+    return f"task {task['id']}: {request_text(task)} — not done: {why}"
 
 
 @tool("recall", RecallInput, read_only=True)
