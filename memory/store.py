@@ -130,7 +130,8 @@ class Store(ApprovalsMixin, MachineMixin):
         a file that is no database at all raises ``sqlite3.DatabaseError`` here.
 
         Checked on every open because a command that only writes would never notice, and more rows written
-        into a damaged file make it harder to recover. It reads each page once: about 12 ms for 3,000 runs (25 MB)."""
+        into a damaged file make it harder to recover. It reads each page once (milliseconds for a memory of
+        thousands of runs)."""
         found = [str(row[0]) for row in db.execute("PRAGMA quick_check(1)").fetchall()]
         if found != ["ok"]:
             lines = [line for text in found for line in text.splitlines() if not line.startswith("***")]

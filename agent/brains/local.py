@@ -394,10 +394,8 @@ class LocalBrain:
         """The candidate most probable to the classifier and the model together (the product of the classifier's
         probability and the model's probability of writing the name after the conversation)."""
         probs = self.classifier.probabilities(text)
-        prior = [math.log(max(probs.get(NO_TOOL if n == local_prompt.REPLY else n, 0.0), 1e-9)) for n in names]
-        model = lm.score([f'{local_prompt.CALL_OPEN}{n}"' for n in names])
-        scores = [a + b for a, b in zip(prior, model)]
-        return names[scores.index(max(scores))]
+        return likeliest(lm, names, [probs.get(NO_TOOL if n == local_prompt.REPLY else n, 0.0) for n in names],
+                         [f'{local_prompt.CALL_OPEN}{n}"' for n in names])
 
     def weigh(self, lm: ConstrainedLM, text: str, tool: Any, narrowed: dict[str, tuple[str, ...]]) -> dict[str, str]:
         """The value of each choice among ``narrowed`` whose head reads it as set but is unsure of the value,
@@ -411,11 +409,9 @@ class LocalBrain:
             probs = self.classifier.argument(arg.name, text, tool.name)
             if max(probs, key=probs.get) == ABSENT:
                 continue  # the model reads whether the user set it at all
-            prior = [math.log(max(probs.get(v, 0.0), 1e-9)) for v in values]
-            model = lm.score([f'{local_prompt.CALL_OPEN}{tool.name}{local_prompt.ARGS_OPEN}{{"{arg.name}": "{v}"'
-                              for v in values])
-            scores = [a + b for a, b in zip(prior, model)]
-            out[arg.name] = values[scores.index(max(scores))]
+            out[arg.name] = likeliest(lm, values, [probs.get(v, 0.0) for v in values],
+                                      [f'{local_prompt.CALL_OPEN}{tool.name}{local_prompt.ARGS_OPEN}'
+                                       f'{{"{arg.name}": "{v}"' for v in values])
         return out
 
     def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str], dict[str, tuple[str, ...]]]:
@@ -795,6 +791,13 @@ class LocalBrain:
                 elif key not in required:
                     del decision.arguments[key]
         return None
+
+
+def likeliest(lm: ConstrainedLM, options, probs: list[float], continuations: list[str]):
+    """The option most probable to a head and the model together: the highest sum of the head's log-probability
+    (``probs``) and the model's log-probability of writing the option's continuation after the conversation."""
+    scores = [math.log(max(p, 1e-9)) + m for p, m in zip(probs, lm.score(continuations))]
+    return options[scores.index(max(scores))]
 
 
 def read_tokens(lm: ConstrainedLM, text: str, every: bool = False) -> tuple[np.ndarray, ...] | None:

@@ -30,6 +30,7 @@ from agent.render import err, out, runs_table, show_run
 from agent.termination import terminated_as_interrupt
 from memory import Store
 from tools import models
+from tools.agent_tools.lookup import one_line
 from tools.bench.record import RunRecord
 from tools.errors import RunNotFoundError, SpecpilotError, Terminated
 
@@ -133,7 +134,8 @@ def unfinished_lines(tasks: list[dict]) -> list[str]:
         return []
     count = "1 task was" if len(tasks) == 1 else f"{len(tasks)} tasks were"
     lines = [f"{count} left unfinished (`specpilot tool recall` says what each left undone):"]
-    lines += [f"  task {t['id']}: {cut(t['request'], SHOWN_REQUEST)} — {cut(stopped_because(t), SHOWN_REASON)}"
+    lines += [f"  task {t['id']}: {one_line(t['request'], SHOWN_REQUEST, '...')} — "
+              f"{one_line(stopped_because(t), SHOWN_REASON, '...')}"
               for t in tasks[:SHOWN_TASKS]]
     if len(tasks) > SHOWN_TASKS:
         lines.append(f"  and {len(tasks) - SHOWN_TASKS} older")
@@ -152,12 +154,6 @@ def stopped_because(task: dict) -> str:
     return f"not done: {left}" if left else "unfinished"
 
 
-def cut(text, width: int) -> str:
-    """``text`` on one line, at most ``width`` characters (``...`` where it was cut)."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
 def cmd_runs_show(args) -> int:
     try:
         stored = Store().get_run(args.run_id)
@@ -174,7 +170,7 @@ def cmd_runs_show(args) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
-# what an interrupted run or compare left (main() prints it; the default speaks of bench, which resumes)
+# what an interrupted command left (main() prints it; the default is for chat, ask and the rest)
 RUN_INTERRUPTED = ("a run is stored only once it finishes, so nothing was stored; its task is recorded as unfinished "
                    "(`specpilot runs list` notes it); the same command measures it again")
 BENCH_INTERRUPTED = ("runs and methods that finished are stored (specpilot runs list); `specpilot bench` resumes where "

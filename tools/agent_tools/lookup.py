@@ -134,10 +134,15 @@ class RecallInput(BaseModel):
 REQUEST_CHARS = 100  # a task's request as a line of a list: a pasted prompt is not repeated whole
 
 
+def one_line(text, width: int, ellipsis: str = "…") -> str:
+    """``text`` on one line, at most ``width`` characters (``ellipsis`` where it was cut)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - len(ellipsis)].rstrip() + ellipsis
+
+
 def request_text(task: dict) -> str:
     """The task's request on one line, cut to REQUEST_CHARS."""
-    text = " ".join(str(task.get("request") or "").split())
-    return text if len(text) <= REQUEST_CHARS else text[:REQUEST_CHARS - 1].rstrip() + "…"
+    return one_line(task.get("request") or "", REQUEST_CHARS)
 
 
 def task_line(task: dict) -> str:
