@@ -1,8 +1,13 @@
 """First-run onboarding: ask which method, collect that method's parameters with the guidance
 defaults offered, save them, then offer one short measured run (optional; at most 32 new tokens, on
 the small built-in model where the method allows). 'skip' to any question skips the questions (and
-is remembered); ``specpilot chat --skip-onboarding`` skips them this time. A draft equal to the
-target is refused with the reason.
+is remembered); ``specpilot chat --skip-onboarding`` skips them this time. Every method of the engine's
+method table is offered (tools.engine.params.METHODS). A draft equal to the target is refused with the
+reason, and so is EAGLE without a head for the target.
+
+Guidance sizes the offered values to this machine's cost curve of the target, measuring it first where
+none is stored (minutes on a CPU): that is said before it starts, and Ctrl-C then skips the sizing and
+offers the method's starting values instead (nothing stored is lost).
 
 Every answer is saved as it is given (``onboarding.*`` answers), so an interrupted onboarding
 resumes where it stopped and nothing answered is asked twice; once the parameters are saved the
@@ -13,6 +18,8 @@ run, which sizes it to this machine (saved values would override that sizing).
 
 from __future__ import annotations
 
+import logging
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +27,27 @@ from typing import Any
 
 from agent.brains.base import Reply
 from agent.loop import Session
-from tools.errors import ParameterError
-from tools.engine.params import METHODS as METHOD_SPECS, SIZED_FIELDS, parse_params
+from tools.errors import ParameterError, Terminated
+from tools.engine.params import ACCELERATED, METHODS as METHOD_SPECS, SIZED_FIELDS, MethodSpec, parse_params
 from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for
 
-METHODS = {"draft": "draft model (speculative decoding)", "medusa": "Medusa heads", "lookahead": "lookahead decoding"}
+log = logging.getLogger(__name__)
+
+
+def method_summary(spec: MethodSpec) -> str:
+    """A method in a few words, from the engine's method table: its name and what it needs."""
+    name = spec.description.split(":")[0].split(" (")[0]
+    if spec.needs_draft:
+        needs = "needs a smaller draft model"
+    elif spec.training != "none":
+        needs = ("needs trained " if spec.training.endswith("s") else "needs a trained ") + spec.training
+    else:
+        needs = "no extra model, no training"
+    return f"{name} ({needs})"
+
+
+# every method that speeds decoding up, in the table's order (numbered answers 1..N follow it)
+METHODS = {name: method_summary(METHOD_SPECS[name]) for name in ACCELERATED}
 METHOD_KEY = "onboarding.method"
 SKIPPED_KEY = "onboarding.skipped"
 SKIP_ANSWER = "skip"  # to any question: skip the questions (remembered)
@@ -32,7 +55,8 @@ FIRST_RUN_TOKENS = 32  # the optional first run is short
 FIRST_PROMPT_KEY = "onboarding.first_prompt"
 DEFAULT_FIRST_PROMPT = "Write a Python function that checks whether a string is a palindrome."
 OWN_PARAMS = {"draft": ("k", "adaptive_k"), "medusa": ("posterior_threshold", "posterior_alpha"),
-              "lookahead": ("window", "ngram", "guess")}
+              "lookahead": ("window", "ngram", "guess"), "eagle": ("depth", "topk", "tree_nodes"),
+              "ngram": ("max_ngram_size", "num_candidate_tokens", "num_candidates")}
 GENERATION = (("max_new_tokens", 128, "new tokens per run"), ("temperature", 0.0, "0 = greedy, exact output"))
 
 Ask = Callable[[str, str], str | None]  # (question, default shown) -> answer ('' = default), None at end of input
@@ -57,6 +81,8 @@ def questions(method: str, suggested: dict) -> list[Question]:
         qs.append(Question("draft", "Draft model (same tokenizer as the target, 5-10x smaller)", DEFAULT_DRAFT))
     if method == "medusa":
         qs.append(Question("medusa_heads", "Medusa heads folder (empty: the shipped or trained heads)", ""))
+    if method == "eagle":
+        qs.append(Question("eagle_heads", "EAGLE head folder (empty: the head shipped for the target)", ""))
     for name in OWN_PARAMS[method]:
         qs.append(Question(name, f"{method} parameter {name}", suggested.get(name)))
     qs += [Question(name, f"{name} ({why})", default) for name, default, why in GENERATION]
@@ -88,9 +114,9 @@ def parse_answer(answer: str, default: Any) -> Any:
 
 
 def choose_method(answer: str) -> str | None:
-    """The method an answer names ('1'/'2'/'3' or its name), or None."""
+    """The method an answer names (its number 1..N in METHODS, or its name), or None."""
     answer = answer.strip().lower()
-    numbered = dict(zip("123", METHODS, strict=True))
+    numbered = {str(i): name for i, name in enumerate(METHODS, start=1)}
     if answer in numbered:
         return numbered[answer]
     return next((word for word in answer.replace(",", " ").split() if word in METHODS), None)
@@ -153,7 +179,8 @@ def _choose_method(store: Any, ask: Ask, say: Say) -> str:
         options = ", ".join(f"{i}) {m} — {d}" for i, (m, d) in enumerate(METHODS.items(), start=1))
         method = choose_method(_ask(ask, f"Which method do you want to use? {options}", "draft") or "draft")
         if method is None:
-            say("Please answer draft, medusa or lookahead (or 1, 2, 3), or skip.")
+            say(f"Please answer {', '.join(list(METHODS)[:-1])} or {list(METHODS)[-1]} "
+                f"(or {', '.join(str(i) for i in range(1, len(METHODS) + 1))}), or skip.")
     store.save_answer(METHOD_KEY, method)
     return method
 
@@ -167,7 +194,16 @@ def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
 
     def suggest(target: str) -> dict:
         if "params" not in offered:
-            result = session.call_tool("guidance", {"method": method, "target": target})
+            if will_measure(store, method, target):
+                say(f"Measuring this machine's forward-pass costs for {target} to size the {method} parameters "
+                    "(this can take a few minutes; Ctrl-C skips and keeps the method's starting values).")
+            try:
+                result = session.call_tool("guidance", {"method": method, "target": target})
+            except Terminated:  # SIGTERM / SIGHUP: the process ends (what was answered is saved)
+                raise
+            except KeyboardInterrupt:  # Ctrl-C: no curve was stored, nothing stored is lost; no sizing this time
+                say("Measuring skipped: the method's starting values are offered instead.")
+                result = session.call_tool("guidance", {"method": method, "target": target, "measure": False})
             offered["params"] = {} if result.is_error else result.content["suggested_params"]
             if not result.is_error:
                 say(suggestion_text(method, result.content))
@@ -183,13 +219,33 @@ def _save_params(session: Session, method: str, ask: Ask, say: Say) -> dict:
         params = _collect(store, method, suggest, ask, say, use_saved=False)
 
 
+def will_measure(store: Any, method: str, target: str) -> bool:
+    """Whether guidance for ``method`` on ``target`` measures this machine first (no cost curve of the target
+    stored for it: tools.agent_tools.advice.curve_missing, as guidance itself decides), i.e. is slow."""
+    try:
+        from tools.agent_tools import advice  # loads torch: only once the questions reach the method's values
+        from tools.agent_tools.saved_params import resolve_target
+
+        ref, _ = resolve_target(store, method, target)
+        return advice.curve_missing(store, method, ref, advice.detect_hardware("auto"), "transformers")
+    except Exception:  # noqa: BLE001 - guidance itself reports what is wrong; this only decides a notice
+        log.debug("could not tell whether guidance measures %s", target, exc_info=True)
+        return False
+
+
 def suggestion_text(method: str, guidance: dict) -> str:
     """The suggested values of the method's own parameters (guidance's answer), each with its reason
-    where guidance gives one, and what pressing Enter does."""
+    where guidance gives one (one reason, said once, where all share it), and what pressing Enter does."""
     params, why = guidance["suggested_params"], guidance.get("param_reasons") or {}
-    lines = [f"Suggested starting values ({guidance['source']}; advice to be measured): "
-             + ", ".join(f"{k}={params[k]}" for k in OWN_PARAMS[method] if k in params)]
-    lines += [f"  {k}={params[k]}: {why[k]}" for k in OWN_PARAMS[method] if k in params and k in why]
+    shown = [k for k in OWN_PARAMS[method] if k in params]
+    values = ", ".join(f"{k}={params[k]}" for k in shown)
+    header = f"Suggested starting values ({guidance['source']}; advice to be measured):"
+    reasons = {why.get(k) for k in shown}
+    if len(shown) > 1 and len(reasons) == 1 and None not in reasons:  # one reason for all: said once
+        lines = [header, f"  {values}: {why[shown[0]]}"]
+    else:
+        lines = [f"{header} {values}"]
+        lines += [f"  {k}={params[k]}: {why[k]}" for k in shown if k in why]
     lines.append("Press Enter to keep a suggested value: kept ones are not saved, so every run picks them itself "
                  "(sized to this machine where they can be).")
     return "\n".join(lines)
@@ -201,8 +257,8 @@ def first_run_plan(method: str, params: dict) -> tuple[str, int]:
     draft nor trained heads."""
     target = str(params.get("target") or DEFAULT_TARGET)
     spec = METHOD_SPECS[method]
-    if target == DEFAULT_TARGET and not (spec.needs_draft or spec.needs_heads):
-        target = SMALL_TARGET
+    if target == DEFAULT_TARGET and not (spec.needs_draft or spec.needs_heads or spec.training != "none"):
+        target = SMALL_TARGET  # a trained head (Medusa, EAGLE) fits its own target only
     return target, min(int(params.get("max_new_tokens") or FIRST_RUN_TOKENS), FIRST_RUN_TOKENS)
 
 
@@ -221,6 +277,8 @@ def _first_run(session: Session, method: str, params: dict, ask: Ask, say: Say) 
     prompt = prompt.strip() or DEFAULT_FIRST_PROMPT
     store.save_answer(FIRST_PROMPT_KEY, prompt)
     moved = f" target={target}" if target != params.get("target", DEFAULT_TARGET) else ""
+    if params.get("eagle_heads"):  # a run reads the head folder from its given parameters
+        moved += f" eagle_heads={shlex.quote(str(params['eagle_heads']))}"
     return session.handle(f"/run {method} max_new_tokens={tokens}{moved} {prompt}")
 
 
@@ -236,6 +294,8 @@ def _collect(store: Any, method: str, suggest: Callable[[str], dict], ask: Ask, 
         value = store.get_answer(key, _MISSING) if use_saved else _MISSING
         if q.key == "draft":
             q = draft_question(str(params.get("target") or DEFAULT_TARGET))
+        if q.key == "eagle_heads":
+            q = eagle_question(str(params.get("target") or DEFAULT_TARGET))
         if q.key in OWN_PARAMS[method] and value is _MISSING:
             q = Question(q.key, q.text, suggest(str(params.get("target") or DEFAULT_TARGET)).get(q.key))
         while value is _MISSING:
@@ -246,6 +306,8 @@ def _collect(store: Any, method: str, suggest: Callable[[str], dict], ask: Ask, 
                     value = kept(value, q.default)
                 if q.key == "draft":
                     check_draft(str(params.get("target") or DEFAULT_TARGET), value)
+                if q.key == "eagle_heads":
+                    check_eagle_head(str(params.get("target") or DEFAULT_TARGET), value)
             except ParameterError as exc:
                 say(f"{exc.user_message()} — please try again.")
                 value = _MISSING
@@ -269,6 +331,33 @@ def draft_question(target: str) -> Question:
         return Question("draft", "Draft model (same tokenizer as the target, 5-10x smaller)", draft)
     return Question("draft", f"Draft model (no built-in model is smaller than {target} and shares its tokenizer: "
                              "give a smaller model of its family)", "")
+
+
+def shipped_eagle_head(target: str) -> Path | None:
+    """The EAGLE head shipped for ``target``, if any (tools.medusa.eagle_train.default_head_path)."""
+    from tools.medusa.eagle_train import default_head_path  # loads torch: only when EAGLE was chosen
+
+    return default_head_path(target)
+
+
+def eagle_question(target: str) -> Question:
+    """The EAGLE head question for ``target``: empty takes the head shipped for it, where one is."""
+    if shipped_eagle_head(target) is not None:
+        return Question("eagle_heads", "EAGLE head folder (empty: the head shipped for the target)", "")
+    return Question("eagle_heads", f"EAGLE head folder (none is shipped for {target}: give a head trained for it, "
+                                   "or an upstream EAGLE-1/EAGLE-2 checkpoint)", "")
+
+
+def check_eagle_head(target: str, folder: str) -> None:
+    """Refuse no head for a target none is shipped for, or a folder that is not there; ParameterError says why."""
+    if not folder.strip():
+        if shipped_eagle_head(target) is None:
+            raise ParameterError(f"EAGLE needs a head trained for {target}, and none is shipped for it",
+                                 hint=f"train one with `specpilot eagle train --target {target} --out DIR` (asks "
+                                      "first) and give DIR, or answer 'skip'")
+        return
+    if not Path(folder.strip()).expanduser().is_dir():
+        raise ParameterError(f"no folder {folder.strip()}", hint="give the folder holding the EAGLE head")
 
 
 def check_draft(target: str, draft: str) -> None:

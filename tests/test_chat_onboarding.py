@@ -59,7 +59,8 @@ def test_first_run_asks_saves_and_runs_then_the_second_run_asks_nothing(tiny_mod
     first.expect(r"lookahead parameter window \[(\d+)\]")
     offered, window = first.before, 2 if first.match.group(1) != "2" else 4
     first.sendline(str(window))
-    assert re.search(r"window=\d+: (sized|default|the method's starting value)", offered)
+    # each value with its reason, or (unsized: one reason shared by all) the values with the reason once
+    assert re.search(r"window=\d+(, \w+=\d+)*: (sized|default|the method's starting value)", offered)
     assert "Press Enter to keep a suggested value" in offered
     first.expect(r"lookahead parameter ngram \[(\d+)\]")
     ngram = 3 if first.match.group(1) != "3" else 2
