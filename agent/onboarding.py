@@ -29,7 +29,8 @@ from agent.brains.base import Reply
 from agent.loop import Session
 from tools.errors import ParameterError, Terminated
 from tools.engine.params import ACCELERATED, METHODS as METHOD_SPECS, SIZED_FIELDS, MethodSpec, parse_params
-from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for
+from tools.agent_tools.saved_params import resolve_target
+from tools.models import DEFAULT_DRAFT, DEFAULT_TARGET, SMALL_TARGET, builtin_draft_for, shipped_eagle_head
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,6 @@ def will_measure(store: Any, method: str, target: str) -> bool:
     stored for it: tools.agent_tools.advice.curve_missing, as guidance itself decides), i.e. is slow."""
     try:
         from tools.agent_tools import advice  # loads torch: only once the questions reach the method's values
-        from tools.agent_tools.saved_params import resolve_target
 
         ref, _ = resolve_target(store, method, target)
         return advice.curve_missing(store, method, ref, advice.detect_hardware("auto"), "transformers")
@@ -277,7 +277,7 @@ def _first_run(session: Session, method: str, params: dict, ask: Ask, say: Say) 
     prompt = prompt.strip() or DEFAULT_FIRST_PROMPT
     store.save_answer(FIRST_PROMPT_KEY, prompt)
     moved = f" target={target}" if target != params.get("target", DEFAULT_TARGET) else ""
-    if params.get("eagle_heads"):  # a run reads the head folder from its given parameters
+    if params.get("eagle_heads"):  # said on the command too (later runs read it from memory, as this one would)
         moved += f" eagle_heads={shlex.quote(str(params['eagle_heads']))}"
     return session.handle(f"/run {method} max_new_tokens={tokens}{moved} {prompt}")
 
@@ -308,6 +308,8 @@ def _collect(store: Any, method: str, suggest: Callable[[str], dict], ask: Ask, 
                     check_draft(str(params.get("target") or DEFAULT_TARGET), value)
                 if q.key == "eagle_heads":
                     check_eagle_head(str(params.get("target") or DEFAULT_TARGET), value)
+                if q.key == "medusa_heads":
+                    check_medusa_heads(value)
             except ParameterError as exc:
                 say(f"{exc.user_message()} — please try again.")
                 value = _MISSING
@@ -333,13 +335,6 @@ def draft_question(target: str) -> Question:
                              "give a smaller model of its family)", "")
 
 
-def shipped_eagle_head(target: str) -> Path | None:
-    """The EAGLE head shipped for ``target``, if any (tools.medusa.eagle_train.default_head_path)."""
-    from tools.medusa.eagle_train import default_head_path  # loads torch: only when EAGLE was chosen
-
-    return default_head_path(target)
-
-
 def eagle_question(target: str) -> Question:
     """The EAGLE head question for ``target``: empty takes the head shipped for it, where one is."""
     if shipped_eagle_head(target) is not None:
@@ -358,6 +353,13 @@ def check_eagle_head(target: str, folder: str) -> None:
         return
     if not Path(folder.strip()).expanduser().is_dir():
         raise ParameterError(f"no folder {folder.strip()}", hint="give the folder holding the EAGLE head")
+
+
+def check_medusa_heads(folder: str) -> None:
+    """Refuse a Medusa heads folder that is not there (empty: the shipped or trained heads); ParameterError says
+    why, as :func:`check_eagle_head` does for EAGLE's."""
+    if folder.strip() and not Path(folder.strip()).expanduser().is_dir():
+        raise ParameterError(f"no folder {folder.strip()}", hint="give the folder holding the Medusa heads")
 
 
 def check_draft(target: str, draft: str) -> None:

@@ -184,6 +184,22 @@ def test_prepare_loads_the_llamacpp_draft_only_where_it_may_run(files, given, lo
         assert (ctx.gguf_draft is not None) is loaded and ctx.draft is not None
 
 
+@pytest.mark.parametrize("saved, given, loaded", [({"draft_quant": "int8"}, {}, False),
+                                                  ({"draft_quant": "int8"}, {"draft_quant": "gguf"}, True),
+                                                  ({"draft_quant": "gguf"}, {"draft_quant": None}, True)])
+def test_prepare_reads_a_saved_draft_quant_as_the_run_s_sizing_does(files, saved, given, loaded):
+    """A draft_quant saved in memory is the one a run's sizing records: the llama.cpp draft is loaded by it (a given
+    one wins; None is not given)."""
+    store = Store()
+    store.save_params("draft", saved)
+    run_inp = RunInput(method="draft", prompt="hello", target=files[0], draft=files[1], dtype="float32", params=given)
+    compare_inp = CompareInput(prompt="hello", methods=["draft"], target=files[0], draft=files[1], dtype="float32",
+                               params={"draft": given})
+    for inp in (run_inp, compare_inp):
+        ctx = context.prepare(inp, ["draft"], None, strict=True, store=store).ctx
+        assert (ctx.gguf_draft is not None) is loaded
+
+
 def test_both_drafts_time_a_prompt_for_its_last_row_only(ctx, monkeypatch):
     """A draft reads a prompt for its last row's logits: the sizing times both drafts' prompt reading that way
     (every row's logits would add a vocabulary-wide projection per prompt token) and stores both curves."""

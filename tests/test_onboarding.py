@@ -276,6 +276,25 @@ def test_eagle_without_a_shipped_head_needs_a_head_folder(measuring, tmp_path):
     assert "target=" not in command  # stays on the target the head was trained for
 
 
+def test_a_medusa_heads_folder_that_is_not_there_is_refused(measuring, tmp_path):
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    answers = iter([str(tmp_path / "missing"), str(heads)])  # a folder not there, then a real one
+    said: list[str] = []
+
+    def ask(question: str, default: str) -> str:
+        if question.startswith("Medusa heads folder"):
+            return next(answers)
+        return "medusa" if question.startswith("Which method") else "n" if question.startswith("Run a short") else ""
+
+    with Store() as store:
+        run_onboarding(Session(store, OfflineBrain()), ask, said.append)
+        saved = store.get_params("medusa")
+    assert f"no folder {tmp_path / 'missing'}" in "\n".join(said) and "holding the Medusa heads" in "\n".join(said)
+    assert saved["medusa_heads"] == str(heads)
+    onboarding.check_medusa_heads("")  # empty: the shipped or trained heads, nothing to check
+
+
 def test_the_heads_answer_is_resumed_not_asked_again(measuring, tmp_path):
     with Store() as store:
         store.save_answer("onboarding.method", "eagle")

@@ -589,3 +589,13 @@ def load(ref: str, dtype: str = "auto", device_map: str | None = None, threads: 
         source=str(where) + (f"/{gguf_file}" if gguf_file else ""),
         extra={"threads": torch.get_num_threads()},
     )
+
+
+EAGLE_SHIPPED = Path(__file__).resolve().parent / "data" / "eagle"  # EAGLE heads shipped for built-in targets
+EAGLE_HEAD_FILE = "eagle_head.safetensors"
+
+
+def shipped_eagle_head(target_ref: str) -> Path | None:
+    """The EAGLE head shipped for a built-in target, when there is one (a folder under EAGLE_SHIPPED)."""
+    folder = EAGLE_SHIPPED / Path(str(target_ref)).name.lower()
+    return folder if (folder / EAGLE_HEAD_FILE).is_file() else None

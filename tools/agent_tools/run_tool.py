@@ -18,7 +18,8 @@ def with_saved_params(inp: RunInput, saved: dict | None) -> RunInput:
     """``inp`` with every run-level field the caller left unset (target, draft, generation settings)
     taken from ``saved`` (the caller's values win). The method's own saved parameters are validated
     here but not copied into ``params``: the run reads them from memory itself (tools.bench.sizing:
-    given > memory > sized > default), so each is labelled "memory", not "given", in the run's
+    given > memory > sized > default; the EAGLE head folder it loads too, tools.bench.context.chosen_params),
+    so each is labelled "memory", not "given", in the run's
     ``params_source`` and ``sizing``, and the fields neither given nor saved are sized to this machine.
     ParameterError names a bad saved field."""
     if not saved:

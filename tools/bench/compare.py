@@ -166,7 +166,7 @@ def compare(inp: CompareInput, store=None, progress: Progress = None, sources: d
     try:
         for method, reason in not_run.items():
             mark_not_run(method, reason)
-        prepared = prepare(inp, methods, heads_path, progress)
+        prepared = prepare(inp, methods, heads_path, progress, store=store)
         for method, reason in prepared.unavailable.items():
             if method in methods and method not in rows:
                 mark_not_run(method, reason)

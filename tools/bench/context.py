@@ -225,11 +225,16 @@ def trained_heads_path(store, target: str) -> str | None:
 
 
 def medusa_heads_for(store, target: str, given: str | None) -> str | None:
-    """The Medusa heads to use: the given folder, else heads trained here, else the shipped ones."""
+    """The Medusa heads to use: the given folder, else the one saved in memory for medusa (``medusa_heads``
+    in its saved parameters: used even where it is gone, so the run names it rather than loading others),
+    else heads trained here, else the shipped ones."""
     if given:
         return given
+    saved = (store.get_params("medusa") or {}).get("medusa_heads") if store is not None else None
+    if saved:
+        return str(saved)
     shipped = default_medusa_heads_path(target)
-    return trained_heads_path(store, target) or (str(shipped) if shipped else None)
+    return (trained_heads_path(store, target) if store is not None else None) or (str(shipped) if shipped else None)
 
 
 # ---------------------------------------------------------------------------- models
@@ -243,10 +248,11 @@ class Prepared:
 
 
 def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress=None,
-            strict: bool = False) -> Prepared:
+            strict: bool = False, store=None) -> Prepared:
     """Load the target (errors propagate) on ``inp.backend``, the draft when a method needs it or
-    transformers peers are asked (the given draft, else the built-in one), and the Medusa heads when a
-    method needs them.
+    transformers peers are asked (the given draft, else the built-in one), the Medusa heads when a
+    method needs them, and EAGLE's head: the folder given in the parameters, else the one saved in
+    ``store`` for eagle (what the run's sizing reads from it too), else the shipped one.
 
     A draft or heads that cannot be loaded, or a method the backend cannot run, make the methods "not
     run" (``unavailable``), or, with ``strict`` (a single run), raise. Without ``heads_path`` a strict
@@ -266,7 +272,7 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
     draft_methods = [m for m in methods if METHODS[m].needs_draft]
     if draft_methods or (getattr(inp, "peers", False) and backend == "transformers"):
         ctx.draft = load_draft(inp, target, draft_methods, unavailable, strict, progress)
-        ctx.gguf_draft = load_gguf_draft(inp, ctx.draft, draft_methods, progress)
+        ctx.gguf_draft = load_gguf_draft(inp, ctx.draft, draft_methods, progress, store)
     for method in (m for m in methods if METHODS[m].needs_heads and m not in unavailable):
         if heads_path is None and not strict:
             unavailable[method] = (f"no Medusa heads for this target: train them with `specpilot medusa train "
@@ -282,7 +288,7 @@ def prepare(inp: BaseModel, methods: list[str], heads_path: str | None, progress
             unavailable[method] = f"Medusa heads unusable: {heads_path}: {exc.user_message()}"
     if "eagle" in methods and "eagle" not in unavailable:
         try:
-            ctx.eagle_head = load_eagle_for(target, eagle_heads_given(inp))
+            ctx.eagle_head = load_eagle_for(target, eagle_heads_for(inp, store))
         except SpecpilotError as exc:
             if strict:
                 raise
@@ -320,12 +326,13 @@ def load_draft(inp: BaseModel, target, draft_methods: list[str], unavailable: di
     return draft
 
 
-def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=None) -> LlamaCppModel | None:
+def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=None,
+                    store=None) -> LlamaCppModel | None:
     """The draft again on llama.cpp for draft_quant "gguf" (auto picks it where the sizing times it cheaper than the
     int8 copy), for the draft methods of a transformers target on a CPU, from a .gguf given or a built-in draft's
     Q4_0 copy (tools.engine.gguf_requant); None where llama-cpp-python or a GGUF file is missing."""
     if (not draft_methods or draft is None or getattr(inp, "backend", "transformers") != "transformers"
-            or str(draft.device) != "cpu" or all(_given(inp, m, "draft_quant") not in (None, "auto", "gguf")
+            or str(draft.device) != "cpu" or all(_chosen_quant(inp, m, store) not in ("auto", "gguf")
                                                  for m in draft_methods)):
         return None
     ref = inp.draft or draft.ref
@@ -343,17 +350,44 @@ def load_gguf_draft(inp: BaseModel, draft, draft_methods: list[str], progress=No
         return None
 
 
-def eagle_heads_given(inp: BaseModel) -> str | None:
-    """The EAGLE head folder a run or compare was given in its parameters, else None (the shipped head)."""
-    return _given(inp, "eagle", "eagle_heads")
+def eagle_heads_for(inp: BaseModel, store=None) -> str | None:
+    """The EAGLE head folder a run or compare of ``inp`` uses: the one given in its parameters, else the one
+    saved in memory for eagle (:func:`chosen_params`, as the run's sizing records it), else None (the
+    shipped head)."""
+    return chosen_params("eagle", _given(inp, "eagle"), _saved(store, "eagle")).get("eagle_heads")
 
 
-def _given(inp: BaseModel, method: str, name: str):
-    """The value of parameter ``name`` a run or compare was given for ``method`` (run: ``params``; compare:
-    ``params[method]``), else None."""
+def _chosen_quant(inp: BaseModel, method: str, store=None) -> str:
+    """The draft_quant a run or compare of ``inp`` uses for ``method`` where given or saved (else "auto"); "auto"
+    where the saved parameters are unreadable (the run then says why)."""
+    try:
+        return chosen_params(method, _given(inp, method), _saved(store, method)).get("draft_quant") or "auto"
+    except ParameterError:
+        return "auto"
+
+
+def _given(inp: BaseModel, method: str) -> dict:
+    """The parameters a run, compare or bench was given for ``method`` (a run of ``method``: ``params``; compare
+    and bench: ``params[method]``); {} where none are."""
     params = getattr(inp, "params", None) or {}
-    own = params.get(method) if isinstance(params.get(method), dict) else params
-    return own.get(name) if isinstance(own, dict) else None
+    if isinstance(getattr(inp, "method", None), str):  # a run: its params are its own method's
+        return params if inp.method == method and isinstance(params, dict) else {}
+    own = params.get(method) if isinstance(params, dict) else None
+    return own if isinstance(own, dict) else {}
+
+
+def _saved(store, method: str) -> dict:
+    """The parameters saved in memory for ``method`` ({} without a store)."""
+    return (store.get_params(method) or {}) if store is not None else {}
+
+
+def chosen_params(method: str, given: dict | None, saved: dict | None) -> dict:
+    """``method``'s own parameters as given (a None value is not given), else as saved in memory, else the
+    defaults: the one merge of saved parameters with given ones (tools.bench.sizing.size_params without a
+    machine: given > memory, saved ones set aside where they do not fit the given ones), so that what a run
+    loads before it is sized (the EAGLE head folder, the GGUF draft) is what its record shows. Fields the
+    sizing sets to this machine hold their defaults here. ParameterError as size_params raises it."""
+    return size_params(method, None, given, saved).params
 
 
 # ---------------------------------------------------------------------------- parameters
@@ -367,8 +401,8 @@ def sized_params(methods: list[str], given: dict[str, dict], store, ctx: MethodC
     wanted = [m for m in dict.fromkeys(methods) if m != "baseline"]
     if not wanted:
         return {}
-    saved = {m: (store.get_params(m) or {}) if store is not None else {} for m in wanted}
-    chosen = {m: {**saved[m], **(given.get(m) or {})} for m in wanted}
+    saved = {m: _saved(store, m) for m in wanted}
+    chosen = {m: chosen_params(m, given.get(m), saved[m]) for m in wanted}
     needs_draft = [m for m in wanted if METHODS[m].needs_draft and ctx.draft is not None]
     quant = next((chosen[m].get("draft_quant") for m in needs_draft if chosen[m].get("draft_quant")), "auto")
     # a GGUF draft asked for is timed by prefer_gguf alone: no int8 copy to time first (of a self-draft, that copy

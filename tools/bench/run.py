@@ -19,12 +19,12 @@ from tools.bench import auto
 from tools.bench import protocol as measure
 from tools.bench.auto import AutoChoice
 from tools.bench.context import (backend_of, backend_refusal, check_backend, checked_prompt_ids, eos_ids_for,
-                                 generation_settings, load_cached, peer_runners, prepare, prompt_ids_for, run_on,
-                                 sized_run_params, uses_int8_draft)
+                                 generation_settings, load_cached, medusa_heads_for, peer_runners, prepare,
+                                 prompt_ids_for, run_on, sized_run_params, uses_int8_draft)
 from tools.bench.inputs import PEER_LABELS, SELF_DRAFT, MeasureOptions, RunInput
 from tools.bench.record import PeerFigures, RunRecord
 from tools.engine import llamacpp
-from tools.engine.methods import ACCELERATED, METHOD_NAMES, MethodContext, parse_params
+from tools.engine.methods import ACCELERATED, METHOD_NAMES, METHODS, MethodContext, parse_params
 from tools.engine.params import AUTO, PARAM_MODELS
 from tools.engine.types import GenerationSettings
 from tools.errors import ParameterError, SpecpilotError, StoreError, interruption
@@ -166,15 +166,28 @@ def record_from(inp: RunInput, ctx: MethodContext, prompt_ids: list[int], settin
         mean_accepted_per_step=res.mean_accepted_per_step, drafted_by_position=res.drafted_by_position,
         accepted_by_position=res.accepted_by_position, stopped_by=res.stopped_by, method_extra=res.extra,
         lossy=bool(res.extra.get("lossy", False)), matches_baseline=matches, first_divergence=divergence,
+        medusa_heads=inp.medusa_heads if METHODS[inp.method].needs_heads else None,
         peers=peer_rows(timed, settings.greedy), backend=backend, hardware=measure.hardware_info(ctx.target.device),
         dtype=ctx.target.dtype, dtype_reason=ctx.target.dtype_reason, device_map=inp.device_map,
         versions=measure.versions(backend),
     )
 
 
-def build_context(inp: RunInput, progress: measure.Progress = None) -> MethodContext:
-    """The models a single run of ``inp.method`` needs (load errors propagate)."""
-    return prepare(inp, [inp.method], inp.medusa_heads, progress, strict=True).ctx
+def build_context(inp: RunInput, progress: measure.Progress = None, store=None) -> MethodContext:
+    """The models a single run of ``inp.method`` needs (load errors propagate): with ``store``, the head folders
+    not given are those saved in it (:func:`with_heads`; EAGLE's: tools.bench.context.prepare), as the run reads
+    every other saved parameter."""
+    inp = with_heads(inp, store)
+    return prepare(inp, [inp.method], inp.medusa_heads, progress, strict=True, store=store).ctx
+
+
+def with_heads(inp: RunInput, store=None) -> RunInput:
+    """``inp`` with the Medusa heads folder a run of a method that needs heads loads and records: the given one,
+    else the one saved for medusa, else heads trained here, else the shipped ones
+    (tools.bench.context.medusa_heads_for); ``inp`` itself for other methods or without ``store``."""
+    if store is None or not METHODS[inp.method].needs_heads or inp.medusa_heads:
+        return inp
+    return inp.model_copy(update={"medusa_heads": medusa_heads_for(store, inp.target, None)})
 
 
 settings_for = generation_settings  # kept for callers of the old name
@@ -222,11 +235,12 @@ def run_method(inp: RunInput, store=None, progress: measure.Progress = None,
     try:
         if picked is not None:
             planned = inp.method
-            ctx, inp, picked = auto_context(asked, picked, progress)
+            ctx, inp, picked = auto_context(asked, picked, progress, store)
             if own_task and inp.method != planned:  # the first pick cannot run here: the plan is the one that runs
                 store.update_task(task_id, left=[inp.method], note=f"auto: {planned} cannot run here, {inp.method} runs")
         else:
-            ctx = build_context(inp, progress)
+            inp = with_heads(inp, store)  # the heads folder it loads is the one its record shows
+            ctx = build_context(inp, progress, store)
         prompt_ids = checked_prompt_ids(inp, ctx, inp.prompt)  # fits the context, before any measuring
         # parameters not given: from memory, else sized to this machine's cost curve (given > memory > sized)
         sizing = sized_run_params(inp, ctx, store, progress=progress)
@@ -269,16 +283,17 @@ def for_method(inp: RunInput, method: str) -> RunInput:
     return inp.model_copy(update={"method": method, "params": {k: v for k, v in inp.params.items() if k in own}})
 
 
-def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress = None
+def auto_context(inp: RunInput, picked: AutoChoice, progress: measure.Progress = None, store=None
                  ) -> tuple[MethodContext, RunInput, AutoChoice]:
-    """Load what ``picked.method`` needs; where it cannot run here (no EAGLE head or draft for this target), the
-    next method by predicted speedup, said so in the reason."""
+    """Load what ``picked.method`` needs (with the head folders saved in ``store``, as :func:`build_context`);
+    where it cannot run here (no EAGLE head or draft for this target), the next method by predicted speedup,
+    said so in the reason."""
     ranked = sorted(picked.predicted, key=picked.predicted.get, reverse=True)
     skipped = []
     for method in ranked:
-        trial = for_method(inp, method)
+        trial = with_heads(for_method(inp, method), store)
         try:
-            ctx = build_context(trial, progress)
+            ctx = build_context(trial, progress, store)
         except SpecpilotError as exc:
             skipped.append(f"{method} cannot run here: {exc.user_message()}")
             if method == ranked[-1]:

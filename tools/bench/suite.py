@@ -144,7 +144,7 @@ class _BenchRun:
         """Load the models (once), noting the methods that cannot run here, and size the parameters left
         to this machine's cost curve (tools.bench.context.size_candidates: read from memory, else
         measured once and stored), as run and compare do."""
-        self.prepared = prepare(self.inp, self.methods, self.heads_path, progress)
+        self.prepared = prepare(self.inp, self.methods, self.heads_path, progress, store=self.store)
         for method, reason in self.prepared.unavailable.items():
             if method in self.methods:
                 self.not_run[method] = reason

@@ -146,7 +146,7 @@ def tune(inp: TuneInput, store=None, progress=None, confirm: Callable[[str], boo
     saved = store.get_params(inp.method) or {}
     base = {k: v for k, v in own_params(inp.method, saved).items() if k not in SWEPT_FIELDS[inp.method]}
     heads_path = medusa_heads_for(store, inp.target, inp.medusa_heads) if inp.method == "medusa" else None
-    prepared = prepare(inp, [inp.method], heads_path, progress)
+    prepared = prepare(inp, [inp.method], heads_path, progress, store=store)
     if inp.method in prepared.unavailable:
         raise ParameterError(f"cannot tune {inp.method}: {prepared.unavailable[inp.method]}",
                              hint="fix that first, then run the sweep again")

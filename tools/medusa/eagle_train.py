@@ -37,13 +37,14 @@ from safetensors.torch import load_file, save_file
 
 from tools.engine.eagle import EagleConfig, EagleHead, config_for
 from tools.errors import ParameterError
+from tools.models import EAGLE_HEAD_FILE, EAGLE_SHIPPED, shipped_eagle_head
 from tools.medusa.eagle_upstream import WEIGHTS as UPSTREAM_WEIGHTS, is_upstream, load_upstream_head
 from tools.medusa.features import cache_chunk_features, load_chunk_features
 from tools.medusa.train import _fingerprint, default_cache_dir, describe_data, read_text, tokenize_files
 
-HEAD_FILE, CONFIG_FILE, STATE_FILE = "eagle_head.safetensors", "eagle_config.json", "eagle_train_state.pt"
+HEAD_FILE, CONFIG_FILE, STATE_FILE = EAGLE_HEAD_FILE, "eagle_config.json", "eagle_train_state.pt"
 FORMAT = "specpilot-eagle"
-SHIPPED = Path(__file__).resolve().parents[1] / "data" / "eagle"
+SHIPPED = EAGLE_SHIPPED
 MIN_CHUNK_TOKENS = 8  # a shorter chunk of training text is dropped
 
 
@@ -271,10 +272,7 @@ def load_head(folder: str | Path) -> EagleHead:
     return head.eval()
 
 
-def default_head_path(target_ref: str) -> Path | None:
-    """The head shipped for a built-in target, when there is one."""
-    folder = SHIPPED / Path(str(target_ref)).name.lower()
-    return folder if (folder / HEAD_FILE).is_file() else None
+default_head_path = shipped_eagle_head  # the head shipped for a built-in target, when there is one
 
 
 @functools.lru_cache(maxsize=8)
