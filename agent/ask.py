@@ -14,8 +14,9 @@ model, write files or memory, or needs approval is validated and listed with ``e
 
 ``status`` of a call: ``ok``, ``error``, ``approval_required`` (executed), ``planned`` (plan only, not
 executed) or ``invalid`` (plan only, the input does not validate). The task's status is the one
-recorded in memory: ``done``; ``unfinished`` (waiting for an answer or an approval, or only planned);
-``failed`` (not done: could not be served, with the reason).
+recorded in memory: ``done`` (a plan-only ask whose calls were planned is done too: a dry run is no unfinished
+work; its reason then says "planned only, not executed: TOOLS"); ``unfinished`` (waiting for an answer or an
+approval); ``failed`` (not done: could not be served, with the reason).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from agent.brains import make_brain
 from agent.brains.base import Reply
 from agent.loop import Session
+from agent.replies import PLANNED_ONLY  # how a plan-only task's planned calls are recorded (status done)
 from memory import Store
 from tools.agent_tools.registry import ToolResult, get_tool, parse_input
 from tools.errors import SpecpilotError
@@ -48,6 +50,7 @@ class AskSession(Session):
         self.plan_only = plan_only
         self.calls: list[dict] = []
         self.closed_task_id: int | None = None
+        self.planned_only: str | None = None  # "planned only, not executed: TOOLS" when a dry run closed its task
 
     def call_tool(self, name: str, tool_input: dict | str | None) -> ToolResult:
         """Run the tool (plan only: only a read-only one) and list the call."""
@@ -80,11 +83,19 @@ class AskSession(Session):
         return result
 
     def _close_task(self, reply: Reply) -> None:
+        """Close the task as the loop does; a dry run's planned calls are recorded as done, "planned only, not
+        executed" (a dry run is no unfinished work: it stays out of the greeting, /tasks' unfinished list and
+        `runs list`)."""
         planned = [c["name"] for c in self.calls if not c["executed"] and c["status"] == PLANNED]
-        if planned and not (reply.awaiting or reply.unfinished or reply.not_done):
-            reply.unfinished = f"plan only: not executed: {', '.join(planned)}"
-        self.closed_task_id = self.task_id
+        task_id = self.closed_task_id = self.task_id
         super()._close_task(reply)
+        if not planned or task_id is None or self.task_id is not None:  # no plan, no task, or a question waits
+            return
+        task = self.remember(lambda: self.store.get_task(task_id))
+        if task is None or task["status"] != "done":  # not served, or waiting for an approval: recorded as such
+            return
+        self.planned_only = f"{PLANNED_ONLY}: {', '.join(dict.fromkeys(planned))}"
+        self.remember(lambda: self.store.update_task(task_id, done=[self.planned_only], note=self.planned_only))
 
 
 def runs_in_plan(name: str) -> bool:
@@ -112,7 +123,7 @@ def ask(store: Any, text: str, brain: str = "auto", plan_only: bool = False) -> 
     reply = session.handle(text)
     task_id = session.closed_task_id if session.task_id is None else session.task_id
     task = store.get_task(task_id) if task_id is not None else None
-    reason = ("; ".join(task.get("left") or []) or None) if task else None
+    reason = ("; ".join(task.get("left") or []) or session.planned_only) if task else None
     return {"reply": reply.text, "tool_calls": session.calls,
             "task": {"id": task_id, "status": task["status"] if task else None, "reason": reason}}
 

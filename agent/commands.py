@@ -171,19 +171,46 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
             return
         if _type(properties.get(name, {})) == "array" and n == len(open_fields) - 1:
             values, bare[:] = list(bare), []
+            for value in values:
+                _check_allowed(value, name, properties.get(name, {}))
             _put(arguments, properties, name, ",".join(values))
         else:
+            _check_allowed(bare[0], name, properties.get(name, {}))
             _put(arguments, properties, name, bare.pop(0))
     for value in list(bare):  # a bare value an optional field allows by its enum ("draft" for methods)
         name = next((k for k, prop in properties.items() if value in allowed(prop)), None)
         if name is not None:
             bare.remove(value)
             _put(arguments, properties, name, value)
+    if len(bare) == 1:  # one word left: not a value of the fields that list theirs (/runs warp: not a method)
+        listing = {k: prop for k, prop in properties.items() if allowed(prop) and k not in arguments}
+        if len(listing) == 1:
+            [(name, prop)] = listing.items()
+            _check_allowed(bare[0], name, prop)
+        elif listing:
+            takes = ", ".join(f"{k} ({' | '.join(allowed(prop))})" for k, prop in listing.items())
+            raise ParameterError(f"{bare[0]!r} is not a value /{tool.name} takes: {takes}",
+                                 hint="give one of those, or other values by name (key=value or --key value)")
     if bare:
         named = ", ".join(f"{k} ({' | '.join(allowed(properties.get(k, {})))})" if allowed(properties.get(k, {}))
                           else k for k in required) or "none"
         raise ParameterError(f"/{tool.name} does not know what {' '.join(bare)!r} is for",
                              hint=f"give values by name (key=value or --key value); its required fields: {named}")
+
+
+def not_allowed(value: str, name: str, prop: dict) -> str | None:
+    """What is wrong with ``value`` as the field ``name`` whose schema lists its values ("'warp' is not a method: one
+    of baseline, draft, ..."), or None when the field takes it (or lists no values)."""
+    values = allowed(prop)
+    if not values or value in values:
+        return None
+    return f"{value!r} is not a {name.replace('_', ' ')}: one of {', '.join(values)}"
+
+
+def _check_allowed(value: str, name: str, prop: dict) -> None:
+    problem = not_allowed(value, name, prop)
+    if problem is not None:
+        raise ParameterError(problem, hint=f"give one of them in its place, e.g. {allowed(prop)[0]}")
 
 
 def allowed(prop: dict) -> tuple:

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 
+from tools.agent_tools.choose import CATEGORIES
+from tools.agent_tools.install import ALREADY_INSTALLED
+from tools.agent_tools.lookup import NO_RUNS
 from tools.agent_tools.registry import ToolResult
+from tools.engine.params import ACCELERATED
 from tools.report.markdown import fmt, versus_baseline
 
 DETAILS_HINT = "/details"  # the chat command that shows the detail form of the last answer
+PLANNED_ONLY = "planned only, not executed"  # a plan-only ask's done step (agent.ask): a dry run, no unfinished work
 
 
 def format_result(result: ToolResult) -> str:
@@ -29,16 +34,34 @@ def format_details(result: ToolResult) -> str:
 def _format(result: ToolResult, forms: dict) -> str:
     c = result.content
     if result.is_error:
-        return f"That did not work: {c.get('error')}"
+        return c.get("error") if nothing_to_do(result) else f"That did not work: {c.get('error')}"
     if c.get("status") == "approval_required":
         return (f"This needs your approval first (approval {c['approval_id']}, action {c['action']}). It would run:\n"
-                f"  {c['will_run']}\nTo approve, run `specpilot tool approve --id {c['approval_id']}` in your "
-                "terminal, then ask again; nothing has been run.")
+                f"  {c['will_run']}\n{_left_out(c)}To approve, run `specpilot tool approve --id {c['approval_id']}` in "
+                "your terminal, then ask again; nothing has been run.")
     if c.get("status") == "not_executed":
         shown = json.dumps(c.get("input") or {}, ensure_ascii=False, default=str)
         return f"Planned, not executed: {result.name} {shown} ({c.get('reason')})."
     formatter = forms.get(result.name) or DETAILS.get(result.name)
     return formatter(c) if formatter else json.dumps(c, indent=2, ensure_ascii=False, default=str)
+
+
+def _left_out(c: dict) -> str:
+    """The line saying which packages an install approval leaves out as installed already ("" when none is)."""
+    arguments = c.get("arguments") or {}
+    if arguments.get("tool") != "install_packages" or not arguments.get("requested"):
+        return ""
+    runs = set((arguments.get("input") or {}).get("packages") or [])
+    skipped = [p for p in arguments["requested"].get("packages") or [] if p not in runs]
+    return f"Left out, already installed: {', '.join(skipped)}.\n" if skipped else ""
+
+
+def nothing_to_do(result: ToolResult) -> bool:
+    """Whether an error result reports that there was nothing to do, not a failure: no run is stored yet to look up,
+    or every package asked for is installed already (said plainly, without "That did not work")."""
+    first = str(result.content.get("error") or "").split("\n", 1)[0]
+    return ((result.name == "lookup_runs" and first == NO_RUNS)
+            or (result.name == "install_packages" and first.endswith(ALREADY_INSTALLED)))
 
 
 # ---------------------------------------------------------------------------- the detail forms
@@ -75,7 +98,32 @@ def _lookup(c: dict) -> str:
     return "\n".join(lines)
 
 
+SAVE_HINT = ("To save some: `/save draft k=6` (or, with a brain that reads words, 'save k=6 as my default for "
+             "draft').")
+
+
+def _saved_params_only(c: dict, short: bool) -> str:
+    """The answer to /params: the saved parameters and the default method, nothing else (/tasks lists tasks)."""
+    params = c.get("saved_params") or {}
+    default = (c.get("answers") or {}).get("default_method")
+    if not params:
+        return "\n".join(["No parameters saved yet. " + SAVE_HINT,
+                          *([f"Default method: {default}."] if default else [])])
+    if short:
+        return "Saved parameters: " + "; ".join(
+            f"{m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
+            for m, p in params.items()) + "."
+    lines = ["Saved parameters:"]
+    lines += [f"  {m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
+              for m, p in params.items()]
+    if default and default not in params:
+        lines.append(f"Default method: {default}")
+    return "\n".join(lines)
+
+
 def _recall(c: dict) -> str:
+    if c.get("only_saved_params"):
+        return _saved_params_only(c, short=False)
     lines = []
     params = c.get("saved_params") or {}
     if params:
@@ -109,7 +157,7 @@ def _guidance(c: dict) -> str:
              f"Note: {c['advice']}."]
     lines += [f"Serving: {line}" for line in c.get("serving") or []]
     if c.get("choice"):
-        lines += _choice_lines(c["choice"], every=True)
+        lines += _choice_lines(c["choice"], every=True, method_named=True)
     lines.append(_guidance_next(c))
     return "\n".join(lines)
 
@@ -248,16 +296,31 @@ def _choose(c: dict) -> str:
     return "\n".join([*_choice_lines(c, every=True), f"Source of the first figure: {c['source']}."])
 
 
-def _choice_lines(c: dict, every: bool = False) -> list[str]:
-    """A choice between methods: the pick first, a line per candidate (three, or ``every`` one), the next step."""
+def _choice_lines(c: dict, every: bool = False, method_named: bool = False) -> list[str]:
+    """A choice between methods: the pick first, a line per candidate (three, or ``every`` one), the next step.
+    ``method_named``: the request named a method (guidance's advice for it carries this choice)."""
     kind = (c.get("category") or "").replace("_", " ")
-    lines = [f"For {kind}: {c['pick']} first." if kind else
-             f"{c['pick']} first (over every kind of request: no kind of work was named)."]
+    if kind:
+        lines = [f"For {kind}: {c['pick']} first."]
+    elif c.get("task"):  # words that name no kind of work: said, not silently ignored
+        lines = [f"{_unknown_task(c['task'], method_named)} So over every kind of request: {c['pick']} first."]
+    else:
+        lines = [f"{c['pick']} first (over every kind of request: no kind of work was named)."]
     lines += [f"- {line}" for line in (c["lines"] if every else c["lines"][:3])]
     pair = [m for m in c["next_step"]["input"]["methods"] if m != "baseline"]
     lines.append(f"Next: I can measure {' and '.join(pair)} on your own prompt: say 'compare {' and '.join(pair)} on "
                  "<your prompt>'.")
     return lines
+
+
+def _unknown_task(task: str, method_named: bool) -> str:
+    """Why the kind of work given (guidance's ``task``) was not used: it names no category (and, one word given where
+    no method was named, no method either)."""
+    task = " ".join(str(task).split())
+    kinds = f"a kind of work I know ({', '.join(CATEGORIES)})"
+    if not method_named and len(task.split()) == 1:
+        return f"{task!r} is not a method ({', '.join(ACCELERATED)}) nor {kinds}."
+    return f"{task!r} names no kind of work I know: {', '.join(CATEGORIES)}."
 
 
 DETAILS = {
@@ -290,6 +353,8 @@ def _lookup_short(c: dict) -> str:
 
 
 def _recall_short(c: dict) -> str:
+    if c.get("only_saved_params"):
+        return _saved_params_only(c, short=True)
     params = c.get("saved_params") or {}
     default = (c.get("answers") or {}).get("default_method")
     if params:
@@ -303,10 +368,16 @@ def _recall_short(c: dict) -> str:
     if failed:
         lines.append(f"Not done: {failed[0]}" + _more(failed))
     if done:
-        lines.append("Finished tasks: " + "; ".join(t.rpartition(" — done: ")[0] for t in done[:3]) + _more(done, 3))
+        lines.append("Finished tasks: " + "; ".join(_finished(t) for t in done[:3]) + _more(done, 3))
     if c.get("recent_runs"):
         lines.append(f"Newest run: {c['recent_runs'][0]}")
     return "\n".join(lines)
+
+
+def _finished(line: str) -> str:
+    """A finished task's line without its steps ("task 3 (done): REQUEST"), marked when it was only planned."""
+    head, _, steps = line.rpartition(" — done: ")
+    return head + (" (planned only)" if PLANNED_ONLY in steps else "")
 
 
 def _more(items: list, shown: int = 1) -> str:
@@ -331,7 +402,9 @@ def _guidance_short(c: dict) -> str:
     if c.get("choice"):
         choice = c["choice"]
         kind = (choice.get("category") or "every kind of request").replace("_", " ")
-        lines.append(f"For {kind}: {choice['pick']} first ({choice['source']}).")
+        unknown = _unknown_task(choice["task"], method_named=True) + " " if choice.get("task") and not \
+            choice.get("category") else ""
+        lines.append(f"{unknown}For {kind}: {choice['pick']} first ({choice['source']}).")
     lines.append(_guidance_next(c))
     return "\n".join(lines)
 

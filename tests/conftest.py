@@ -82,6 +82,18 @@ def specpilot_home(tmp_path, monkeypatch, request):
     return home
 
 
+@pytest.fixture(autouse=True)
+def nothing_installed(monkeypatch):
+    """The install tool finds none of the packages a test names installed, so that the approval of an install is
+    what the tests see whatever this machine holds (gguf is installed here, for one). Returns the real check, for
+    the tests of leaving installed packages out (``monkeypatch.setattr(install, "installed_version", it)``)."""
+    import tools.agent_tools.install as install
+
+    real = install.installed_version
+    monkeypatch.setattr(install, "installed_version", lambda spec: None)
+    return real
+
+
 @pytest.fixture(scope="session")
 def spec_bench_path():
     path = SHARED / "data" / "spec_bench_dev.jsonl"

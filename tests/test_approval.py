@@ -95,6 +95,61 @@ def test_pip_runs_as_an_argument_list_never_a_shell():
     assert install.describe_install(inp).endswith("-m pip install --upgrade 'gguf>=0.10' lade")
 
 
+# ---- packages already installed -------------------------------------------------------------
+
+MISSING = "specpilot-never-installed-xyz"
+
+
+def test_every_package_installed_already_is_said_so_and_nobody_is_asked(store, pip_calls, nothing_installed,
+                                                                        monkeypatch):
+    from importlib.metadata import version
+
+    from agent.replies import format_result
+
+    monkeypatch.setattr(install, "installed_version", nothing_installed)  # the real check
+    have = version("packaging")
+    confirm = Asked(True)
+    for gate in (Gate(store, confirm), Gate(store)):  # terminal and host mode alike
+        result = gate.call("install_packages", {"packages": ["packaging", "pydantic>=1"]}, ctx(store))
+        assert result.is_error and result.content["error"].startswith(
+            f"packaging {have} and pydantic {version('pydantic')} are already installed.")
+    single = Gate(store).call("install_packages", {"packages": ["packaging", "packaging>=1"]}, ctx(store))
+    answer = format_result(single)
+    assert answer.startswith(f"packaging {have} is already installed.") and "That did not work" not in answer
+    assert "--upgrade" in answer and "Traceback" not in answer
+    assert confirm.prompts == [] and pip_calls == [] and store.list_approvals() == []
+
+
+def test_installed_packages_are_left_out_of_the_approval_and_the_rest_installed(store, pip_calls, nothing_installed,
+                                                                                monkeypatch):
+    from agent.replies import format_result
+
+    monkeypatch.setattr(install, "installed_version", nothing_installed)
+    gate = Gate(store)
+    asked = {"packages": ["packaging", MISSING]}
+    first = gate.call("install_packages", asked, ctx(store))
+    assert first.content["status"] == "approval_required"
+    assert first.content["arguments"]["input"]["packages"] == [MISSING]
+    assert first.content["will_run"].endswith(f"-m pip install {MISSING}")
+    assert "Left out, already installed: packaging." in format_result(first)
+    approval_id = first.content["approval_id"]
+    store.decide_approval(approval_id, True, by="test person")
+    ran = gate.call("install_packages", {**asked, "approval_id": approval_id}, ctx(store))  # asked again as it was
+    assert not ran.is_error and pip_calls == [[sys.executable, "-m", "pip", "install", MISSING]]
+
+
+@pytest.mark.parametrize("asked", [{"packages": ["packaging>=9999"]}, {"packages": ["packaging"], "upgrade": True},
+                                   {"packages": ["packaging[no-such-extra]"]}])
+def test_a_version_not_installed_or_an_upgrade_still_asks(store, pip_calls, nothing_installed, monkeypatch, asked):
+    monkeypatch.setattr(install, "installed_version", nothing_installed)
+    result = Gate(store).call("install_packages", asked, ctx(store))
+    if "no-such-extra" in asked["packages"][0]:  # an extra that adds nothing: the package is what is asked for
+        assert result.is_error and "already installed" in result.content["error"]
+        return
+    assert result.content["status"] == "approval_required" and result.content["arguments"]["input"] == \
+        {"upgrade": False, **asked}
+
+
 # ---- terminal mode -------------------------------------------------------------------------
 
 def test_terminal_yes_shows_the_exact_command_and_runs_it_once(store, pip_calls):

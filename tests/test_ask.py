@@ -41,10 +41,13 @@ def test_plan_only_json_is_one_object_and_lists_a_run_without_running_it(specpil
     assert answer["tool_calls"] == [{"name": "run_method", "input": {"method": "draft", "prompt": "def fib(n):"},
                                      "executed": False, "status": "planned"}]
     assert answer["reply"].startswith("Planned, not executed: run_method")
-    assert answer["task"]["status"] == "unfinished" and "plan only: not executed: run_method" in answer["task"]["reason"]
+    # a dry run is no unfinished work: done, said to be planned only
+    assert answer["task"]["status"] == "done" and answer["task"]["reason"] == "planned only, not executed: run_method"
     with Store() as store:
         assert store.list_runs() == [] and not store.onboarding_complete()  # nothing ran; never onboards
-        assert store.get_task(answer["task"]["id"])["request"] == "/run draft def fib(n):"
+        task = store.get_task(answer["task"]["id"])
+        assert task["request"] == "/run draft def fib(n):" and "planned only, not executed: run_method" in task["done"]
+        assert store.unfinished_tasks() == []
 
 
 def test_a_missing_local_model_falls_back_to_commands_with_a_note(tmp_path, cli_in_process, monkeypatch):
@@ -76,8 +79,15 @@ def test_plan_only_lists_model_loads_writes_and_gated_tools_without_running_them
     answer = ask(store, text, brain="offline", plan_only=True)
     [call] = answer["tool_calls"]
     assert (call["name"], call["executed"], call["status"]) == (tool, False, "planned")
-    assert answer["task"]["status"] == "unfinished"
+    assert answer["task"]["status"] == "done" and answer["task"]["reason"] == f"planned only, not executed: {tool}"
     assert store.list_approvals() == [] and store.all_params() == {} and store.list_runs() == []
+    # nothing planned is left as unfinished work: not in the greeting, nor in /tasks' unfinished list
+    assert store.unfinished_tasks() == []
+    from agent.brains import make_brain
+    from agent.loop import Session
+
+    assert "No unfinished work." in Session(store, make_brain("offline")).greeting()
+    assert "(planned only)" in ask(store, "/tasks", brain="offline")["reply"]
 
 
 def test_without_plan_only_a_gated_tool_comes_back_as_an_approval_request(store):

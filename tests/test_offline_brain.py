@@ -4,6 +4,8 @@ message that names the brains which read words."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import tools.bench.run as run_tool  # the run_method tool imports run_method from it when it runs
@@ -47,7 +49,9 @@ def test_a_run_reports_the_measured_figures_exactly(store, runs):
     assert inp.method == "draft" and inp.prompt == "write a sort function"
     [run] = store.list_runs()
     assert reply.text.startswith(f"Measured now: run {run['run_id']} (draft, ")
-    assert "speedup 1.55x, 32.00 tok/s vs baseline 20.65 tok/s, acceptance 0.720" in reply.text
+    assert "speedup 1.55x, 32.00 tok/s vs baseline 20.65 tok/s, acceptance 72.0%" in reply.text
+    # when it was stored: to the minute, in UTC (not the stored ISO text with its microseconds)
+    assert re.search(r", stored \d{4}-\d\d-\d\d \d\d:\d\d UTC\)", reply.text) and run["created_at"] not in reply.text
     assert "Fake CPU (2 cores)" in reply.text and "output identical to baseline" in reply.text
     [task] = store.list_tasks()
     assert task["status"] == "done" and task["run_ids"] == [run["run_id"]] and run["task_id"] == task["id"]
@@ -164,8 +168,27 @@ def test_unfinished_work_is_reported_as_done_and_not_done(store):
     greeting = session(store).greeting()
     assert f"task {task_id} (running): run lookahead on 3 prompts — done: prompt 1 / not done: prompt 2; prompt 3" \
         in greeting
-    recall = session(store).handle("/params").text
+    recall = session(store).handle("/tasks").text
     assert "done: prompt 1 / not done: prompt 2; prompt 3" in recall
+    # /params shows the saved parameters alone: no tasks, no runs
+    params = session(store).handle("/params").text
+    assert "prompt 1" not in params and "task" not in params.lower() and "No parameters saved yet" in params
+
+
+def test_params_shows_the_saved_parameters_only_and_says_how_to_save_when_there_are_none(store, runs):
+    s = session(store)
+    empty = s.handle("/params").text
+    assert empty.startswith("No parameters saved yet.") and "/save draft k=6" in empty
+    s.handle("/run ngram summarise: this text")  # a run and a finished task: neither is /params' business
+    s.handle("/save draft k=6")
+    params = s.handle("/params").text
+    assert params == "Saved parameters: draft (default): k=6."
+    assert "Newest run" not in params and "Unfinished" not in params
+    everything = s.handle("/tasks").text  # /tasks (and /memory) still show the tasks and the newest run
+    assert "Finished tasks:" in everything and "Newest run:" in everything and "draft (default): k=6" in everything
+    assert "Newest run:" in s.handle("/memory").text
+    s.handle("/params")
+    assert "Saved parameters:\n  draft (default): k=6" in s.handle("/details").text
 
 
 def test_explain_guidance_and_deps_by_command(store):

@@ -228,3 +228,35 @@ def test_write_report_stays_in_the_user_folder(store, specpilot_home):
     text = open(path, encoding="utf-8").read()
     assert run_id in text and "1.55" in text and "Test CPU (2 cores)" in text
 
+
+
+def test_no_filters_on_an_empty_memory_says_plainly_that_no_run_is_stored_and_how_to_measure_one(store):
+    from agent.replies import format_result
+
+    tool = registry.get_tool("lookup_runs")
+    for given in ({}, {"limit": 10}):  # a limit filters nothing
+        empty = registry.execute(tool, registry.parse_input(tool, given), ToolContext(store=store))
+        assert empty.is_error and empty.content["error"].startswith("No runs are stored yet.")
+        answer = format_result(empty)
+        assert answer.startswith("No runs are stored yet.") and "That did not work" not in answer
+        assert '/run ngram "YOUR PROMPT"' in answer and "specpilot run --method ngram" in answer
+    # with filters given, the filtered message names them (the limit is no filter)
+    filtered = registry.execute(tool, registry.parse_input(tool, {"method": "medusa", "limit": 3}),
+                                ToolContext(store=store))
+    assert filtered.content["error"].startswith("no stored run matches method='medusa'\n")
+    stored_run(store, method="draft")
+    none = registry.execute(tool, registry.parse_input(tool, {"method": "medusa"}), ToolContext(store=store))
+    assert none.is_error and none.content["error"].startswith("no stored run matches method='medusa'")
+    assert format_result(none).startswith("That did not work: no stored run matches")
+
+
+def test_a_statement_gives_the_time_to_the_minute_in_utc_and_acceptance_as_a_percent():
+    from tools.agent_tools.lookup import percent, statement, stored_time
+
+    assert stored_time("2026-12-07T18:11:24.615634+00:00") == "2026-12-07 18:11 UTC"
+    assert stored_time("2026-12-07T20:11:24+02:00") == "2026-12-07 18:11 UTC"
+    assert stored_time(None) == "time not recorded" and stored_time("yesterday") == "yesterday"
+    assert percent(0.0) == "0.0%" and percent(0.725) == "72.5%" and percent(1) == "100.0%"
+    run = {"run_id": "abcd1234", "method": "ngram", "target": "t", "prompt": "p", "hardware": {"name": "hw"},
+           "dtype": "float32", "created_at": "2026-12-07T18:11:24.615634+00:00", "acceptance_rate": 0.0}
+    assert "stored 2026-12-07 18:11 UTC)" in statement(run) and "acceptance 0.0%" in statement(run)

@@ -1,5 +1,8 @@
 """Install Python packages with pip (gated: runs only after the user approves the exact command).
 
+Packages already installed (in a version the requirement allows) are left out before the approval is asked for
+(:func:`resolve_install`); when every package asked for is installed the answer says so and nothing is asked.
+
 A package is a PEP 508 name with optional extras and an optional version specifier, and nothing
 else: :func:`check_package` parses it with ``packaging.requirements.Requirement`` and refuses
 anything pip could read as a path, an archive (``evil-1.0.tar.gz`` is a local file to pip, whose
@@ -12,11 +15,13 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from importlib import metadata
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tools.errors import DependencyError, ParameterError
+from tools.errors import DependencyError, ParameterError, SpecpilotError
 from tools.agent_tools.registry import ToolContext, tool
 
 MAX_PACKAGES = 10
@@ -103,15 +108,74 @@ def describe_install(inp: InstallInput) -> str:
     return shlex.join(pip_command(inp))
 
 
+ALREADY_INSTALLED = "already installed."  # how the answer ends when every package asked for is installed
+
+
+class AlreadyInstalled(SpecpilotError):
+    """Every package asked for is installed, in a version its requirement allows: nothing to install."""
+
+
+def installed_version(spec: str) -> str | None:
+    """The installed version of ``spec``'s distribution when it satisfies ``spec``: its version specifier
+    (``gguf>=0.10``) and, for extras (``transformers[torch]``), the requirements those extras add; else None."""
+    requirement = Requirement(spec)
+    version = _satisfying_version(requirement)
+    if version is None or not requirement.extras:
+        return version
+    for needed in metadata.requires(requirement.name) or []:
+        try:
+            extra_requirement = Requirement(needed)
+        except InvalidRequirement:
+            continue
+        marker = extra_requirement.marker
+        if marker is None or marker.evaluate({"extra": ""}):
+            continue  # not one of an extra's own requirements
+        if any(marker.evaluate({"extra": extra}) for extra in requirement.extras) \
+                and _satisfying_version(extra_requirement) is None:
+            return None
+    return version
+
+
+def _satisfying_version(requirement: Requirement) -> str | None:
+    try:
+        version = metadata.version(requirement.name)
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        return version if requirement.specifier.contains(version, prereleases=True) else None
+    except InvalidVersion:
+        return None
+
+
+def resolve_install(inp: InstallInput, store: object = None) -> InstallInput:
+    """The install the approval is asked for: the packages asked for less those already installed (in a
+    version the requirement allows). AlreadyInstalled when none is left; an upgrade keeps every package."""
+    if inp.upgrade:
+        return inp
+    asked = list(dict.fromkeys(inp.packages))
+    found = {spec: installed_version(spec) for spec in asked}
+    left = [spec for spec in asked if found[spec] is None]
+    if not left:
+        have = list(dict.fromkeys(f"{Requirement(spec).name} {version}" for spec, version in found.items()))
+        names = have[0] if len(have) == 1 else ", ".join(have[:-1]) + " and " + have[-1]
+        verb = "is" if len(have) == 1 else "are"
+        first = Requirement(asked[0]).name
+        raise AlreadyInstalled(f"{names} {verb} {ALREADY_INSTALLED}",
+                               hint=f"nothing to install; for a newer version ask for an upgrade, e.g. "
+                                    f"`/install {first} --upgrade`")
+    return inp if left == inp.packages else inp.model_copy(update={"packages": left})
+
+
 def run_pip(argv: list[str]) -> subprocess.CompletedProcess:
     """Run pip with an argument list (no shell), capturing its output."""
     return subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
 
 
-@tool("install_packages", InstallInput, gate="install", describe=describe_install)
+@tool("install_packages", InstallInput, gate="install", describe=describe_install, resolve=resolve_install)
 def install_packages(inp: InstallInput, ctx: ToolContext) -> dict:
     """Install Python packages with pip (for example a method's missing dependency that check_deps named).
-    Needs the user's approval: the first call returns approval_required (or asks the user in the
+    Packages already installed in a version the requirement allows are left out (all of them: it says so,
+    and asks nothing); upgrade=true installs every one. Needs the user's approval: the first call returns approval_required (or asks the user in the
     terminal); only the exact approved command runs, once. Returns the command, pip's exit code and
     the tail of its output."""
     argv = pip_command(inp)

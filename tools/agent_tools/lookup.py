@@ -3,11 +3,13 @@ saved (parameters, onboarding answers, unfinished tasks), and save a method's pa
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine.params import ACCELERATED, MethodName
-from tools.errors import RunNotFoundError
+from tools.errors import RunNotFoundError, SpecpilotError
 from tools.agent_tools.registry import ToolContext, tool
 
 FIGURES = ("speedup", "tokens_per_s", "baseline_tokens_per_s", "wall_time_s", "baseline_wall_time_s",
@@ -15,6 +17,10 @@ FIGURES = ("speedup", "tokens_per_s", "baseline_tokens_per_s", "wall_time_s", "b
            "steps", "matches_baseline")
 PROMPT_SHOWN = 200
 SAVEABLE_METHODS = (*ACCELERATED, "baseline")
+NO_RUNS = "No runs are stored yet."  # lookup_runs with no filters on a memory that holds no run
+MEASURE_ONE = ('measure one, e.g. `/run ngram "YOUR PROMPT"` in the chat or '
+               '`specpilot run --method ngram --prompt "..."` on the command line')
+FILTERS = ("run_id", "method", "prompt_contains", "same_prompt_as_last_run", "target")  # not limit: it filters nothing
 
 
 class LookupInput(BaseModel):
@@ -44,6 +50,24 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def stored_time(value) -> str:
+    """When a run was stored, to the minute in UTC ("2026-12-07 18:11 UTC"); text that is no ISO time as it is."""
+    if not value:
+        return "time not recorded"
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def percent(rate) -> str:
+    """A rate from 0 to 1 as a percent with one decimal ("72.0%"), as the tables show it."""
+    return f"{rate * 100:.1f}%" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else str(rate)
+
+
 def statement(run: dict) -> str:
     """One sentence restating a stored run's figures with its id, model, prompt and hardware."""
     prompt = str(run.get("prompt") or "")
@@ -52,14 +76,14 @@ def statement(run: dict) -> str:
     if run.get("draft"):
         model += f" with draft {run['draft']}"
     parts = [f"run {run['run_id']} ({run.get('method')}, {model}, prompt {shown!r}, {hardware_name(run)}, "
-             f"{run.get('dtype') or 'dtype not recorded'}, stored {run.get('created_at')})"]
+             f"{run.get('dtype') or 'dtype not recorded'}, stored {stored_time(run.get('created_at'))})"]
     if run.get("speedup") is not None:
         parts.append(f"speedup {_fmt(run['speedup'])}x")
     if run.get("tokens_per_s") is not None:
         base = run.get("baseline_tokens_per_s")
         parts.append(f"{_fmt(run['tokens_per_s'])} tok/s" + (f" vs baseline {_fmt(base)} tok/s" if base else ""))
     if run.get("acceptance_rate") is not None:
-        parts.append(f"acceptance {_fmt(run['acceptance_rate'], 3)}")
+        parts.append(f"acceptance {percent(run['acceptance_rate'])}")
     if run.get("new_tokens") is not None:
         parts.append(f"{run['new_tokens']} new tokens")
     if run.get("matches_baseline") is not None:
@@ -114,7 +138,10 @@ def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
                 runs = found
         runs = runs[: inp.limit]
     if not runs:
-        asked = ", ".join(f"{k}={v!r}" for k, v in inp.model_dump(exclude_defaults=True).items()) or "any run"
+        given = {k: v for k, v in inp.model_dump(exclude_defaults=True).items() if k in FILTERS}
+        if not given and store.last_run() is None:  # nothing filtered: the memory holds no run at all
+            raise RunNotFoundError(NO_RUNS, hint=MEASURE_ONE)
+        asked = ", ".join(f"{k}={v!r}" for k, v in given.items()) or "any run"
         raise RunNotFoundError(f"no stored run matches {asked}",
                                hint="list runs with lookup_runs and no filters, or run the method first")
     out = {"source": "stored runs (memory); figures copied as measured, not recomputed",
@@ -158,12 +185,30 @@ def not_done_line(task: dict) -> str:
     return f"task {task['id']}: {request_text(task)} — not done: {why}"
 
 
+# the chat commands that ask for the saved parameters alone (/params; /memory and /tasks show everything)
+PARAMS_ONLY_COMMANDS = ("command:params", "command:saved")
+
+
+def asked_for_params_only(ctx: ToolContext) -> bool:
+    """Whether this recall answers the chat's /params: the chat's commands /params, /memory and /tasks all call
+    recall (agent.brains.offline), and the task the conversation recorded for the message says which was typed
+    (its kind, "command:params"). A call with no task (a host, a read-only memory) gets everything."""
+    if ctx.task_id is None:
+        return False
+    try:
+        return ctx.store.get_task(ctx.task_id).get("kind") in PARAMS_ONLY_COMMANDS
+    except SpecpilotError:
+        return False
+
+
 @tool("recall", RecallInput, read_only=True)
 def recall(inp: RecallInput, ctx: ToolContext) -> dict:
     """Read what memory holds before acting: saved parameters per method, onboarding answers,
     unfinished tasks (as "done: … / not done: …") and the newest runs (with include_done_tasks, also the
     finished tasks and those not done, with the reason). Never ask the user again for anything listed here."""
     store = ctx.store
+    if not inp.include_done_tasks and asked_for_params_only(ctx):
+        return {"saved_params": store.all_params(), "answers": store.all_answers(), "only_saved_params": True}
     unfinished = store.unfinished_tasks()
     if ctx.task_id is not None:  # the request being handled now is not unfinished work
         unfinished = [t for t in unfinished if t["id"] != ctx.task_id]
