@@ -95,7 +95,13 @@ def _lookup(c: dict) -> str:
     lines = [f"Note: {c['unmatched']}."] if c.get("unmatched") else []
     lines += [f"From memory ({c['source']}):"]
     lines += [f"- {r['statement']}" for r in c["runs"]]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_fastest(c)])
+
+
+def _fastest(c: dict) -> list[str]:
+    """The line naming the fastest of the runs listed (lookup_runs' ``fastest``), where it names one."""
+    best = c.get("fastest")
+    return [f"Fastest of these: run {best['run_id']} ({best['method']}, {fmt(best['speedup'])}x)."] if best else []
 
 
 SAVE_HINT = ("To save some: `/save draft k=6` (or, with a brain that reads words, 'save k=6 as my default for "
@@ -349,7 +355,7 @@ def _lookup_short(c: dict) -> str:
     lines += [f"- {r['statement']}" for r in runs[:3]]
     if len(runs) > 3:
         lines.append(f"({len(runs) - 3} more: {DETAILS_HINT})")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_fastest(c)])
 
 
 def _recall_short(c: dict) -> str:

@@ -477,7 +477,7 @@ def test_with_a_classifier_the_model_writes_the_arguments_of_the_tool_it_picked(
         brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=48,
                                  classifier=FixedClassifier(tool))
         decision = brain.decide("tell me something")
-        assert decision.name == tool
+        assert decision.name == tool or (tool is None and decision.ask)  # an answer in words may ask for an argument
         if tool is not None:
             registry.parse_input(tools[tool], decision.arguments)
 
@@ -609,6 +609,37 @@ def test_an_empty_answer_is_not_recorded_as_an_answer(monkeypatch, chat_model_di
     assert reply.text == "Could you say that in other words?" and reply.not_done
     monkeypatch.setattr(brain, "decide", lambda text: local.Decision(text="Hello!"))
     assert brain.respond(RecordingSession(), "hi").not_done is None
+
+
+def test_an_answer_in_words_is_a_question_or_one_of_the_products_statements(chat_model_dirs, monkeypatch):
+    """The kind of an answer in words is the one the nearest labelled requests answered in words have. A question
+    asks for what the likeliest tool needs and the request does not give, as a missing argument is asked for (the
+    answer completes the call); any other kind is the product's statement, with why nothing was served. The
+    labelled pool gives every answer in words a known kind."""
+    from agent.brains.examples import default_index
+
+    assert all(e.kind in local_prompt.ANSWERS for e in default_index().examples if not e.tool)
+    assert local.answer_kind("zzqx qqvv") == "unclear"  # alike to nothing
+    brain = local.LocalBrain(str(chat_model_dirs[0]))
+    for text in ("deploy medusa on our k8s cluster", "thanks!", "zzqx"):
+        answer = brain._in_words(text)
+        said, why = local_prompt.ANSWERS[local.answer_kind(text)]
+        said, why = (said, why) if said else local_prompt.ANSWERS["unclear"]  # no classifier: no tool to ask for
+        assert answer.text == said.format(machine=local.cpu_name(), home=local.home_dir())
+        assert answer.declined == why and "{" not in answer.text and answer.name is None
+    monkeypatch.setattr(local, "answer_kind", lambda text: "ask")
+    asking = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier(None))
+    session = RecordingSession()
+    reply = asking.respond(session, "zzqx qqvv")  # alike to no labelled request: no tool to ask for
+    assert session.calls == [] and reply.text.startswith("I did not understand") and reply.not_done
+    tools = registry.load_tools()
+    assert local.tool_alike("run medusa on my prompt", tools) == "run_method"
+    reply = asking.respond(session, "run medusa on my prompt")
+    assert session.calls == [] and reply.awaiting and reply.text.startswith("Which ")
+    monkeypatch.setattr(local, "answer_kind", lambda text: "outside")
+    reply = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier(None)).respond(
+        RecordingSession(), "write my essay")
+    assert reply.text.startswith("That is outside what specpilot does") and reply.not_done.startswith("declined")
 
 
 def test_a_call_that_does_not_close_in_its_tokens_says_so(chat_model_dirs):

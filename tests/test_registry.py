@@ -260,3 +260,26 @@ def test_a_statement_gives_the_time_to_the_minute_in_utc_and_acceptance_as_a_per
     run = {"run_id": "abcd1234", "method": "ngram", "target": "t", "prompt": "p", "hardware": {"name": "hw"},
            "dtype": "float32", "created_at": "2026-12-07T18:11:24.615634+00:00", "acceptance_rate": 0.0}
     assert "stored 2026-12-07 18:11 UTC)" in statement(run) and "acceptance 0.0%" in statement(run)
+
+
+def test_a_stored_run_that_did_not_pay_says_why_and_a_list_names_the_fastest():
+    """A run slower than plain generation says so with its own tokens per step and acceptance; one within 5% is
+    "about as fast"; a faster one gets no verdict (its speedup says it); two or more runs name the fastest."""
+    from agent.replies import format_result
+    from tools.agent_tools.lookup import fastest, statement, verdict
+    from tools.agent_tools.registry import ToolResult
+
+    base = {"method": "ngram", "target": "t", "prompt": "p", "hardware": {"name": "hw"}, "dtype": "float32",
+            "created_at": "2026-12-07T18:11:24+00:00"}
+    slow = {**base, "run_id": "slow0001", "speedup": 0.52, "mean_accepted_per_step": 1.04, "acceptance_rate": 0.0}
+    even = {**base, "run_id": "even0001", "speedup": 0.98}
+    quick = {**base, "run_id": "fast0001", "method": "draft", "speedup": 1.85}
+    assert verdict(slow) == ("slower than plain generation: 1.0 tokens per step, 0.0% of the proposed tokens "
+                             "accepted, too few to pay for proposing and verifying them")
+    assert statement(slow).endswith(verdict(slow)) and verdict(even) == "about as fast as plain generation"
+    assert verdict(quick) is None and verdict({**base, "run_id": "x"}) is None
+    assert fastest([slow, even, quick]) == {"run_id": "fast0001", "method": "draft", "speedup": 1.85}
+    assert fastest([slow]) is None
+    shown = format_result(ToolResult("lookup_runs", {"source": "memory", "runs": [
+        {"statement": statement(r)} for r in (slow, quick)], "fastest": fastest([slow, quick])}))
+    assert shown.endswith("Fastest of these: run fast0001 (draft, 1.85x).")

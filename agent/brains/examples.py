@@ -31,6 +31,7 @@ class Example:
     tool: str | None
     args: dict
     reply: str = ""
+    kind: str = ""  # an answer in words: its kind (agent.brains.local_prompt.ANSWERS)
 
 
 def terms(text: str) -> Counter:
@@ -61,6 +62,10 @@ class ExampleIndex:
     def nearest(self, text: str, k: int = NEAREST, tool: str | None = None) -> list[Example]:
         """The ``k`` examples most similar to ``text``, most similar first (``tool``: only examples of that
         tool; the empty string: only answers in words)."""
+        return [e for e, _ in self.scored(text, k, tool)]
+
+    def scored(self, text: str, k: int = NEAREST, tool: str | None = None) -> list[tuple[Example, float]]:
+        """:meth:`nearest` with each example's cosine similarity to ``text``."""
         query = self._vector(terms(text))
         scores: dict[int, float] = {}
         for t, w in query.items():
@@ -69,8 +74,7 @@ class ExampleIndex:
         if tool is not None:
             scores = {i: v for i, v in scores.items() if (self.examples[i].tool or "") == tool}
         best = sorted(scores, key=lambda i: -scores[i])[:k]
-        return [self.examples[i] for i in best]
-
+        return [(self.examples[i], scores[i]) for i in best]
 
     def typical(self, per_class: int, overlap: float = 0.5) -> list[Example]:
         """For each tool (and for answers in words), the ``per_class`` examples most similar to the rest of their
@@ -101,9 +105,10 @@ class ExampleIndex:
 
 
 def load_examples(text: str) -> list[Example]:
-    """The examples of a JSONL text (fields text, tool, args, reply)."""
+    """The examples of a JSONL text (fields text, tool, args, reply, kind)."""
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [Example(r["text"], r.get("tool"), r.get("args") or {}, r.get("reply") or "") for r in rows]
+    return [Example(r["text"], r.get("tool"), r.get("args") or {}, r.get("reply") or "", r.get("kind") or "")
+            for r in rows]
 
 
 @lru_cache(maxsize=1)

@@ -54,6 +54,7 @@ from tools.agent_tools import registry
 from tools.agent_tools.policy import REFUSAL, check_content
 from tools.agent_tools.saved_params import validate_saved_params
 from tools.engine import llamacpp
+from tools.engine.cpu_info import cpu_name
 from tools.errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")  # where a prompt may end before the settings written after it
 KEYED = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)+)\s*[=:]?\s*(\d)")  # max_new_tokens=64
+KIND_NEIGHBOURS = 5  # labelled answers in words that vote on a reply's kind (chosen leaving whole sets out)
 KEYED_TEXT = re.compile(r"(?<![\w.-])([A-Za-z]+(?:_[A-Za-z]+)*)=(\S+)")  # target=./models/x
 
 _ENGINES: dict[str, ConstrainedLM] = {}
@@ -272,6 +274,8 @@ class Decision:
     name: str | None = None
     arguments: dict = field(default_factory=dict)
     error: str | None = None  # the validation error of the last attempt, when no attempt validated
+    declined: str | None = None  # why a text answer serves nothing (Reply.not_done)
+    ask: str | None = None  # the required argument to ask for, the call not made (an answer in words that asks)
 
 
 class LocalBrain:
@@ -580,6 +584,8 @@ class LocalBrain:
         lm.begin(context)
         if len(names) > 1 and self.classifier is not None:
             names = [self.pick(lm, text, names)]
+        if names == [local_prompt.REPLY]:  # an answer in words: its kind from the labelled requests
+            return self._in_words(text)
         schemas, per_method, unsure = {}, {}, {}
         for name in names:
             if name == local_prompt.REPLY:
@@ -609,7 +615,7 @@ class LocalBrain:
         if call is None:
             return Decision(error=f"no call closed within {self.max_tokens} tokens")
         if call["name"] == local_prompt.REPLY:
-            return Decision(text=whole_sentences(_clean(call["arguments"]["text"]), MAX_TEXT_CHARS))
+            return self._in_words(text)
         tool, arguments = tools[call["name"]], call["arguments"]
         for key in [k for k in unsure if k in arguments and arguments[k] == unsure[k].get("default")]:
             del arguments[key]  # an unsure switch answered with its default: the call as the user wrote it
@@ -642,6 +648,31 @@ class LocalBrain:
             return Decision(name=tool.name, arguments=arguments, error=exc.user_message())
         return Decision(name=tool.name, arguments=arguments)
 
+    def _in_words(self, text: str) -> Decision:
+        """An answer in words, of the kind the labelled requests nearest ``text`` answered in words have
+        (answer_kind): a question for what the likeliest tool needs and the request does not give (asked as a
+        missing argument is), or the product's statement of that kind."""
+        kind = answer_kind(text)
+        said, why = local_prompt.ANSWERS[kind]
+        if said is None:
+            asked = self._missing(text)
+            if asked is not None:
+                return asked
+            said, why = local_prompt.ANSWERS["unclear"]
+        return Decision(text=said.format(machine=cpu_name(), home=home_dir()), declined=why)
+
+    def _missing(self, text: str) -> Decision | None:
+        """The call of the tool the labelled requests most like ``text`` call (tool_alike), with the values the
+        classifier's heads read, and the first required argument the request does not give (``ask``); None
+        without a classifier, or where nothing is missing."""
+        tools = registry.load_tools()
+        name = tool_alike(text, tools)
+        if name is None or self.classifier is None:
+            return None
+        given, _, _ = self.choices(text, tools[name])
+        missing = [k for k in tools[name].input_schema().get("required", ()) if k not in given]
+        return Decision(name=name, arguments=given, ask=missing[0]) if missing else None
+
     def _context(self) -> str:
         """The newest exchanges that fit in HISTORY_CHARS, oldest first."""
         kept, size = [], 0
@@ -660,8 +691,9 @@ class LocalBrain:
         if decision.name is None:
             answer = decision.text or "Could you say that in other words?"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
-            return Reply(answer, not_done=None if decision.text else decision.error or "the model wrote no answer")
-        missing = self._ground(session, text, decision, registry.load_tools())
+            return Reply(answer, not_done=decision.declined if decision.text else decision.error
+                         or "the model wrote no answer")
+        missing = decision.ask or self._ground(session, text, decision, registry.load_tools())
         if decision.error is None and isinstance(decision.arguments.get("prompt"), str):
             try:  # grounding may complete a prompt the model copied in part: the content policy reads the whole
                 check_content(decision.name, "prompt", decision.arguments["prompt"])
@@ -791,6 +823,27 @@ class LocalBrain:
                 elif key not in required:
                     del decision.arguments[key]
         return None
+
+
+def answer_kind(text: str, nearest: int = KIND_NEIGHBOURS) -> str:
+    """The kind of answer in words (local_prompt.ANSWERS) that the ``nearest`` labelled requests answered in words
+    most like ``text`` were given, each counting its similarity (the nearer kind on a tie); "unclear" where none
+    is alike."""
+    votes: dict[str, float] = {}
+    for example, similarity in default_index().scored(text, nearest, tool=""):
+        if example.kind in local_prompt.ANSWERS:
+            votes[example.kind] = votes.get(example.kind, 0.0) + similarity
+    return max(votes, key=votes.__getitem__) if votes else "unclear"
+
+
+def tool_alike(text: str, tools: dict, nearest: int = KIND_NEIGHBOURS) -> str | None:
+    """The tool that the ``nearest`` labelled requests with a tool most like ``text`` call, each counting its
+    similarity (what a request answered in words asks for would be done with); None where none is alike."""
+    votes: dict[str, float] = {}
+    alike = [(e, similarity) for e, similarity in default_index().scored(text, 8 * nearest) if e.tool in tools]
+    for example, similarity in alike[:nearest]:
+        votes[example.tool] = votes.get(example.tool, 0.0) + similarity
+    return max(votes, key=votes.__getitem__) if votes else None
 
 
 def likeliest(lm: ConstrainedLM, options, probs: list[float], continuations: list[str]):

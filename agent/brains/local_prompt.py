@@ -33,6 +33,38 @@ specpilot measures only this machine and will not estimate, and offer to run it 
 - Deploying a model for others and topics other than decoding speed are out of scope: say so briefly. Measuring \
 on a local vLLM server (measure_serving) is a measurement, not a deployment."""
 
+# The answers in words, by kind (the labelled requests answered in words carry theirs): what is said (None: a
+# question for what the likeliest tool needs and the request does not give) and why nothing is served (the task's note; None: served). An answer in words
+# never states a figure or claims an action: figures and actions come from tools. "declined" keeps the deploy
+# approval gate (agent.loop) out.
+ANSWERS: dict[str, tuple[str | None, str | None]] = {
+    "ask": (None, None),
+    "elsewhere": ("specpilot measures only the machine it runs on ({machine}); it does not estimate figures for other "
+                  "hardware, because speedups depend on the machine. Run specpilot on that machine, or measure here: "
+                  '/compare draft ngram "YOUR PROMPT".', "declined: figures for other hardware are not estimated"),
+    "outside": ("That is outside what specpilot does: it measures, compares and explains speculative decoding methods "
+                "on this machine and trains Medusa and EAGLE heads for them. /help lists what it can do.",
+                "declined: outside what specpilot does"),
+    "fine_tune": ("specpilot trains only draft heads (Medusa, EAGLE) on a frozen target; fine-tuning, quantizing or "
+                  "publishing the model itself is outside what it does.",
+                  "declined: changing the target is outside specpilot"),
+    "train_eagle": ("An EAGLE head is trained from the terminal, behind an approval: `specpilot eagle train --target "
+                    "TARGET --out FOLDER` (hours on a CPU); then run eagle with eagle_heads=FOLDER.",
+                    "declined: EAGLE heads are trained from the terminal"),
+    "deploy": ("Deploying, serving or integrating into production is outside specpilot: it benchmarks speculative "
+               "decoding locally on this machine.", "out of scope: deploying or serving"),
+    "delete": ("specpilot does not delete stored runs or memory from the chat: they are kept in {home}. To start "
+               "afresh, set SPECPILOT_HOME to a new folder.",
+               "declined: stored runs and memory are not deleted from the chat"),
+    "harmful": ("I will not do that, nor generate text for such a prompt, not even to time it. Give me another prompt "
+                "to measure.", "declined: the request asks for harmful content"),
+    "thanks": ("You're welcome. Ask for a run or a comparison whenever you like.", None),
+    "hello": ('Hello! I measure how much speculative decoding speeds up generation on this machine: try compare draft '
+              'and ngram on "YOUR PROMPT", or /help.', None),
+    "unclear": ('I did not understand that. /help lists what I can do; for example: run ngram on "YOUR PROMPT".',
+                "not understood"),
+}
+
 # one line per tool (the registry's own descriptions are written for larger models)
 SHORT = {
     "run_method": "measure how much faster one method is than plain generation, on the user's prompt",

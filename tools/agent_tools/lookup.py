@@ -68,6 +68,35 @@ def percent(rate) -> str:
     return f"{rate * 100:.1f}%" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else str(rate)
 
 
+SAME_SPEED = 0.05  # a speedup within this of 1.0 reads "about as fast as plain generation"
+
+
+def verdict(run: dict) -> str | None:
+    """What a run's stored figures say when it did not beat plain generation, and why (its tokens per step
+    and acceptance, as stored); None where it was faster or has no speedup."""
+    speedup = run.get("speedup")
+    if not isinstance(speedup, (int, float)) or speedup > 1 + SAME_SPEED:
+        return None
+    if speedup >= 1 - SAME_SPEED:
+        return "about as fast as plain generation"
+    per_step = run.get("mean_accepted_per_step")
+    if not isinstance(per_step, (int, float)):
+        return "slower than plain generation"
+    accepted = run.get("acceptance_rate")
+    share = f", {percent(accepted)} of the proposed tokens accepted" if accepted is not None else ""
+    return (f"slower than plain generation: {per_step:.1f} tokens per step{share}, too few to pay for proposing "
+            "and verifying them")
+
+
+def fastest(runs: list[dict]) -> dict | None:
+    """The run with the highest stored speedup among ``runs`` (two or more with one), else None."""
+    timed = [r for r in runs if isinstance(r.get("speedup"), (int, float))]
+    if len(timed) < 2:
+        return None
+    best = max(timed, key=lambda r: r["speedup"])
+    return {"run_id": best["run_id"], "method": best.get("method"), "speedup": best["speedup"]}
+
+
 def statement(run: dict) -> str:
     """One sentence restating a stored run's figures with its id, model, prompt and hardware."""
     prompt = str(run.get("prompt") or "")
@@ -88,7 +117,8 @@ def statement(run: dict) -> str:
         parts.append(f"{run['new_tokens']} new tokens")
     if run.get("matches_baseline") is not None:
         parts.append("output identical to baseline" if run["matches_baseline"] else "output differs from baseline")
-    return parts[0] + ": " + ", ".join(parts[1:])
+    said = parts[0] + ": " + ", ".join(parts[1:])
+    return said + (f"; {why}" if (why := verdict(run)) else "")
 
 
 def summarise_run(run: dict) -> dict:
@@ -146,6 +176,8 @@ def lookup_runs(inp: LookupInput, ctx: ToolContext) -> dict:
                                hint="list runs with lookup_runs and no filters, or run the method first")
     out = {"source": "stored runs (memory); figures copied as measured, not recomputed",
            "runs": [summarise_run(r) for r in runs]}
+    if best := fastest(runs):
+        out["fastest"] = best
     return out | ({"unmatched": unmatched} if unmatched else {})
 
 
