@@ -1205,11 +1205,3 @@ def test_a_value_written_as_key_equals_value_sets_that_field_whatever_the_head_r
     assert out == {"target": "./models/x", "draft": "./d.gguf"} and not unsure
     assert local.bare_words("target=./models/x, prompt='hi'") == ["./models/x", "hi"]
     assert local.bare_words("https://x.example.org/a?b=c") == ["https://x.example.org/a?b=c"]
-
-
-def test_an_answer_cut_at_its_length_limit_keeps_its_whole_sentences():
-    cut = "I run and compare methods here. I measure only this machine. I can" + " x" * 100
-    assert local.whole_sentences(cut[:local.MAX_TEXT_CHARS], local.MAX_TEXT_CHARS) == \
-        "I run and compare methods here. I measure only this machine."
-    assert local.whole_sentences("Short answer.", local.MAX_TEXT_CHARS) == "Short answer."
-    assert local.whole_sentences("y" * local.MAX_TEXT_CHARS, local.MAX_TEXT_CHARS).endswith("y…")

@@ -827,23 +827,24 @@ class LocalBrain:
 
 def answer_kind(text: str, nearest: int = KIND_NEIGHBOURS) -> str:
     """The kind of answer in words (local_prompt.ANSWERS) that the ``nearest`` labelled requests answered in words
-    most like ``text`` were given, each counting its similarity (the nearer kind on a tie); "unclear" where none
-    is alike."""
-    votes: dict[str, float] = {}
-    for example, similarity in default_index().scored(text, nearest, tool=""):
-        if example.kind in local_prompt.ANSWERS:
-            votes[example.kind] = votes.get(example.kind, 0.0) + similarity
-    return max(votes, key=votes.__getitem__) if votes else "unclear"
+    most like ``text`` were given; "unclear" where none is alike."""
+    alike = default_index().scored(text, nearest, tool="")
+    return _voted([(e.kind, s) for e, s in alike if e.kind in local_prompt.ANSWERS]) or "unclear"
 
 
 def tool_alike(text: str, tools: dict, nearest: int = KIND_NEIGHBOURS) -> str | None:
-    """The tool that the ``nearest`` labelled requests with a tool most like ``text`` call, each counting its
-    similarity (what a request answered in words asks for would be done with); None where none is alike."""
-    votes: dict[str, float] = {}
-    alike = [(e, similarity) for e, similarity in default_index().scored(text, 8 * nearest) if e.tool in tools]
-    for example, similarity in alike[:nearest]:
-        votes[example.tool] = votes.get(example.tool, 0.0) + similarity
-    return max(votes, key=votes.__getitem__) if votes else None
+    """The tool that the ``nearest`` labelled requests with a tool most like ``text`` call (what a request answered
+    in words asks for would be done with); None where none is alike."""
+    alike = [(e.tool, s) for e, s in default_index().scored(text, 8 * nearest) if e.tool in tools]
+    return _voted(alike[:nearest])
+
+
+def _voted(votes: list[tuple[str, float]]) -> str | None:
+    """The label with the most similarity summed over ``votes`` (label, similarity), the nearer on a tie."""
+    totals: dict[str, float] = {}
+    for label, similarity in votes:
+        totals[label] = totals.get(label, 0.0) + similarity
+    return max(totals, key=totals.__getitem__) if totals else None
 
 
 def likeliest(lm: ConstrainedLM, options, probs: list[float], continuations: list[str]):
@@ -1124,20 +1125,3 @@ def _answer(result: Any) -> str:
 
 def _squash(text: str) -> str:
     return " ".join(text.casefold().split())
-
-
-def whole_sentences(text: str, limit: int) -> str:
-    """``text``, or where it ran to the ``limit`` its grammar allows (cut mid-sentence), its whole sentences
-    before the cut; the cut text with an ellipsis where it has none."""
-    if len(text) < limit - 1:
-        return text
-    ends = [m.end() for m in SENTENCE_END.finditer(text + " ")]
-    return text[:ends[-1]].strip() if ends else text.rstrip() + "…"
-
-
-def _clean(text: str) -> str:
-    """A text answer without chat markup or a started tool call."""
-    for marker in ("<tool_call>", local_prompt.IM_END, local_prompt.IM_START):
-        text = text.split(marker)[0]
-    return text.strip()
-

@@ -5,6 +5,7 @@ a user types, and how long does a turn take?
     .venv/bin/python benchmarks/scripts/conversation.py --brains local:qwen2.5-coder-0.5b-instruct,local --half A
     .venv/bin/python benchmarks/scripts/conversation.py --out results.json --verbose
     .venv/bin/python benchmarks/scripts/conversation.py --data benchmarks/data/conversations_fresh_d.jsonl  # a set shipped here
+    .venv/bin/python benchmarks/scripts/conversation.py --data benchmarks/data/conversations_fresh_{j,u}.jsonl --no-tool-only
 
 Each request of ../shared/data/conversations_dev.jsonl (fields: ``text``; ``tool``, the tool a good
 assistant calls, or null where it should ask a question or decline; ``args``, the key arguments of
@@ -166,7 +167,9 @@ def table(results: dict[str, dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, nargs="+", default=[DATA], help="one or more sets (JSONL)")
+    parser.add_argument("--no-tool-only", action="store_true",
+                        help="only the requests whose right answer is no tool (answered in words)")
     parser.add_argument("--brains", default=None,
                         help="comma-separated: local (or model), local:MODEL, anthropic, offline (commands only) "
                              "(default: local, and anthropic when ANTHROPIC_API_KEY is set)")
@@ -177,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     brains = args.brains.split(",") if args.brains else (
         ["local"] + (["anthropic"] if os.environ.get("ANTHROPIC_API_KEY") else []))
-    requests = [r for r in load_requests(args.data) if args.half in ("all", r["half"])][: args.limit]
+    requests = [r for path in args.data for r in load_requests(path) if args.half in ("all", r["half"])
+                and not (args.no_tool_only and r.get("tool"))][: args.limit]
     rows, results = [], {}
     for spec in brains:
         print(f"{spec}: {len(requests)} requests", file=sys.stderr, flush=True)
