@@ -22,6 +22,7 @@ from typing import Any, ContextManager, TypeVar
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.commands import parse_command, tool_command
 from agent.brains.base import QUOTED, Brain, Reply, command_name, is_known_command
+from agent.replies import nothing_to_do
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt, load_tools
 from tools.engine.params import ACCELERATED
@@ -292,7 +293,7 @@ class Session:
         elif reply.not_done or reply.off_request:  # not served, or not what was asked: recorded as such, not as done
             why = f"not done: {reply.not_done or reply.off_request}"
             update = {"status": "failed", "left": [why], "note": why}
-        elif self.turn_results and all(r.is_error for r in self.turn_results):
+        elif self.turn_results and all(r.is_error and not nothing_to_do(r) for r in self.turn_results):
             why = "not done: " + "; ".join(f"{r.name} failed: {r.content.get('error')}" for r in self.turn_results)
             update = {"status": "failed", "left": [why[:500]], "note": why[:500]}
         else:

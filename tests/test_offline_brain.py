@@ -359,3 +359,15 @@ def test_a_command_that_asks_its_own_question_sets_the_waiting_one_aside(store, 
     assert second["left"][0].startswith("waiting for the user")
     answered = s.handle("/runs")  # an aside that asks nothing leaves the waiting question as it was
     assert "(Still waiting for the user" in answered.text
+
+
+def test_an_answer_that_there_was_nothing_to_do_closes_the_task_as_done(store, nothing_installed, monkeypatch):
+    """No runs stored yet, or every package asked for installed already: the request was answered, not failed."""
+    import tools.agent_tools.install as install
+
+    monkeypatch.setattr(install, "installed_version", nothing_installed)  # the real check: packaging is installed
+    for command, said in (("/runs", "No runs are stored yet."), ("/install packaging", "packaging ")):
+        chat = session(store)
+        reply = chat.handle(command)
+        assert reply.text.startswith(said)
+        assert store.get_task(max(t["id"] for t in store.list_tasks()))["status"] == "done"
