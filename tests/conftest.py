@@ -204,3 +204,17 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
     # a stable sort: each file's tests stay together, in their order
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests_in[item.path]))
+
+
+@pytest.fixture(scope="session")
+def tiny_heads_dir(tmp_path_factory):
+    """Tiny Medusa heads for the tiny model folder (hidden 32, the conftest vocabulary)."""
+    from tools.engine.medusa import MedusaHeads
+    from tools.medusa.checkpoint import save_heads
+
+    torch.manual_seed(0)
+    heads = MedusaHeads(32, VOCAB, 3, 1, shared_projection=True)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_(0.0, 0.3)
+    return save_heads(heads, tmp_path_factory.mktemp("tiny-heads"))

@@ -54,12 +54,19 @@ def test_lists_booleans_and_enum_valued_bare_words():
     ("/run_method nonsense prompt=x", "method"),
     ("/explain medusa extra words", "does not know"),
     ("/run_method draft prompt=x --max-new-tokens", "needs a value"),
+    ("/run_method warp prompt=hi", "'warp' is not a method: one of baseline, draft, medusa, lookahead, eagle, ngram"),
+    ("/explain warp", "'warp' is not a topic: one of draft, medusa"),
+    ("/save_params warp params.k=6", "'warp' is not a method: one of baseline, draft"),
+    ("/lookup_runs warp", "'warp' is not a method: one of baseline, draft"),  # an optional field that lists values
+    ("/check_deps warp", "'warp' is not a method: one of all, baseline"),
+    ("/write_report foo", "'foo' is not a format: one of markdown, json"),
+    ("/train_medusa foo", "'foo' is not a value /train_medusa takes: labels (self | text), dtype (auto"),
 ])
 def test_what_does_not_parse_or_validate_says_what_to_change(text, says):
     name = tool_command(text, TOOLS)
     with pytest.raises(ParameterError) as err:
         parse_command(text, TOOLS[name])
-    assert says in err.value.user_message()
+    assert says in err.value.user_message() and "Input should be" not in err.value.user_message()
 
 
 def test_the_chat_runs_a_tool_command_without_any_model():
@@ -111,22 +118,6 @@ def test_a_field_that_lists_its_values_takes_its_word_whatever_the_order_of_the_
     arguments: dict = {}
     _fill_required(arguments, properties, ["name", "topic"], ["medusa", "foo"], TOOLS["explain"])
     assert arguments == {"topic": "medusa", "name": "foo"}
-
-
-@pytest.mark.parametrize("text, says", [
-    ("/run_method warp prompt=hi", "'warp' is not a method: one of baseline, draft, medusa, lookahead, eagle, ngram"),
-    ("/explain warp", "'warp' is not a topic: one of draft, medusa"),
-    ("/save_params warp params.k=6", "'warp' is not a method: one of baseline, draft"),
-    ("/lookup_runs warp", "'warp' is not a method: one of baseline, draft"),  # an optional field that lists values
-    ("/check_deps warp", "'warp' is not a method: one of all, baseline"),
-    ("/write_report foo", "'foo' is not a format: one of markdown, json"),
-    ("/train_medusa foo", "'foo' is not a value /train_medusa takes: labels (self | text), dtype (auto"),
-])
-def test_a_bare_word_a_field_listing_its_values_does_not_take_is_named_with_the_values(text, says):
-    name = tool_command(text, TOOLS)
-    with pytest.raises(ParameterError) as err:
-        parse_command(text, TOOLS[name])
-    assert says in err.value.user_message() and "Input should be" not in err.value.user_message()
 
 
 def test_the_chat_commands_say_which_bare_word_is_not_a_value():

@@ -7,28 +7,12 @@ import argparse
 import json
 
 import pytest
-import torch
 
-from conftest import VOCAB
 from memory import Store
 from tools.bench.compare import CompareInput, compare
 from tools.errors import ParameterError
 
 LOOKAHEAD = {"window": 2, "ngram": 3, "guess": 2}
-
-
-@pytest.fixture(scope="session")
-def tiny_heads_dir(tmp_path_factory):
-    """Tiny Medusa heads for the tiny model folder (hidden 32, the conftest vocabulary)."""
-    from tools.engine.medusa import MedusaHeads
-    from tools.medusa.checkpoint import save_heads
-
-    torch.manual_seed(0)
-    heads = MedusaHeads(32, VOCAB, 3, 1, shared_projection=True)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.normal_(0.0, 0.3)
-    return save_heads(heads, tmp_path_factory.mktemp("tiny-heads"))
 
 
 def tiny_input(model_dir, **overrides) -> CompareInput:

@@ -38,20 +38,6 @@ def eagle_head_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def medusa_heads_dir(tmp_path_factory):
-    """Tiny Medusa heads for the tiny model folder (hidden 32, the conftest vocabulary)."""
-    from tools.engine.medusa import MedusaHeads
-    from tools.medusa.checkpoint import save_heads
-
-    torch.manual_seed(0)
-    heads = MedusaHeads(32, VOCAB, 3, 1, shared_projection=True)
-    with torch.no_grad():
-        for p in heads.parameters():
-            p.normal_(0.0, 0.3)
-    return save_heads(heads, tmp_path_factory.mktemp("saved-medusa"))
-
-
 @pytest.fixture
 def loaded_from(monkeypatch):
     """The folders the run loads its heads from, in order: {"eagle": [...], "medusa": [...]} (the real loaders)."""
@@ -155,33 +141,33 @@ def test_compare_uses_and_records_the_saved_eagle_head(tiny_model_dir, eagle_hea
 
 
 # ---------------------------------------------------------------------------- Medusa
-def test_specpilot_run_uses_and_records_the_saved_medusa_heads(capsys, tiny_model_dir, medusa_heads_dir, loaded_from):
+def test_specpilot_run_uses_and_records_the_saved_medusa_heads(capsys, tiny_model_dir, tiny_heads_dir, loaded_from):
     with Store() as store:
-        save(store, "medusa", {"medusa_heads": str(medusa_heads_dir)})
+        save(store, "medusa", {"medusa_heads": str(tiny_heads_dir)})
     code, record = cli_run(capsys, "--method", "medusa", "--target", str(tiny_model_dir))  # none shipped for it
     assert code == 0, record
-    assert loaded_from["medusa"] == [str(medusa_heads_dir)] and record["medusa_heads"] == str(medusa_heads_dir)
+    assert loaded_from["medusa"] == [str(tiny_heads_dir)] and record["medusa_heads"] == str(tiny_heads_dir)
 
 
-def test_a_given_medusa_heads_folder_wins_over_the_saved_one(capsys, tiny_model_dir, medusa_heads_dir, loaded_from,
+def test_a_given_medusa_heads_folder_wins_over_the_saved_one(capsys, tiny_model_dir, tiny_heads_dir, loaded_from,
                                                              tmp_path):
     with Store() as store:
         save(store, "medusa", {"medusa_heads": str(tmp_path / "not-these")})
     code, record = cli_run(capsys, "--method", "medusa", "--target", str(tiny_model_dir),
-                           "--medusa-heads", str(medusa_heads_dir))
+                           "--medusa-heads", str(tiny_heads_dir))
     assert code == 0, record
-    assert loaded_from["medusa"] == [str(medusa_heads_dir)] and record["medusa_heads"] == str(medusa_heads_dir)
+    assert loaded_from["medusa"] == [str(tiny_heads_dir)] and record["medusa_heads"] == str(tiny_heads_dir)
 
 
-def test_compare_uses_the_saved_medusa_heads(tiny_model_dir, medusa_heads_dir, loaded_from):
+def test_compare_uses_the_saved_medusa_heads(tiny_model_dir, tiny_heads_dir, loaded_from):
     store = Store()
-    save(store, "medusa", {"medusa_heads": str(medusa_heads_dir)})
+    save(store, "medusa", {"medusa_heads": str(tiny_heads_dir)})
     result = compare(CompareInput(prompt=PROMPT, methods=["baseline", "medusa"], target=str(tiny_model_dir),
                                   max_new_tokens=4, chat=False, dtype="float32"), store=store)
     row = next(r for r in result["rows"] if r["method"] == "medusa")
     assert row["status"] == "measured", row
-    assert loaded_from["medusa"] == [str(medusa_heads_dir)] and result["medusa_heads"] == str(medusa_heads_dir)
-    assert store.get_run(row["run_id"])["medusa_heads"] == str(medusa_heads_dir)
+    assert loaded_from["medusa"] == [str(tiny_heads_dir)] and result["medusa_heads"] == str(tiny_heads_dir)
+    assert store.get_run(row["run_id"])["medusa_heads"] == str(tiny_heads_dir)
 
 
 def test_medusa_heads_saved_for_another_method_are_not_medusa_s(tiny_model_dir, tmp_path):
