@@ -170,8 +170,8 @@ def _guidance(c: dict) -> str:
 
 def _guidance_next(c: dict) -> str:
     if (c.get("next_step") or {}).get("tool") == "measure_cost_curve":
-        return (f"Next: /measure sizes it to this machine (it measures the cost curve of {c['target']} here: loads "
-                "the model, about a minute, and stores it).")
+        return (f"Next: /measure sizes it to this machine (it measures the cost curve of {c['target']} here and "
+                "stores it: it loads the model, a few minutes on a small CPU).")
     return f"Next: run it on your own prompt ('run {c['method']}: <your prompt>') to measure it here."
 
 

@@ -52,3 +52,11 @@ def test_the_expected_range_comes_from_the_pass_costs_and_the_draft_cost():
     assert sizing.expected["high"] == round(expected_speedup(k_max, 0.95, 0.24, curve), 2)
     assert 1.0 < sizing.expected["low"] < sizing.expected["high"]
     assert size_params("lookahead", machine).expected is None
+
+
+def test_the_measuring_step_does_not_promise_a_minute():
+    result = guidance([])
+    result.content["next_step"] = {"tool": "measure_cost_curve", "input": {"target": "qwen2.5-coder-1.5b-instruct"}}
+    line = format_result(result).splitlines()[-1]
+    assert line.startswith("Next: /measure sizes it to this machine")
+    assert "a few minutes on a small CPU" in line and "a minute" not in line  # the 1.5B target takes minutes there

@@ -51,9 +51,12 @@ def test_draft_guidance_is_5_to_10x_smaller_and_marked_as_advice(store, monkeypa
     # on a CPU without a curve and no model here to measure one: the starting values, said to be unmeasured (never a
     # made-up curve presented as this machine's), with measuring as the next step
     assert (out["suggested_params"]["k"], out["suggested_params"]["k_max"]) == (DraftParams().k, DraftParams().k_max)
-    assert out["source"].startswith("not measured: no cost curve of meta-llama/Llama-3.1-70B is stored")
+    assert out["source"].startswith("not measured: this machine's cost curve of meta-llama/Llama-3.1-70B could not")
     assert "could not be measured" in out["source"] and out["next_step"]["tool"] == "measure_cost_curve"
-    assert "not sized" in out["param_reasons"]["k"]
+    assert out["param_reasons"]["k"] == guidance.UNSIZED_REASON
+    # the reasons name the values offered (the starting k), not the sizes a stand-in curve would give
+    assert any(r.startswith(f"start at k={DraftParams().k} ") and f"up to {DraftParams().k_max})" in r
+               for r in out["reasons"])
     assert out["advice"].startswith("advice to be measured")
     assert out["measured_best"].startswith("no stored runs")
     on_gpu = advise(store, monkeypatch, hardware=GPU, method="draft", target="meta-llama/Llama-3.1-70B")
@@ -114,8 +117,9 @@ def test_lookahead_without_a_curve_that_cannot_be_measured_gives_the_starting_va
     params = out["suggested_params"]
     start = LookaheadParams()
     assert (params["window"], params["ngram"], params["guess"]) == (start.window, start.ngram, start.guess)
-    assert out["source"].startswith("not measured") and "not sized to this machine" in out["source"]
+    assert out["source"].startswith("not measured") and out["source"].endswith("the method's starting values")
     assert "not sized" in out["param_reasons"]["window"] and out["next_step"]["tool"] == "measure_cost_curve"
+    assert not any("conservative CPU curve" in r for r in out["reasons"])  # no sizes come from it: not said they do
     gpu = advise(store, monkeypatch, hardware=GPU, method="lookahead")["suggested_params"]
     assert (gpu["window"], gpu["ngram"], gpu["guess"]) == (15, 5, 5)  # shaped for a GPU, kept there
 
@@ -224,3 +228,63 @@ def test_draft_guidance_drafts_on_llamacpp_as_runs_would(store, monkeypatch):
     store.save_params("draft", {"draft_quant": "int8"})  # a saved choice stands
     kept, _ = guidance.machine_sizing(store, "draft", target, CPU, draft=draft)
     assert kept.params["draft_cost"] == pytest.approx(0.030 / t1, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------- without a measured curve
+@pytest.mark.parametrize("method", ["draft", "lookahead", "eagle", "ngram"])
+def test_without_a_curve_only_the_parameters_a_curve_sizes_say_they_are_not_sized(store, monkeypatch, method):
+    from tools.engine.params import PARAM_MODELS, SIZED_FIELDS
+
+    out = advise(store, monkeypatch, method=method, measure=False)
+    reasons = out["param_reasons"]
+    assert set(reasons) == set(PARAM_MODELS[method].model_fields) & set(out["suggested_params"])
+    for name, reason in reasons.items():
+        if name in SIZED_FIELDS[method]:
+            assert reason == guidance.UNSIZED_REASON
+        else:  # never sized from a curve (a folder, a switch, a prior): the method's default, with what it does
+            assert reason.startswith("default: the default") and "cost curve of the target" not in reason, name
+    # the no-curve reason is said once: the source says why nothing was measured, not that again
+    assert out["source"] == (f"not measured: measuring this machine's cost curve of {out['target']} was declined, so "
+                             "these are the method's starting values")
+    assert "no cost curve" not in out["source"] and not any("no cost curve" in r for r in out["reasons"])
+
+
+def test_eagle_s_head_folder_and_switches_are_defaults_not_unsized(store, monkeypatch):
+    out = advise(store, monkeypatch, method="eagle", measure=False)
+    for name in ("eagle_heads", "trim", "eagle_lookup"):
+        assert "not sized" not in out["param_reasons"][name] and out["param_reasons"][name].startswith("default: ")
+    for name in ("depth", "topk", "tree_nodes", "pass_costs"):
+        assert out["param_reasons"][name] == guidance.UNSIZED_REASON
+    lookahead = advise(store, monkeypatch, method="lookahead", measure=False)["param_reasons"]
+    assert "not sized" not in lookahead["pool_from_prompt"] and lookahead["window"] == guidance.UNSIZED_REASON
+
+
+def test_on_a_gpu_without_a_curve_only_sizeable_parameters_say_no_curve_is_measured(store, monkeypatch):
+    out = advise(store, monkeypatch, hardware=GPU, method="eagle")
+    assert "measured here yet" in out["param_reasons"]["tree_nodes"]
+    assert "measured here yet" not in out["param_reasons"]["eagle_heads"]
+    assert "measured here yet" not in out["param_reasons"]["trim"]
+    assert "no cost curve" not in out["source"]  # said by the sized parameters, not again in the source
+    lookahead = advise(store, monkeypatch, hardware=GPU, method="lookahead")
+    assert "no cost curve" not in lookahead["source"] and lookahead["next_step"]["tool"] == "measure_cost_curve"
+    assert "measured here yet" in lookahead["param_reasons"]["window"]
+    assert "measured here yet" not in lookahead["param_reasons"]["pool_from_prompt"]
+
+
+def test_time_to_measure_is_not_promised_as_a_minute(store, monkeypatch):
+    import importlib.util
+
+    from tools.agent_tools.guidance import GuidanceInput
+
+    # the fast group stands in for measure_machine (conftest): a fresh copy of the module has the real one
+    spec = importlib.util.find_spec("tools.agent_tools.advice")
+    work = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(work)
+    said = []
+    monkeypatch.setattr(work, "prepare", lambda *a, **k: (_ for _ in ()).throw(work.SpecpilotError("stop")))
+    with pytest.raises(work.SpecpilotError):  # stops before loading anything: only its progress line is wanted
+        work.measure_machine(SimpleNamespace(report=said.append, store=store), "lookahead", "my-model",
+                             "transformers")
+    assert said and guidance.MEASURE_TIME in said[0] and "a minute" not in said[0]  # not "a minute at most"
+    description = GuidanceInput.model_json_schema()["properties"]["measure"]["description"]
+    assert "a few minutes on a small CPU" in description and "a minute" not in description

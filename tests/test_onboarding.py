@@ -158,7 +158,7 @@ def test_sigterm_during_the_measurement_still_ends_the_process(monkeypatch):
 
 
 # ---------------------------------------------------------------------------- 2. a shared reason is said once
-UNSIZED = "the method's starting value: not sized, no cost curve of the target is measured on this machine"
+UNSIZED = "default: not sized, no cost curve of the target is measured on this machine"  # advice.UNSIZED_REASON
 
 
 def test_a_reason_shared_by_every_parameter_is_said_once():
@@ -188,7 +188,12 @@ def test_unsized_values_are_offered_with_one_reason(measuring, monkeypatch):
     with Store() as store:
         _, said, _ = onboard(store, {"Which method": "eagle", "Run a short first": "n"})
     text = "\n".join(said)
+    assert UNSIZED == advice.UNSIZED_REASON
     assert text.count(UNSIZED) == 1 and "depth=5, topk=4, tree_nodes=10: " + UNSIZED in text
+    # said once: the header (the answer's source) says why nothing was measured, not that no curve is measured
+    header = next(line for line in text.splitlines() if line.startswith("Suggested starting values ("))
+    assert "no cost curve" not in header and "starting values" in header
+    assert text.count("no cost curve") == 1
 
 
 # ---------------------------------------------------------------------------- 3. every method is offered

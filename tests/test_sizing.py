@@ -260,3 +260,15 @@ def test_a_curve_disturbed_once_is_measured_again_and_stored(monkeypatch):
     machine = machine_cost(store, _fake_target())
     assert machine.curve != CPU_FALLBACK_CURVE and "measured now" in machine.curve_source
     assert len(store.cost_curves()) == 1 and calls[0] == (1, 2) and calls[1] == (1, 2)  # the probe, then again
+
+
+@pytest.mark.parametrize("method", ["lookahead", "eagle", "draft", "ngram"])
+def test_a_gpu_without_a_curve_says_so_only_for_the_fields_a_curve_sizes(method):
+    from tools.engine.params import SIZED_FIELDS
+
+    gpu = MachineCost("gpu", "Test GPU", None, "no cost curve of t measured here yet: the GPU-sized defaults stay")
+    fields = size_params(method, gpu).fields
+    for name, p in fields.items():
+        assert p.source == "default"
+        # a folder, a switch or a prior is never sized from a curve: its reason is what it does, not a missing curve
+        assert ("measured here yet" in p.reason) == (name in SIZED_FIELDS[method]), name

@@ -25,7 +25,7 @@ from tools.engine import cpu_gemm, quantize
 from tools.engine.cost_curve import flat_tokens, forward_cost_curve
 from tools.engine.gguf_requant import FAST_DTYPE
 from tools.engine.medusa_trees import DEFAULT_TREE_CPU, DEFAULT_TREE_GPU, TREES
-from tools.engine.params import PARAM_MODELS
+from tools.engine.params import PARAM_MODELS, SIZED_FIELDS
 from tools.bench.machine_cost import MachineCost, prompt_threshold
 from tools.bench.context import check_backend, load_cached, prepare, release_models, sized_params
 from tools.bench.inputs import MeasureOptions
@@ -37,6 +37,12 @@ from tools.agent_tools.saved_params import resolve_target, saved_target  # noqa:
 
 LLAMACPP_DTYPE = "gguf"  # the dtype llama.cpp runs and cost curves are stored under (tools.engine.llamacpp)
 
+# how long measuring a cost curve takes, for the progress line and the answers that offer it: loading the target is
+# most of it, and that is minutes for the 1.5B default target on a small CPU (no fixed figure: machines differ)
+MEASURE_TIME = "loads the model; a few minutes on a small CPU, less on a fast one"
+# a parameter a measured cost curve would size, kept at the method's starting value because none is measured here
+# (why none is measured is said once, in the answer's source)
+UNSIZED_REASON = "default: not sized, no cost curve of the target is measured on this machine"
 ADVICE_NOTE = ("advice to be measured, not a measured result: run the method with these settings on your own "
                "prompts and compare the stored speedups before relying on them")
 DRAFT_RATIO = (5, 10)  # draft 5-10x smaller than the target
@@ -92,11 +98,13 @@ def _defaults(method: str) -> dict:
     return PARAM_MODELS[method]().model_dump()
 
 
-def draft_advice(store, size_b: float | None, hw: dict, target: str,
-                 backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
+def draft_advice(store, size_b: float | None, hw: dict, target: str, backend: str = "transformers",
+                 unsized: bool = False) -> tuple[dict, list[str], str, Sizing]:
+    """``unsized``: no cost curve is measured here, so the method's starting values are offered (and the
+    reasons name those, not the sizes a stand-in curve would give)."""
     draft = models.builtin_draft_for(target, size_b)
     sizing, stored = machine_sizing(store, "draft", target, hw, draft, backend)
-    params = {**({"draft": draft} if draft else {}), **sizing.params}
+    params = {**({"draft": draft} if draft else {}), **(_defaults("draft") if unsized else sizing.params)}
     reasons = []
     if size_b:
         low, high = size_b / DRAFT_RATIO[1], size_b / DRAFT_RATIO[0]
@@ -223,10 +231,14 @@ def sized_to(stored: dict | None, hw: dict) -> str:
         return f"to the cost curve measured on this machine ({stored['measured_at']}, {stored['dtype']})"
     if hw["kind"] == "cpu":
         return "to a conservative CPU curve (no cost curve of the target is stored for this machine yet)"
-    return "not at all: no cost curve is stored for this GPU, so the defaults, which are shaped for a GPU"
+    # that no curve is stored is each sized parameter's reason (tools.bench.sizing.default_reason): here what to do
+    return "not at all here: the defaults, shaped for a GPU, until measure_cost_curve measures this GPU's curve"
 
 
-def lookahead_advice(store, target: str, hw: dict, backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
+def lookahead_advice(store, target: str, hw: dict, backend: str = "transformers",
+                     unsized: bool = False) -> tuple[dict, list[str], str, Sizing]:
+    """``unsized``: no cost curve is measured here and the method's starting values are offered, so no reason
+    says the sizes come from the conservative curve (the answer's source says why nothing is sized)."""
     sizing, stored = machine_sizing(store, "lookahead", target, hw, backend=backend)
     reasons = sizing.lines()
     if stored is not None:
@@ -243,12 +255,14 @@ def lookahead_advice(store, target: str, hw: dict, backend: str = "transformers"
         reasons.append(f"a cost curve of {target} in {other['dtype']} is stored, but runs here load it in {dtype}: "
                        f"measure the curve in {dtype} (measure_cost_curve) to size to it")
     if hw["kind"] == "cpu":
-        reasons.append(f"no cost curve of {target} is stored for this machine: the sizes come from a conservative "
-                       "CPU curve, the one run and compare use until this machine's is measured (measure_cost_curve, "
-                       "about a minute)")
+        if not unsized:
+            reasons.append(f"no cost curve of {target} is stored for this machine: the sizes come from a conservative "
+                           "CPU curve, the one run and compare use until this machine's is measured "
+                           f"(measure_cost_curve: {MEASURE_TIME})")
         return sizing.params, reasons, "sized to a conservative CPU curve, as run and compare size it", sizing
-    return sizing.params, reasons, ("the source's default starting point, sized for a GPU (Lookahead Decoding, "
-                                    "arXiv 2402.02057): no cost curve measured here yet"), sizing
+    # no curve: each sized parameter's reason says so, and next_step measures it (guidance): not said again here
+    return sizing.params, reasons, ("the source's default starting point, shaped for a GPU (Lookahead Decoding, "
+                                    "arXiv 2402.02057)"), sizing
 
 
 def ngram_advice(store, target: str, hw: dict, backend: str = "transformers") -> tuple[dict, list[str], str, Sizing]:
@@ -278,8 +292,8 @@ def curve_missing(store, method: str, target: str, hw: dict, backend: str) -> bo
 def measure_machine(ctx, method: str, target: str, backend: str) -> None:
     """Measure and store what ``method``'s sizing reads, as a run does before its first step: the target's cost
     curve (and the draft's token cost for the draft model). Loads the models, then frees them."""
-    ctx.report(f"no cost curve of {target} is stored for this machine: measuring it first (loads the model; "
-               "a minute at most), so the advice is sized to this machine")
+    ctx.report(f"no cost curve of {target} is stored for this machine: measuring it first ({MEASURE_TIME}), so "
+               "the advice is sized to this machine")
     prepared = prepare(MeasureOptions(target=target, backend=backend), [method], None, ctx.report)
     try:
         sized_params([method], {}, ctx.store, prepared.ctx, allow_measure=True, progress=ctx.report)
@@ -295,22 +309,24 @@ def guidance(inp, ctx) -> dict:
     hw = detect_hardware("cpu" if inp.backend == "llamacpp" else inp.hardware)
     measured_now, not_measured = False, None
     if curve_missing(ctx.store, inp.method, target, hw, inp.backend):
-        not_measured = "measuring was declined"
+        curve = f"this machine's cost curve of {target}"
+        not_measured = f"measuring {curve} was declined"
         if inp.measure:
             try:
                 measure_machine(ctx, inp.method, target, inp.backend)
                 if curve_missing(ctx.store, inp.method, target, hw, inp.backend):  # timings too disturbed to keep
-                    not_measured = "measuring it now gave no curve that could be stored (the machine looked busy)"
+                    not_measured = f"measuring {curve} gave none that could be stored (the machine looked busy)"
                 else:
                     measured_now, not_measured = True, None
             except SpecpilotError as exc:  # the model is not here, say: advise without pretending to have measured
-                not_measured = f"it could not be measured ({exc})"
+                not_measured = f"{curve} could not be measured ({exc})"
+    unsized = not_measured is not None
     if inp.method == "draft":
-        params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target, inp.backend)
+        params, reasons, source, sizing = draft_advice(ctx.store, size_b, hw, target, inp.backend, unsized)
     elif inp.method == "medusa":
         params, reasons, source, sizing = medusa_advice(hw)
     elif inp.method == "lookahead":
-        params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw, inp.backend)
+        params, reasons, source, sizing = lookahead_advice(ctx.store, target, hw, inp.backend, unsized)
     elif inp.method == "eagle":
         params, reasons, source, sizing = eagle_advice(ctx.store, target, hw)
     else:
@@ -331,10 +347,9 @@ def guidance(inp, ctx) -> dict:
         out["reasons"] = [r for r in reasons if r not in sized_lines]  # the sizes below are not this machine's
         defaults = _defaults(inp.method)
         out["suggested_params"] = {k: defaults.get(k, v) for k, v in params.items()}
-        out["param_reasons"] = {k: "the method's starting value: not sized, no cost curve of the target is measured "
-                                   "on this machine" for k in out["suggested_params"] if k in defaults}
-        out["source"] = (f"not measured: no cost curve of {target} is stored for this machine and {not_measured}, so "
-                         "these are the method's starting values, not sized to this machine")
+        out["param_reasons"] = unsized_reasons(inp.method, out["suggested_params"], sizing)
+        # the no-curve reason is each sized parameter's (param_reasons): the source says why none is measured, once
+        out["source"] = f"not measured: {not_measured}, so these are the method's starting values"
         out["next_step"] = {"tool": "measure_cost_curve", "input": {"target": target},
                             "why": "size the parameters to this machine"}
     if inp.method == "lookahead" and inp.backend == "transformers" and not source.startswith("sized to the cost curve measured"):
@@ -342,6 +357,18 @@ def guidance(inp, ctx) -> dict:
                             "why": "size W/N/G to this machine"}
     out.update(measured_summary(measured_sweep(ctx.store, inp.method, target)))
     return out
+
+
+def unsized_reasons(method: str, params: dict, sizing: Sizing | None) -> dict[str, str]:
+    """Each offered parameter's reason when no cost curve of the target is measured here: the ones a cost curve
+    sizes (SIZED_FIELDS, and any the stand-in sizing set) are not sized for want of one; the others are the
+    method's defaults whatever the curve, with what they do (as a run records them)."""
+    recorded = sizing.reasons() if sizing is not None else {}
+    by_curve = set(SIZED_FIELDS.get(method, ())) | {k for k, p in (sizing.fields if sizing else {}).items()
+                                                    if p.source == "sized"}
+    defaults = _defaults(method)
+    return {k: UNSIZED_REASON if k in by_curve else recorded.get(k, "default: the method's default")
+            for k in params if k in defaults}
 
 
 def measured_summary(sweep: list[dict]) -> dict:

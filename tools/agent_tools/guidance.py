@@ -36,8 +36,9 @@ class GuidanceInput(BaseModel):
         "transformers", description="the engine the runs use: llamacpp sizes to llama.cpp's cost curve of the GGUF "
                                     "file stored here (`specpilot guide METHOD --backend llamacpp --measure`)")
     measure: bool = Field(True, description="where no cost curve of the target is stored for this CPU, measure it "
-                                            "first (loads the target; up to a minute) so the advice is this machine's; "
-                                            "False: the method's starting values, said to be unmeasured")
+                                            "first (loads the target: a few minutes on a small CPU) so the advice is "
+                                            "this machine's; False: the method's starting values, said to be "
+                                            "unmeasured")
 
 
 class CostCurveInput(BaseModel):

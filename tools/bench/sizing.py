@@ -420,6 +420,7 @@ def _assemble(method: str, machine: MachineCost | None, given: dict, saved: dict
 def default_reason(method: str, name: str, info, machine: MachineCost | None) -> str:
     """Why a field keeps its default: what it does, and for a sizeable field why it was not sized."""
     text = f"the default ({info.description})" if info.description else "the default"
-    if method in SIZERS and machine is not None and not machine.curve and machine.kind == "gpu":
+    if (name in SIZED_FIELDS.get(method, ()) and machine is not None and not machine.curve
+            and machine.kind == "gpu"):  # only a field a curve would size says that none is measured
         text += f"; {machine.curve_source}"
     return text
