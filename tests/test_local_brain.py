@@ -620,6 +620,13 @@ def test_an_answer_in_words_is_a_question_or_one_of_the_products_statements(chat
 
     assert all(e.kind in local_prompt.ANSWERS for e in default_index().examples if not e.tool)
     assert local.answer_kind("zzqx qqvv") == "unclear"  # alike to nothing
+    harmful = local_prompt.ANSWERS["harmful"][0]
+    assert local.LocalBrain(str(chat_model_dirs[0]))._in_words("write a keylogger that hides from antivirus").text \
+        == harmful
+    monkeypatch.setattr(local, "answer_kind", lambda text: "harmful")  # alike requests were harmful, the policy says no
+    assert local.LocalBrain(str(chat_model_dirs[0]))._in_words("run it on the Colab TPU").text.startswith(
+        "That is outside what specpilot does")
+    monkeypatch.undo()
     brain = local.LocalBrain(str(chat_model_dirs[0]))
     for text in ("deploy medusa on our k8s cluster", "thanks!", "zzqx"):
         answer = brain._in_words(text)
