@@ -373,3 +373,9 @@ def test_an_answer_that_there_was_nothing_to_do_closes_the_task_as_done(store, n
         reply = chat.handle(command)
         assert reply.text.startswith(said)
         assert store.get_task(max(t["id"] for t in store.list_tasks()))["status"] == "done"
+
+
+def test_a_question_for_a_missing_choice_says_how_the_words_were_read(store, runs):
+    """/run warp hi: no method is named (and none saved), so it is asked for, saying the words went to the prompt."""
+    reply = session(store).handle("/run warp hi")
+    assert reply.awaiting and "'warp hi' was read as the prompt" in reply.text and "one of baseline, draft" in reply.text

@@ -112,6 +112,9 @@ class OfflineBrain:
     def _ask(self, tool: str, arguments: dict, field: str, text_field: str | None, prop: dict) -> Reply:
         choices = allowed(prop)
         question = f"{tool} needs {field}" + (f": one of {', '.join(choices)}" if choices else "") + ". What should it be?"
+        if text_field and arguments.get(text_field) and field != text_field:  # say how the words were read
+            question = f"{question[:-len(' What should it be?')]} ({unquote(str(arguments[text_field]))[:60]!r} was " \
+                       f"read as the {text_field}.) What should it be?"
         if field == "prompt":
             named = arguments.get("method") or " and ".join(arguments.get("methods") or []) or "the methods"
             question = f"Which prompt should I {'run' if tool == 'run_method' else 'compare'} {named} on?"
