@@ -108,6 +108,11 @@ SAVE_HINT = ("To save some: `/save draft k=6` (or, with a brain that reads words
              "draft').")
 
 
+def _params_line(method: str, params: dict, default: str | None) -> str:
+    """One method's saved parameters: "draft (default): k=6, adaptive_k=True"."""
+    return f"{method}{' (default)' if method == default else ''}: " + ", ".join(f"{k}={v}" for k, v in params.items())
+
+
 def _saved_params_only(c: dict, short: bool) -> str:
     """The answer to /params: the saved parameters and the default method, nothing else (/tasks lists tasks)."""
     params = c.get("saved_params") or {}
@@ -116,12 +121,8 @@ def _saved_params_only(c: dict, short: bool) -> str:
         return "\n".join(["No parameters saved yet. " + SAVE_HINT,
                           *([f"Default method: {default}."] if default else [])])
     if short:
-        return "Saved parameters: " + "; ".join(
-            f"{m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
-            for m, p in params.items()) + "."
-    lines = ["Saved parameters:"]
-    lines += [f"  {m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
-              for m, p in params.items()]
+        return "Saved parameters: " + "; ".join(_params_line(m, p, default) for m, p in params.items()) + "."
+    lines = ["Saved parameters:", *(f"  {_params_line(m, p, default)}" for m, p in params.items())]
     if default and default not in params:
         lines.append(f"Default method: {default}")
     return "\n".join(lines)
@@ -364,9 +365,7 @@ def _recall_short(c: dict) -> str:
     params = c.get("saved_params") or {}
     default = (c.get("answers") or {}).get("default_method")
     if params:
-        lines = ["Saved parameters: " + "; ".join(
-            f"{m}{' (default)' if m == default else ''}: " + ", ".join(f"{k}={v}" for k, v in p.items())
-            for m, p in params.items())]
+        lines = ["Saved parameters: " + "; ".join(_params_line(m, p, default) for m, p in params.items())]
     else:
         lines = ["No parameters saved yet." + (f" Default method: {default}." if default else "")]
     unfinished, failed, done = (c.get(key) or [] for key in ("unfinished_tasks", "not_done_tasks", "done_tasks"))

@@ -650,8 +650,9 @@ class LocalBrain:
 
     def _in_words(self, text: str) -> Decision:
         """An answer in words, of the kind the labelled requests nearest ``text`` answered in words have
-        (answer_kind; harmful where the tools' content policy says so, and only there): a question for what the likeliest tool needs and the request does not give (asked as a
-        missing argument is), or the product's statement of that kind."""
+        (answer_kind; harmful where the tools' content policy says so, and only there): a question for what the
+        likeliest tool needs and the request does not give (asked as a missing argument is), or the product's
+        statement of that kind."""
         kind = answer_kind(text)
         try:  # the tools' content policy holds whether a request is harmful, not the requests alike to it
             check_content("reply", "request", text)
