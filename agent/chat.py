@@ -175,6 +175,11 @@ class Chat:
             except InputEnded:
                 self.say("Input ended during the questions; your answers so far are saved.")
                 return 0
+            except Terminated:
+                raise
+            except KeyboardInterrupt:  # outside a question (a question's Ctrl-C answers 'skip'): on to the chat
+                self.say("\nInterrupted; the answers given so far are saved.")
+                first = None
             except SpecpilotError as exc:
                 self.say(exc.user_message())
                 return 1

@@ -223,6 +223,23 @@ def allowed(prop: dict) -> tuple:
     return ()
 
 
+def question_for(tool: str, arguments: dict, field: str, prop: dict, read_as: str | None = None) -> str:
+    """The question for a required ``field`` of ``tool`` that the user did not give, worded from its schema: the
+    values it takes, or what its description says it holds. ``read_as`` names the field the user's words went to
+    (the prompt), so that a value misread as it can be said again."""
+    if field == "prompt":
+        named = " and ".join(m for m in arguments.get("methods") or [arguments.get("method")] if m) or "it"
+        return f"Which prompt should I {'compare' if tool == 'compare_methods' else 'run'} {named} on? " \
+               "Please give it in quotes."
+    label = field.replace("_", " ")
+    choices = allowed(prop)
+    question = f"Which {label} should it be: one of {', '.join(choices)}?" if choices else \
+        f"Which {label} should I use ({prop.get('description', '').split(';')[0].strip() or tool})?"
+    if read_as and arguments.get(read_as) and field != read_as:  # say how the words were read
+        question += f" ({unquote(str(arguments[read_as]))[:60]!r} was read as the {read_as}.)"
+    return question
+
+
 def _type(prop: dict) -> str | None:
     """The JSON type of a field (the non-null branch of an optional one)."""
     if "type" in prop:

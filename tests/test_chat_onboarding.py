@@ -165,3 +165,20 @@ def test_onboarding_can_be_skipped_and_is_not_asked_again(cli_in_process, monkey
     with Store() as store:
         assert store.onboarding_complete() and store.get_answer("onboarding.skipped") is True
         assert store.list_runs() == [] and store.all_params() == {}
+
+
+def test_ctrl_c_outside_an_onboarding_question_goes_on_to_the_chat(specpilot_home, monkeypatch):
+    """Ctrl-C while onboarding works (not at a question, where it answers 'skip') leaves onboarding for the chat,
+    with no traceback and exit code 0."""
+    import agent.chat as chat
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(chat, "run_onboarding", interrupted)
+    out = io.StringIO()
+    with Store() as store:
+        code = chat.Chat(brain="offline", stdin=io.StringIO("/quit\n"), store=store,
+                         console=chat.Console(file=out, width=200)).run()
+    assert code == 0 and "Interrupted; the answers given so far are saved." in out.getvalue()
+    assert "Bye." in out.getvalue()

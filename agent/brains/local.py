@@ -46,6 +46,7 @@ from agent.brains.classifier import (ABSENT, MORE_LIKELY, NO_FIELD, NO_TOOL, TOK
                                      default_classifier, spelled_out)
 from agent.brains.constrained import ConstrainedLM
 from agent.brains.examples import NEAREST, default_index, typical_examples
+from agent.commands import question_for
 from agent.replies import format_result
 
 from memory.helpers import home_dir
@@ -1108,16 +1109,9 @@ def quoted_parts(text: str) -> list[str]:
 
 
 def ask_for(decision: Decision, key: str) -> str:
-    """The question for a required argument the user did not give."""
-    args = decision.arguments
-    if key == "prompt":
-        methods = args.get("methods") or [args.get("method")]
-        named = " and ".join(m for m in methods if m) or "it"
-        verb = "compare" if decision.name == "compare_methods" else "run"
-        return f"Which prompt should I {verb} {named} on? Please give it in quotes."
-    if key == "destination":
-        return "Where should the results go (a URL or a folder outside this machine)? Please give it in quotes."
-    return f"Which {key} should I use for {decision.name}? Please give it in quotes."
+    """The question for a required argument the user did not give (agent.commands.question_for)."""
+    prop = registry.load_tools()[decision.name].input_schema().get("properties", {}).get(key, {})
+    return question_for(decision.name, decision.arguments, key, prop)
 
 
 def _answer(result: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from agent.brains.base import Reply, ToolSession, command_name, is_known_command
 from agent.replies import format_details, format_result
-from agent.commands import allowed, read_arguments, unquote
+from agent.commands import allowed, question_for, read_arguments, unquote
 from tools.agent_tools import registry
 from tools.agent_tools.lookup import statement
 from tools.errors import ParameterError
@@ -110,14 +110,7 @@ class OfflineBrain:
         return Reply(format_result(result), data=[result])
 
     def _ask(self, tool: str, arguments: dict, field: str, text_field: str | None, prop: dict) -> Reply:
-        choices = allowed(prop)
-        question = f"{tool} needs {field}" + (f": one of {', '.join(choices)}" if choices else "") + ". What should it be?"
-        if text_field and arguments.get(text_field) and field != text_field:  # say how the words were read
-            question = f"{question[:-len(' What should it be?')]} ({unquote(str(arguments[text_field]))[:60]!r} was " \
-                       f"read as the {text_field}.) What should it be?"
-        if field == "prompt":
-            named = arguments.get("method") or " and ".join(arguments.get("methods") or []) or "the methods"
-            question = f"Which prompt should I {'run' if tool == 'run_method' else 'compare'} {named} on?"
+        question = question_for(tool, arguments, field, prop, text_field)
         self.pending = (tool, arguments, field, text_field or "")
         return Reply(question, awaiting=question)
 
