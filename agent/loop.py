@@ -22,7 +22,7 @@ from typing import Any, ContextManager, TypeVar
 from agent.approval import Confirm, Gate, request_deploy_planning
 from agent.commands import parse_command, tool_command
 from agent.brains.base import QUOTED, Brain, Reply, command_name, is_known_command
-from agent.replies import nothing_to_do
+from agent.replies import DEPLOY_SCOPE, deployment_plan, deployment_status, nothing_to_do
 from tools.agent_tools.lookup import statement, task_line
 from tools.agent_tools.registry import ToolContext, ToolResult, check_prompt, load_tools
 from tools.engine.params import ACCELERATED
@@ -33,9 +33,6 @@ T = TypeVar("T")
 NOT_RECORDED = "not_recorded"  # the key of a host call's result saying its task row could not be written
 
 ANSWER_STEP = "answer the request"
-DEPLOY_REQUEST = re.compile(
-    r"\b(deploy\w*|serv(?:e|es|ing)\b(?! as\b)|production|prod\b|integrat\w*\s+(?:it\s+)?into|kubernetes|k8s|"
-    r"inference\s+(?:server|endpoint)|endpoint\s+for)", re.IGNORECASE)
 # a message that asks to run something ("run draft: ...", "benchmark ..."): what follows its colon is the prompt
 RUN_WORDS = re.compile(r"\s*(run|try|benchmark|measure|re-?run)\b", re.IGNORECASE)
 # the methods' own names, as the tools' schemas spell them (a request that names one expects an answer about it)
@@ -48,14 +45,6 @@ def instruction_part(text: str) -> str:
     if RUN_WORDS.match(text) and ":" in text:
         text = text.split(":", 1)[0]
     return text
-
-
-def is_deploy_request(text: str) -> bool:
-    """Whether a message asks to deploy, serve or integrate into production (outside specpilot).
-
-    A prompt to run is data: "run draft: write a deploy script" is a run request, not a deploy request.
-    """
-    return not text.lstrip().startswith("/") and bool(DEPLOY_REQUEST.search(instruction_part(text)))
 
 
 class Session:
@@ -169,10 +158,8 @@ class Session:
                 reply = self.planner().respond(self, text)
             else:
                 reply = self.brain.respond(self, text)
-                declined = (reply.not_done or "").startswith("declined")  # e.g. a harmful prompt: stays declined
-                if (not continuing and not self.turn_results and reply.awaiting is None and not declined
-                        and not reply.streamed and is_deploy_request(text)):
-                    reply = self._deploy(text)  # the brain called no tool, and the words ask to deploy: ask first
+                if reply.deploy and not continuing and not self.turn_results:
+                    reply = self._deploy(text)  # the brain read a request to deploy: approval before any planning
         except KeyboardInterrupt as exc:  # Ctrl-C, or (tools.errors.Terminated) SIGTERM / SIGHUP
             if self.task_id is not None:
                 task_id = self.task_id
@@ -303,25 +290,21 @@ class Session:
 
     # ---- deploy / serve: out of scope, approval before any planning ---------------------
 
+    def deployment_approval(self, request: str) -> dict:
+        """The approval to plan a deployment for ``request``: asked for at the terminal where there is one, else
+        left pending for ``specpilot tool approve``."""
+        return request_deploy_planning(self.store, request, self.confirm)
+
     def _deploy(self, text: str) -> Reply:
-        approval = request_deploy_planning(self.store, text, self.confirm)
-        scope = ("Deploying, serving or integrating into production is outside specpilot: it benchmarks "
-                 "speculative decoding locally on this machine.")
+        approval = self.deployment_approval(text)
         if approval["status"] == "pending":
-            return Reply(f"{scope} Planning it needs your approval first: run `specpilot tool approve --id "
-                         f"{approval['id']}` in your terminal if you want me to plan it.",
-                         unfinished=f"waiting for approval {approval['id']} to plan a deployment")
-        if approval["status"] == "denied":
-            return Reply(f"{scope} You declined, so I will not plan it (approval {approval['id']} denied).",
-                         not_done=f"planning a deployment was declined (approval {approval['id']} denied)")
-        planner = getattr(self.brain, "plan_deployment", None)
-        if planner is not None:
-            reply = planner(self, text)
+            said = (f"Planning it needs your approval first: run `specpilot tool approve --id {approval['id']}` in your "
+                    "terminal if you want me to plan it.")
+        elif approval["status"] == "denied":
+            said = f"You declined, so I will not plan it (approval {approval['id']} denied)."
         else:
-            reply = self.brain.respond(self, f"[The user approved planning a deployment (approval {approval['id']}). "
-                                             f"Only plan in words; no tool deploys or serves anything.] {text}")
-        reply.text = f"{scope} You approved planning it (approval {approval['id']}).\n{reply.text}"
-        return reply
+            said = f"You approved planning it (approval {approval['id']}).\n{deployment_plan(self.store)}"
+        return Reply(f"{DEPLOY_SCOPE} {said}", **deployment_status(approval))
 
 
 def off_request(text: str, results: list[ToolResult]) -> str | None:
@@ -412,7 +395,7 @@ def _close_host_task(store: Any, task_id: int, name: str, tool_input: dict | str
 def _kind(text: str) -> str:
     if command_name(text):
         return "command:" + command_name(text)
-    return "deploy" if is_deploy_request(text) else "request"
+    return "request"
 
 
 def _step(name: str, tool_input: Any, result: ToolResult) -> str:

@@ -12,7 +12,7 @@ import json
 
 from tools.agent_tools.choose import CATEGORIES
 from tools.agent_tools.install import ALREADY_INSTALLED
-from tools.agent_tools.lookup import NO_RUNS
+from tools.agent_tools.lookup import NO_RUNS, statement
 from tools.agent_tools.registry import ToolResult
 from tools.engine.params import ACCELERATED
 from tools.report.markdown import fmt, versus_baseline
@@ -506,3 +506,32 @@ SHORT = {
     "lookup_runs": _lookup_short, "recall": _recall_short, "guidance": _guidance_short, "check_deps": _deps_short,
     "explain": _explain_short, "measure_cost_curve": _curve_short, "compare_methods": _compare_short,
 }  # the others (install, train, report, share, save) are one line in both forms
+
+
+DEPLOY_SCOPE = ("Deploying, serving or integrating into production is outside specpilot: it benchmarks speculative "
+                "decoding locally on this machine.")
+
+
+def deployment_plan(store) -> str:
+    """A deployment plan in words only, from the best run stored (after the person approved planning it)."""
+    best = [r for r in store.find_runs(limit=200) if r.get("speedup") is not None]
+    best.sort(key=lambda r: r["speedup"], reverse=True)
+    start = (f"start from your best measured configuration: {statement(best[0])}" if best else
+             "measure the methods on your own prompts first (nothing is measured yet)")
+    steps = [start,
+             "measure again with specpilot on the production hardware: speedups depend on the hardware, the dtype "
+             "and the prompts",
+             "choose a serving stack that supports that method and set the same parameters; compare it with its own "
+             "plain decoding on the same prompts",
+             "watch the acceptance rate on real traffic: it changes with the kind of prompts"]
+    return "Plan (in words only; specpilot does not deploy or serve anything):\n" + "\n".join(
+        f"{i}. {step}" for i, step in enumerate(steps, start=1))
+
+
+def deployment_status(approval: dict) -> dict:
+    """What a task records of a deployment approval (Reply fields): waiting for it, declined, or nothing (approved)."""
+    if approval["status"] == "pending":
+        return {"unfinished": f"waiting for approval {approval['id']} to plan a deployment"}
+    if approval["status"] == "denied":
+        return {"not_done": f"planning a deployment was declined (approval {approval['id']} denied)"}
+    return {}

@@ -184,7 +184,7 @@ def test_tool_use_loop_runs_tools_and_sends_results_back(api, store, monkeypatch
 
     first, second = api.requests
     assert first["model"] == "claude-test-model"
-    assert [t["name"] for t in first["tools"]] == list(registry.load_tools())
+    assert [t["name"] for t in first["tools"]] == [*registry.load_tools(), "plan_deployment"]
     assert first["tools"][0]["input_schema"] == registry.get_tool("run_method").input_schema()
     assert "No estimates" in first["system"] and '"medusa"' in first["system"]  # system.md + memory
     assert first["messages"] == [{"role": "user", "content": "What was the speedup for the Medusa run on that prompt?"}]
@@ -391,3 +391,21 @@ def test_text_streams_as_it_arrives_including_between_tool_calls(api, store):
     [result] = api.tool_results(1)
     assert result["tool_use_id"] == "toolu_0_recall" and result["is_error"] is False
     assert store.list_tasks()[0]["status"] == "done"
+
+
+def test_a_request_to_deploy_goes_through_the_approval_gate_before_claude_plans(api, store):
+    """Claude calls plan_deployment (the brain's own tool, not a registry tool): the approval is asked for, and the
+    result tells Claude what it may say; without an answer the task waits for the approval."""
+    ask = "deploy the draft setup to our production cluster"
+    api.script = [tool_turn(("plan_deployment", {"request": ask})), text_turn("It waits for your approval.")]
+    reply = Session(store, brain_for(api)).handle(ask)
+    [result] = api.tool_results(1)
+    content = json.loads(result["content"])
+    assert content["status"] == "pending" and "specpilot tool approve --id" in content["say"]
+    assert reply.text == "It waits for your approval." and store.list_tasks()[0]["status"] == "unfinished"
+    api.script = [tool_turn(("plan_deployment", {"request": ask})), text_turn("Here is a plan.")]
+    approved = Session(store, brain_for(api), confirm=lambda prompt: True).handle(ask)
+    content = json.loads(api.tool_results(3)[0]["content"])
+    assert content["status"] == "approved" and "Plan (in words only" in content["say"]
+    assert approved.text == "Here is a plan." and not approved.unfinished
+    assert [a["action"] for a in store.list_approvals()] == ["deploy", "deploy"]

@@ -9,6 +9,7 @@ import pytest
 
 import tools.agent_tools.install as install
 from agent.approval import Gate, decide_at_terminal, request_deploy_planning
+from agent.brains.base import Reply
 from agent.brains.offline import OfflineBrain
 from agent.loop import Session, host_call
 from memory import Store
@@ -296,17 +297,34 @@ def test_sharing_is_gated_and_runs_once_when_approved(store, tmp_path):
     assert denied.is_error and len(list(outside.iterdir())) == 1
 
 
+class DeployReader:
+    """A brain that reads every free-text request as one to deploy (as the local brain does for requests like the
+    labelled deploy requests, and Claude by calling plan_deployment); commands stay commands."""
+
+    name = "deploy-reader"
+
+    def respond(self, session, text):
+        if text.startswith("/"):
+            return OfflineBrain().respond(session, text)
+        return Reply("Deploying is outside specpilot.", not_done="out of scope: deploying or serving", deploy=True)
+
+
 def test_deploy_requests_are_out_of_scope_and_need_approval_before_planning(store):
-    refused = Session(store, OfflineBrain(), confirm=Asked(False)).handle("deploy this to production on kubernetes")
+    refused = Session(store, DeployReader(), confirm=Asked(False)).handle("deploy this to production on kubernetes")
     assert "outside specpilot" in refused.text and "will not plan" in refused.text and "Plan" not in refused.text
-    host = Session(store, OfflineBrain()).handle("serve the draft setup behind an inference endpoint")
+    host = Session(store, DeployReader()).handle("serve the draft setup behind an inference endpoint")
     assert "needs your approval first" in host.text and "specpilot tool approve --id" in host.text
     pending = store.list_approvals(status="pending")
     assert [a["action"] for a in pending] == ["deploy"]
     confirm = Asked(True)
-    planned = Session(store, OfflineBrain(), confirm=confirm).handle("deploy this to production on kubernetes")
+    planned = Session(store, DeployReader(), confirm=confirm).handle("deploy this to production on kubernetes")
     assert "You approved planning it" in planned.text and "Plan (in words only" in planned.text
     assert "plan a deployment" in confirm.prompts[0]
+    tasks = {t["request"]: t["status"] for t in store.list_tasks()}
+    assert tasks["serve the draft setup behind an inference endpoint"] == "unfinished"
+    # the command brain reads no words: free text about deploying gets its one message, and no approval is asked
+    words = Session(store, OfflineBrain(), confirm=Asked(True)).handle("deploy the medusa setup to production")
+    assert "I read commands only" in words.text and len(store.list_approvals()) == 3
 
 
 def test_a_deploy_approval_given_at_the_terminal_is_used_once(store):
@@ -314,10 +332,10 @@ def test_a_deploy_approval_given_at_the_terminal_is_used_once(store):
     approval = request_deploy_planning(store, request, confirm=None)
     decide_at_terminal(store, approval["id"], approve=True, stdin=TTY(f"deploy {approval['id']}\n"),
                        stdout=io.StringIO())
-    reply = Session(store, OfflineBrain()).handle(request)
+    reply = Session(store, DeployReader()).handle(request)
     assert "You approved planning it" in reply.text
     assert store.get_approval(approval["id"])["status"] == "consumed"
-    again = Session(store, OfflineBrain()).handle(request)
+    again = Session(store, DeployReader()).handle(request)
     assert "needs your approval first" in again.text
 
 

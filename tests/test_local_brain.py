@@ -634,6 +634,7 @@ def test_an_answer_in_words_is_a_question_or_one_of_the_products_statements(chat
         said, why = (said, why) if said else local_prompt.ANSWERS["unclear"]  # no classifier: no tool to ask for
         assert answer.text == said.format(machine=local.cpu_name(), home=local.home_dir())
         assert answer.declined == why and "{" not in answer.text and answer.name is None
+        assert answer.deploy == (local.answer_kind(text) == "deploy")  # the loop asks for approval to plan it
     monkeypatch.setattr(local, "answer_kind", lambda text: "ask")
     asking = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier(None))
     session = RecordingSession()
@@ -1106,12 +1107,9 @@ def test_a_prompt_completed_by_grounding_is_checked_by_the_content_policy(monkey
 
 
 def test_a_fenced_code_block_is_quoted_text_whole_and_not_read_for_settings():
-    from agent.loop import is_deploy_request
-
     text = "time every method on this\n```python\ndef add(a, b):\n    return a + b\n```\nthanks"
     assert local.quoted_parts(text)[0] == "def add(a, b):\n    return a + b"
     assert "return" not in local.written_words(text) and "thanks" in local.written_words(text)
-    assert not is_deploy_request("run draft on\n```\nwrite a script to deploy the server\n```")
     assert local.quoted_parts("```\n``` nothing inside") == []
 
 

@@ -305,15 +305,6 @@ def test_compare_reads_which_methods_and_asks_for_a_missing_prompt(store, compar
     assert "/compare [METHODS ...] PROMPT" in s.handle("/help").text
 
 
-def test_a_single_quoted_prompt_that_mentions_deploying_is_not_a_deploy_request():
-    from agent.loop import is_deploy_request
-
-    assert not is_deploy_request("Compare draft and medusa on 'write a deploy script'")
-    assert not is_deploy_request("run draft: write a deploy script")
-    assert is_deploy_request("deploy the medusa setup to production")
-    assert is_deploy_request("don't just measure it, serve it")
-
-
 class DefaultMethodBrain:
     """A brain that answers every request with the saved default method's advice (draft), whatever was asked."""
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 from agent.brains.base import ToolSession, Reply
+from agent.replies import deployment_plan, deployment_status
 from tools.agent_tools import registry
 from tools.errors import DependencyError, ParameterError
 from tools.agent_tools.explain import prompt_text
@@ -29,6 +31,17 @@ MODEL_ENV = "SPECPILOT_MODEL"
 DEFAULT_MODEL = "claude-sonnet-5-5"
 MAX_ITERATIONS = 12
 MAX_TOKENS = 4096
+# the one tool this brain answers itself: a request to deploy, serve or integrate into production (outside specpilot)
+# goes through the approval gate before any planning (agent.approval.request_deploy_planning)
+DEPLOY_TOOL = {
+    "name": "plan_deployment",
+    "description": "Call this, and no other tool, when the user asks to deploy or serve a model for others or to "
+                   "integrate it into production: specpilot only measures on this machine, and planning a deployment "
+                   "in words needs the person's approval. The result says whether it was given and what to say. "
+                   "Measuring a local vLLM server (measure_serving) is a measurement, not a deployment.",
+    "input_schema": {"type": "object", "required": ["request"], "additionalProperties": False,
+                     "properties": {"request": {"type": "string", "description": "what the user asked to deploy, "
+                                                                                 "in their words"}}}}
 
 
 def system_prompt(session: ToolSession) -> str:
@@ -65,6 +78,7 @@ class AnthropicBrain:
         self.max_tokens = max_tokens
         self.stream = stream  # stream the text when the session shows it as it arrives (the chat)
         self.messages: list[dict] = []
+        self.deployment: dict | None = None  # the turn's deployment approval, where Claude asked for one
 
     def respond(self, session: ToolSession, text: str) -> Reply:
         """Run the tool-use loop for one user message; return Claude's answer."""
@@ -73,8 +87,9 @@ class AnthropicBrain:
         self.complete_tool_results("the conversation was cut off before this tool call finished")
         snapshot = list(self.messages)
         self._add_user_text(text)
-        tools, system = registry.anthropic_tools(), system_prompt(session)
+        tools, system = [*registry.anthropic_tools(), DEPLOY_TOOL], system_prompt(session)
         streamed, tools_ran = False, False
+        self.deployment = None
         for _ in range(self.max_iterations):
             try:
                 response, shown = self._create(session, system, tools)
@@ -93,7 +108,8 @@ class AnthropicBrain:
             if response.stop_reason == "pause_turn":
                 continue
             if response.stop_reason != "tool_use":
-                return self._answer(response, streamed)
+                reply = self._answer(response, streamed)
+                return replace(reply, **deployment_status(self.deployment)) if self.deployment else reply
             if shown:
                 session.stream_text("\n")
             tools_ran = True
@@ -125,6 +141,10 @@ class AnthropicBrain:
             for block in content:
                 if getattr(block, "type", None) != "tool_use":
                     continue
+                if block.name == DEPLOY_TOOL["name"]:
+                    results.append({"type": "tool_result", "tool_use_id": block.id,
+                                    "content": json.dumps(self._deployment(session, block.input))})
+                    continue
                 result = session.call_tool(block.name, block.input)
                 results.append({"type": "tool_result", "tool_use_id": block.id, "content": result.as_json(),
                                 "is_error": result.is_error})
@@ -135,6 +155,20 @@ class AnthropicBrain:
             self.complete_tool_results(f"failed before it finished ({type(exc).__name__}: {exc})", results)
             raise
         self.messages.append({"role": "user", "content": results})
+
+    def _deployment(self, session: ToolSession, tool_input: Any) -> dict:
+        """The approval to plan the deployment Claude was asked for, and what to tell the user."""
+        request = tool_input.get("request") if isinstance(tool_input, dict) else None
+        self.deployment = approval = session.deployment_approval(str(request or "a deployment"))
+        if approval["status"] == "pending":
+            say = (f"Planning waits for the person's approval: they run `specpilot tool approve --id {approval['id']}` "
+                   "in their terminal. Do not plan it now.")
+        elif approval["status"] == "denied":
+            say = "The person declined: do not plan it."
+        else:
+            say = ("Approved: plan it in words only, starting from this outline; no tool deploys or serves anything.\n"
+                   + deployment_plan(session.store))
+        return {"approval_id": approval["id"], "status": approval["status"], "say": say}
 
     def complete_tool_results(self, why: str, results: list[dict] | None = None) -> None:
         """When the last message is Claude's and asks for tools, add the ``tool_result`` of each call:

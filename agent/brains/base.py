@@ -55,6 +55,9 @@ class Reply:
     data: list[ToolResult] = field(default_factory=list)  # tool results worth showing as tables
     details: bool = False  # the detail form of the last answer (/details): the chat shows its tables too
     waiting_call: Any = None  # (call, argument) the question is about, where another brain completes it
+    # the brain read the request as one to deploy, serve or integrate into production (outside specpilot): the
+    # loop asks for approval before any planning (agent.approval.request_deploy_planning)
+    deploy: bool = False
 
 
 class ToolSession(Protocol):
@@ -72,6 +75,10 @@ class ToolSession(Protocol):
 
     def memory(self) -> dict:
         """Saved parameters, default method, unfinished tasks and newest runs."""
+        raise NotImplementedError
+
+    def deployment_approval(self, request: str) -> dict:
+        """The approval to plan a deployment for ``request`` (asked for at the terminal where there is one)."""
         raise NotImplementedError
 
 

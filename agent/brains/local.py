@@ -277,6 +277,7 @@ class Decision:
     error: str | None = None  # the validation error of the last attempt, when no attempt validated
     declined: str | None = None  # why a text answer serves nothing (Reply.not_done)
     ask: str | None = None  # the required argument to ask for, the call not made (an answer in words that asks)
+    deploy: bool = False  # the answer in words is of the deploy kind: the loop asks for approval to plan it
 
 
 class LocalBrain:
@@ -666,7 +667,7 @@ class LocalBrain:
             if asked is not None:
                 return asked
             said, why = local_prompt.ANSWERS["unclear"]
-        return Decision(text=said.format(machine=cpu_name(), home=home_dir()), declined=why)
+        return Decision(text=said.format(machine=cpu_name(), home=home_dir()), declined=why, deploy=kind == "deploy")
 
     def _missing(self, text: str) -> Decision | None:
         """The call of the tool the labelled requests most like ``text`` call (tool_alike), with the values the
@@ -699,7 +700,7 @@ class LocalBrain:
             answer = decision.text or "Could you say that in other words?"
             self.history.append(turn + local_prompt.reply_call(answer) + local_prompt.IM_END + "\n")
             return Reply(answer, not_done=decision.declined if decision.text else decision.error
-                         or "the model wrote no answer")
+                         or "the model wrote no answer", deploy=decision.deploy)
         missing = decision.ask or self._ground(session, text, decision, registry.load_tools())
         if decision.error is None and isinstance(decision.arguments.get("prompt"), str):
             try:  # grounding may complete a prompt the model copied in part: the content policy reads the whole

@@ -17,7 +17,6 @@ from agent.brains.base import Reply, ToolSession, command_name, is_known_command
 from agent.replies import format_details, format_result
 from agent.commands import allowed, question_for, read_arguments, unquote
 from tools.agent_tools import registry
-from tools.agent_tools.lookup import statement
 from tools.errors import ParameterError
 
 # chat command -> (tool, fixed arguments, the field its trailing text fills)
@@ -133,21 +132,6 @@ class OfflineBrain:
         except ParameterError as exc:
             return Reply(exc.user_message(), not_done=f"the answer for {field} did not parse")
         return self._call(session, tool, {**arguments, **given}, text_field)
-
-    def plan_deployment(self, session: ToolSession, request: str) -> Reply:
-        """A deployment plan in words only (after the person approved planning it); nothing is run."""
-        best = [r for r in session.store.find_runs(limit=200) if r.get("speedup") is not None]
-        best.sort(key=lambda r: r["speedup"], reverse=True)
-        start = (f"start from your best measured configuration: {statement(best[0])}" if best else
-                 "measure the methods on your own prompts first (nothing is measured yet)")
-        steps = [start,
-                 "measure again with specpilot on the production hardware: speedups depend on the hardware, "
-                 "the dtype and the prompts",
-                 "choose a serving stack that supports that method and set the same parameters; compare it "
-                 "with its own plain decoding on the same prompts",
-                 "watch the acceptance rate on real traffic: it changes with the kind of prompts"]
-        return Reply("Plan (in words only; specpilot does not deploy or serve anything):\n"
-                     + "\n".join(f"{i}. {s}" for i, s in enumerate(steps, start=1)))
 
     def _details(self, session: ToolSession) -> Reply:
         """The detail form of the last answer's tool results (an explanation's full text is read anew)."""
