@@ -1210,3 +1210,28 @@ def test_a_value_written_as_key_equals_value_sets_that_field_whatever_the_head_r
     assert out == {"target": "./models/x", "draft": "./d.gguf"} and not unsure
     assert local.bare_words("target=./models/x, prompt='hi'") == ["./models/x", "hi"]
     assert local.bare_words("https://x.example.org/a?b=c") == ["https://x.example.org/a?b=c"]
+
+
+def test_two_written_ends_of_a_list_are_read_as_a_range_where_the_model_writes_one():
+    """A list of two whole numbers the heads placed may be the ends of a sweep ("k from 1 through 4"): the model's
+    log-probability of writing each reading decides; grounding keeps a range whose ends the user wrote."""
+    class Scores:
+        def __init__(self, prefer_range):
+            self.prefer_range, self.seen = prefer_range, []
+
+        def score(self, continuations):
+            self.seen += continuations
+            return [-1.0, -0.5] if self.prefer_range else [-0.5, -1.0]
+
+    tool = registry.load_tools()["measure_serving"]
+    lm = Scores(True)
+    assert local.LocalBrain.spans(lm, tool, {"k": [1, 4], "concurrency": [12]}) == {"k": [1, 2, 3, 4]}
+    assert lm.seen[1].endswith('{"k": [1, 2, 3, 4]')
+    assert local.LocalBrain.spans(Scores(False), tool, {"k": [2, 8]}) == {"k": [2, 8]}
+    # next to each other, too far apart, or not whole numbers: nothing to choose
+    assert local.LocalBrain.spans(Scores(True), tool, {"k": [3, 4], "concurrency": [1, 64]}) == {}
+    brain = local.LocalBrain()
+    brain.user_texts = ["sweep K from 1 through 4 at 12 streams"]
+    decision = local.Decision(name="measure_serving", arguments={"k": [1, 2, 3, 4], "concurrency": [12, 13]})
+    brain._ground(RecordingSession(), brain.user_texts[0], decision, registry.load_tools())
+    assert decision.arguments == {"k": [1, 2, 3, 4], "concurrency": [12]}

@@ -74,6 +74,7 @@ SURE = 0.8  # the classifier's pick is taken as it is from this probability on
 PLAUSIBLE = 0.05  # below it, a class is no candidate for the model to choose
 OFFERED = 0.01  # an optional choice its head would leave out is offered with its likeliest value from this on
 MAX_CANDIDATES = 4
+MAX_SPAN = 16  # the most values a list of two written ends may be read as (a range: "k from 1 to 4")
 TYPICAL_PER_TOOL = 3  # worked examples per tool in the classifier mode's cached prefix
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?|-?\.\d+")
 SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")  # where a prompt may end before the settings written after it
@@ -420,6 +421,25 @@ class LocalBrain:
                                        f'{{"{arg.name}": "{v}"' for v in values])
         return out
 
+    @staticmethod
+    def spans(lm: ConstrainedLM, tool: Any, given: dict) -> dict[str, list[int]]:
+        """A list of two whole numbers the heads placed ("k": [1, 4]) that may be the ends of a range the user swept
+        ("k from 1 to 4"): the model chooses between the two numbers and the whole range, as the tool's name is
+        chosen (its log-probability of writing each as the call's first argument, after the conversation)."""
+        out = {}
+        for arg in tool_grammar.tool_args(tool):
+            ends = given.get(arg.name)
+            if arg.kind != "number_list" or not isinstance(ends, list) or len(ends) != 2 \
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in ends):
+                continue
+            low, high = sorted(ends)
+            if 2 <= high - low < MAX_SPAN:
+                options = [ends, list(range(low, high + 1))]
+                out[arg.name] = likeliest(lm, options, [1.0, 1.0], [
+                    f'{local_prompt.CALL_OPEN}{tool.name}{local_prompt.ARGS_OPEN}{{"{arg.name}": {json.dumps(o)}'
+                    for o in options])
+        return out
+
     def choices(self, text: str, tool: Any) -> tuple[dict, frozenset[str], dict[str, tuple[str, ...]]]:
         """``tool``'s arguments as the classifier's heads read ``text``: (the values they give, the arguments
         they leave out, the choice arguments whose values the model chooses among a few); the model writes the
@@ -598,6 +618,7 @@ class LocalBrain:
             for arg, value in self.weigh(lm, text, tools[name], narrowed).items():
                 given[arg] = value
                 del narrowed[arg]
+            given |= self.spans(lm, tools[name], given)
             answered = set(narrowed) & {a.name for a in tool_grammar.tool_args(tools[name])
                                         if a.kind == "bool" and not a.required}  # optional switches heads are unsure of
             if answered:  # their schema (copied per call) only when there are some
@@ -826,6 +847,10 @@ class LocalBrain:
                 del decision.arguments[key]
             elif kinds.get(key) == "number_list" and isinstance(value, list):  # only the levels the user wrote
                 kept = [v for v in value if isinstance(v, (int, float)) and float(v) in numbers]
+                if len(value) > 2 and all(type(v) is int for v in value) \
+                        and value == list(range(value[0], value[0] + len(value))) \
+                        and {float(value[0]), float(value[-1])} <= numbers:
+                    kept = value  # a range between two numbers the user wrote ("K from 1 through 4")
                 if kept:
                     decision.arguments[key] = kept
                 elif key not in required:
