@@ -37,7 +37,7 @@ def test_ctrl_c_clears_the_line_a_path_answers_the_pending_question_and_quit_exi
     destination = str(tmp_path / "shared")  # an existing folder: the approval names it as an absolute path
     (tmp_path / "shared").mkdir()
     chat.sendline("/share")
-    chat.expect("share_results needs destination")
+    chat.expect("Which destination should I use")
     chat.expect_exact(PROMPT)
     chat.sendline(destination)  # a path, not an unknown slash command: it answers the question
     chat.expect_exact("(anything else does not approve) > ")  # the approval is asked on the terminal
@@ -66,7 +66,7 @@ def test_a_chat_killed_at_an_approval_question_leaves_the_request_unfinished(spe
     chat = spawn_chat(specpilot_home, "--skip-onboarding")
     chat.expect_exact(PROMPT)
     chat.sendline("/share")
-    chat.expect("share_results needs destination")
+    chat.expect("Which destination should I use")
     chat.expect_exact(PROMPT)
     chat.sendline(str(tmp_path))
     chat.expect_exact("(anything else does not approve) > ")
