@@ -1235,3 +1235,16 @@ def test_two_written_ends_of_a_list_are_read_as_a_range_where_the_model_writes_o
     decision = local.Decision(name="measure_serving", arguments={"k": [1, 2, 3, 4], "concurrency": [12, 13]})
     brain._ground(RecordingSession(), brain.user_texts[0], decision, registry.load_tools())
     assert decision.arguments == {"k": [1, 2, 3, 4], "concurrency": [12]}
+
+
+def test_digits_glued_to_a_word_set_no_argument():
+    """A number written inside a name ("eagle3", "fp16", "/v1") sets nothing: over the labelled sets, 1,191 such
+    numbers and none a value. Only the number head reads them so; the reference head still reads the name."""
+    from agent.brains.classifier import NO_FIELD, default_classifier
+
+    head = default_classifier().number_head
+    fields = head.fields("measure eagle3 in fp16 on http://127.0.0.1:8000/v1 at 4 and 16 users", "measure_serving",
+                         frozenset({"concurrency", "k"}))
+    raws = [raw for raw, _ in fields]
+    assert raws[:2] == ["3", "16"] and raws[-3:] == ["1", "4", "16"]  # eagle3, fp16 ... /v1, 4 and 16
+    assert fields[0][1] == fields[1][1] == fields[-3][1] == {NO_FIELD: 1.0}

@@ -281,6 +281,9 @@ class NumberHead:
             best = max(probs, key=probs.get)
             if best in lists and (len(votes) <= 1 or best == top):
                 out[run[0]:run[-1] + 1] = [(out[i][0], probs) for i in run]
+        if self.kind == "number":  # digits glued to a word's letters name something ("eagle3", "fp16", "v1"): no value
+            out = [(value, {NO_FIELD: 1.0}) if start and text[start - 1].isalpha() else (value, probs)
+                   for (value, probs), (*_, (start, _end)) in zip(out, values)]
         return out
 
     def _reading(self, text: str, span: tuple[int, int]) -> np.ndarray | None:
