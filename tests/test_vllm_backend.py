@@ -213,8 +213,8 @@ def test_the_server_is_stopped_when_its_caller_is_interrupted_or_fails(tmp_path,
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the file exists before its pid is written
     server_pid = int(pidfile.read_text())
     if how != "error":
         proc.send_signal(getattr(signal, how))
@@ -237,8 +237,8 @@ def test_a_server_does_not_outlive_a_killed_caller(tmp_path):
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 30
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the file exists before its pid is written
     server_pid = int(pidfile.read_text())
     proc.kill()  # SIGKILL: no atexit, no finally
     proc.wait(timeout=10)
