@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from agent.brains.tool_grammar import in_order, signature
+from agent.replies import DEPLOY_SCOPE
 from tools.agent_tools.explain import SENTENCE_END, SUMMARY, TOPICS, prompt_text
 from tools.agent_tools import registry
 from tools.agent_tools.registry import Tool
@@ -51,8 +52,7 @@ ANSWERS: dict[str, tuple[str | None, str | None]] = {
     "train_eagle": ("An EAGLE head is trained from the terminal, behind an approval: `specpilot eagle train --target "
                     "TARGET --out FOLDER` (hours on a CPU); then run eagle with eagle_heads=FOLDER.",
                     "declined: EAGLE heads are trained from the terminal"),
-    "deploy": ("Deploying, serving or integrating into production is outside specpilot: it benchmarks speculative "
-               "decoding locally on this machine.", "out of scope: deploying or serving"),
+    "deploy": (DEPLOY_SCOPE, "out of scope: deploying or serving"),
     "delete": ("specpilot does not delete stored runs or memory from the chat: they are kept in {home}. To start "
                "afresh, set SPECPILOT_HOME to a new folder.",
                "declined: stored runs and memory are not deleted from the chat"),
