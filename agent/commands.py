@@ -188,14 +188,19 @@ def _fill_required(arguments: dict, properties: dict, required: list[str], bare:
             [(name, prop)] = listing.items()
             _check_allowed(bare[0], name, prop)
         elif listing:
-            takes = ", ".join(f"{k} ({' | '.join(allowed(prop))})" for k, prop in listing.items())
+            takes = ", ".join(_with_values(k, prop) for k, prop in listing.items())
             raise ParameterError(f"{bare[0]!r} is not a value /{tool.name} takes: {takes}",
                                  hint="give one of those, or other values by name (key=value or --key value)")
     if bare:
-        named = ", ".join(f"{k} ({' | '.join(allowed(properties.get(k, {})))})" if allowed(properties.get(k, {}))
-                          else k for k in required) or "none"
+        named = ", ".join(_with_values(k, properties.get(k, {})) for k in required) or "none"
         raise ParameterError(f"/{tool.name} does not know what {' '.join(bare)!r} is for",
                              hint=f"give values by name (key=value or --key value); its required fields: {named}")
+
+
+def _with_values(name: str, prop: dict) -> str:
+    """A field's name with the values its schema lists, where it lists some: "method (baseline | draft | ...)"."""
+    values = allowed(prop)
+    return f"{name} ({' | '.join(values)})" if values else name
 
 
 def not_allowed(value: str, name: str, prop: dict) -> str | None:

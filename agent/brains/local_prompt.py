@@ -35,9 +35,9 @@ specpilot measures only this machine and will not estimate, and offer to run it 
 on a local vLLM server (measure_serving) is a measurement, not a deployment."""
 
 # The answers in words, by kind (the labelled requests answered in words carry theirs): what is said (None: a
-# question for what the likeliest tool needs and the request does not give) and why nothing is served (the task's note; None: served). An answer in words
-# never states a figure or claims an action: figures and actions come from tools. "declined" keeps the deploy
-# approval gate (agent.loop) out.
+# question for what the likeliest tool needs and the request does not give) and why nothing is served (the task's
+# note; None: served). An answer in words never states a figure or claims an action: figures and actions come from
+# tools. The deploy kind also asks for approval before any planning (Reply.deploy, agent.loop).
 ANSWERS: dict[str, tuple[str | None, str | None]] = {
     "ask": (None, None),
     "elsewhere": ("specpilot measures only the machine it runs on ({machine}); it does not estimate figures for other "
