@@ -26,6 +26,7 @@ import io
 import logging
 import os
 import secrets
+import select
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ DEPLOY_ACTION = "deploy"
 TTY_PATH = "/dev/tty"
 TERMINAL_USER = "terminal user"
 MAX_ANSWER_CHARS = 1000
+WAKE_S = 0.2  # how often a wait for the approval answer wakes to act on a signal that came just before it
 MAX_PHRASE_CHARS = 120
 # what the person types after the action word: the part of the input that names what will happen
 PHRASE_SUBJECTS = {"install": "packages", "train": "target", "share": "destination"}
@@ -166,8 +168,21 @@ def read_confirmation(terminal: Terminal, question: str, phrase: str) -> tuple[b
     terminal.writer.write(f"{printable(question).rstrip()}\nTo approve, type exactly:  {printable(expected)}\n"
                           "(anything else does not approve) > ")
     terminal.writer.flush()
+    _wait_for_line(terminal.reader)
     answer = " ".join(terminal.reader.readline(MAX_ANSWER_CHARS).split())
     return answer == expected, answer, expected
+
+
+def _wait_for_line(reader: TextIO) -> None:
+    """Wait until the terminal has a line to read, waking every WAKE_S: Python runs a signal's handler between
+    its own steps, so a SIGTERM or SIGHUP that arrived just before a blocking read began (as the question was
+    shown) would otherwise wait for a line nobody types instead of ending the chat."""
+    try:
+        fd = reader.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return  # a test's stand-in: nothing blocks
+    while not select.select([fd], [], [], WAKE_S)[0]:
+        pass
 
 
 def _discard_typed_ahead(reader: TextIO) -> None:
