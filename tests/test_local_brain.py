@@ -650,6 +650,33 @@ def test_an_answer_in_words_is_a_question_or_one_of_the_products_statements(chat
     assert reply.text.startswith("That is outside what specpilot does") and reply.not_done.startswith("declined")
 
 
+def test_asking_what_the_assistant_does_gets_the_overview_and_the_task_is_done(chat_model_dirs, monkeypatch):
+    """A newcomer's question about what the assistant is and how to start is answered with the product's overview
+    (the kind "help", from labelled requests of that kind in the pool), not with "I did not understand"."""
+    from agent.brains.examples import default_index
+
+    assert sum(e.kind == "help" for e in default_index().examples) >= 20
+    assert local.answer_kind("what can you do?") == "help"
+    monkeypatch.setattr(local, "answer_kind", lambda text: "help")
+    reply = local.LocalBrain(str(chat_model_dirs[0]), classifier=FixedClassifier(None)).respond(
+        RecordingSession(), "what can you do?")
+    assert reply.text == local_prompt.ANSWERS["help"][0].format(machine=local.cpu_name(), home=local.home_dir())
+    assert reply.not_done is None and "compare draft and ngram" in reply.text
+
+
+def test_the_chat_evaluation_scores_an_answer_in_words_by_its_kind_where_the_set_names_it():
+    from scripts import load_benchmark
+
+    conversation = load_benchmark("conversation")
+    help_said = local_prompt.ANSWERS["help"][0].format(machine="AMD EPYC", home="/h")
+    assert conversation.score({"tool": None, "kind": "help"}, [], help_said) == (True, True)
+    assert conversation.score({"tool": None, "kind": "help"}, [], "I did not understand that.") == (True, False)
+    assert conversation.score({"tool": None, "kind": "ask"}, [], "Which prompt should I run?") == (True, True)
+    assert conversation.score({"tool": None}, [], "anything") == (True, True)  # a set without kinds: no tool is right
+    assert conversation.score({"tool": None, "kind": "help"}, [{"name": "explain", "input": {}}], help_said) == \
+        (False, False)
+
+
 def test_a_call_that_does_not_close_in_its_tokens_says_so(chat_model_dirs):
     brain = local.LocalBrain(str(chat_model_dirs[0]), max_tokens=3)
     reply = brain.respond(RecordingSession(), "run draft on 'def fib(n):'")

@@ -59,6 +59,10 @@ ANSWERS: dict[str, tuple[str | None, str | None]] = {
     "harmful": ("I will not do that, nor generate text for such a prompt, not even to time it. Give me another prompt "
                 "to measure.", "declined: the request asks for harmful content"),
     "thanks": ("You're welcome. Ask for a run or a comparison whenever you like.", None),
+    "help": ("I measure how much speculative decoding (draft model, Medusa, lookahead, EAGLE, prompt lookup) speeds up "
+             "generation on this machine ({machine}) against plain generation on the same prompt, compare the methods, "
+             "explain them and remember what was measured. Try: compare draft and ngram on \"YOUR PROMPT\"; "
+             "or ask which method suits summaries; /help lists the commands.", None),
     "hello": ('Hello! I measure how much speculative decoding speeds up generation on this machine: try compare draft '
               'and ngram on "YOUR PROMPT", or /help.', None),
     "unclear": ('I did not understand that. /help lists what I can do; for example: run ngram on "YOUR PROMPT".',

@@ -67,15 +67,27 @@ def value_matches(expected, got) -> bool:
     return isinstance(got, str) and got.strip().casefold() == str(expected).strip().casefold()
 
 
-def score(request: dict, calls: list[dict]) -> tuple[bool, bool]:
-    """(right tool, right tool and key arguments) for one request and the calls a brain made."""
+def score(request: dict, calls: list[dict], reply: str = "") -> tuple[bool, bool]:
+    """(right tool, right tool and key arguments) for one request and the calls a brain made. A request answered in
+    words whose set names the answer's ``kind`` is right with its "arguments" when the reply is that kind's."""
     if request.get("tool") is None:
-        return not calls, not calls
+        return not calls, not calls and (not request.get("kind") or reply_kind_matches(request["kind"], reply))
     matching = [c for c in calls if c["name"] == request["tool"]]
     if not matching:
         return False, False
     return True, all(value_matches(v, matching[0].get("input", {}).get(k)) if k in matching[0].get("input", {})
                      else False for k, v in (request.get("args") or {}).items())
+
+
+def reply_kind_matches(kind: str, reply: str) -> bool:
+    """Whether ``reply`` is an answer in words of ``kind`` (agent.brains.local_prompt.ANSWERS): a question for
+    "ask", else that kind's statement (compared up to its first placeholder)."""
+    from agent.brains.local_prompt import ANSWERS
+
+    statement = ANSWERS.get(kind, (None, None))[0]
+    if statement is None:
+        return reply.rstrip().endswith("?")
+    return reply.startswith(statement.split("{", 1)[0])
 
 
 def run_brain(spec: str, requests: list[dict], verbose: bool) -> list[dict]:
@@ -114,9 +126,9 @@ def _run_requests(name: str, spec: str, requests: list[dict], verbose: bool) -> 
                 answer = ask(store, request["text"], brain=name, plan_only=True)
                 seconds = time.perf_counter() - start
                 passes, tokens = (after - before for after, before in zip(model_work(), work))
-                tool_ok, args_ok = score(request, answer["tool_calls"])
+                tool_ok, args_ok = score(request, answer["tool_calls"], answer["reply"])
                 rows.append({"brain": spec, "line": request["line"], "half": request["half"], "text": request["text"],
-                             "expected": request.get("tool"), "expected_args": request.get("args"),
+                             "expected": request.get("tool"), "expected_args": request.get("args"), "kind": request.get("kind"),
                              "calls": [{"name": c["name"], "input": c["input"]} for c in answer["tool_calls"]],
                              "reply": answer["reply"], "tool_ok": tool_ok, "args_ok": args_ok, "seconds": seconds,
                              "forward_passes": passes, "tokens_run": tokens, "fallback": fallback})

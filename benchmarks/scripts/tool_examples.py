@@ -8,7 +8,8 @@ so that what the model is judged on was never shown to it.
 
 A request whose right answer is no tool (ask or decline) keeps the example answer the pool already gives it
 (written when a rule planner answered those requests), or a generic question for a request new to the pool,
-and the kind of that answer (``kind``, agent.brains.local_prompt.ANSWERS). ``--kinds`` gives each such request
+and the kind of that answer (``kind``, agent.brains.local_prompt.ANSWERS); a set that names the kind of a
+request's answer gives that kind, with its statement as the example answer. ``--kinds`` gives each such request
 the kind the local brain would (agent.brains.local.answer_kind) from the pool without the request's whole set,
 and counts how many get their own.
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from agent.brains.local_prompt import ANSWERS  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data"
 OUT = ROOT / "prompts" / "tool_examples.jsonl"
@@ -101,7 +104,12 @@ def main() -> int:
                 continue
             out = {"text": row["text"], "tool": row["tool"], "args": row.get("args") or {},
                    "set": path.stem.rsplit("_", 1)[1]}
-            if row["tool"] is None:
+            if row["tool"] is None and row.get("kind"):  # the set names the kind: its statement is the answer
+                out["kind"] = row["kind"]
+                said = ANSWERS[row["kind"]][0]
+                out["reply"] = said.format(machine="this CPU", home="the specpilot home") if said else \
+                    replies.get(row["text"], GENERIC_REPLY)
+            elif row["tool"] is None:
                 out["reply"] = replies.get(row["text"], GENERIC_REPLY)
                 out["kind"] = answer_kind(out["reply"])
             rows.append(out)
