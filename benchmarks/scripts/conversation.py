@@ -81,12 +81,13 @@ def score(request: dict, calls: list[dict], reply: str = "") -> tuple[bool, bool
 
 def reply_kind_matches(kind: str, reply: str) -> bool:
     """Whether ``reply`` is an answer in words of ``kind`` (agent.brains.local_prompt.ANSWERS): a question for
-    "ask", else that kind's statement (compared up to its first placeholder)."""
+    "ask" ("Which prompt should I run draft on? Please give it in quotes."), else that kind's statement (compared
+    up to its first placeholder)."""
     from agent.brains.local_prompt import ANSWERS
 
     statement = ANSWERS.get(kind, (None, None))[0]
     if statement is None:
-        return reply.rstrip().endswith("?")
+        return "?" in reply
     return reply.startswith(statement.split("{", 1)[0])
 
 
