@@ -671,7 +671,8 @@ def test_the_chat_evaluation_scores_an_answer_in_words_by_its_kind_where_the_set
     help_said = local_prompt.ANSWERS["help"][0].format(machine="AMD EPYC", home="/h")
     assert conversation.score({"tool": None, "kind": "help"}, [], help_said) == (True, True)
     assert conversation.score({"tool": None, "kind": "help"}, [], "I did not understand that.") == (True, False)
-    assert conversation.score({"tool": None, "kind": "ask"}, [], "Which prompt? Please give it in quotes.") == (True, True)
+    asked = "Which prompt? Please give it in quotes."
+    assert conversation.score({"tool": None, "kind": "ask"}, [], asked) == (True, True)
     assert conversation.score({"tool": None, "kind": "ask"}, [], help_said) == (True, False)
     assert conversation.score({"tool": None}, [], "anything") == (True, True)  # a set without kinds: no tool is right
     assert conversation.score({"tool": None, "kind": "help"}, [{"name": "explain", "input": {}}], help_said) == \

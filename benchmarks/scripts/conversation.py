@@ -129,7 +129,8 @@ def _run_requests(name: str, spec: str, requests: list[dict], verbose: bool) -> 
                 passes, tokens = (after - before for after, before in zip(model_work(), work))
                 tool_ok, args_ok = score(request, answer["tool_calls"], answer["reply"])
                 rows.append({"brain": spec, "line": request["line"], "half": request["half"], "text": request["text"],
-                             "expected": request.get("tool"), "expected_args": request.get("args"), "kind": request.get("kind"),
+                             "expected": request.get("tool"), "expected_args": request.get("args"),
+                             "kind": request.get("kind"),
                              "calls": [{"name": c["name"], "input": c["input"]} for c in answer["tool_calls"]],
                              "reply": answer["reply"], "tool_ok": tool_ok, "args_ok": args_ok, "seconds": seconds,
                              "forward_passes": passes, "tokens_run": tokens, "fallback": fallback})
